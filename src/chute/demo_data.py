@@ -49,8 +49,10 @@ def write_demo_dataset(path: Path, records: int, seed: int = 0) -> tuple[Path, l
     return path, planted
 
 
-def write_demo_tokenizer(folder: Path) -> Path:
-    """Train a small byte-level BPE tokenizer (1,000 ids, ChatML tokens) into ``folder``.
+def write_demo_tokenizer(
+    folder: Path, corpus: list[str] | None = None, vocab_size: int = 1000
+) -> Path:
+    """Train a small byte-level BPE tokenizer (ChatML tokens and ``<image>``) into ``folder``.
 
     Real tokenizers are large downloads; this one takes a fraction of a second to train, is
     deterministic, and encodes any text (byte level), so examples and demos run offline.
@@ -63,15 +65,16 @@ def write_demo_tokenizer(folder: Path) -> Path:
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
-    specials = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+    specials = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<image>"]
     trainer = trainers.BpeTrainer(
-        vocab_size=1000,
+        vocab_size=vocab_size,
         special_tokens=specials,
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         show_progress=False,
     )
-    corpus = [f"{v} {t}. {t}: {' '.join(_TOPICS)}" for v in _VERBS for t in _TOPICS]
-    tok.train_from_iterator(corpus * 4 + ["user assistant system"], trainer)
+    if corpus is None:
+        corpus = [f"{v} {t}. {t}: {' '.join(_TOPICS)}" for v in _VERBS for t in _TOPICS] * 4
+    tok.train_from_iterator([*corpus, "user assistant system"], trainer)
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     tok.save(str(folder / "tokenizer.json"))

@@ -235,5 +235,6 @@ class PackedPlanner(LengthPlanner):
             100 * stats["tokens"] / (bound * self.max_length),
             "raise window= (or drop it to pack the whole epoch)"
             if self.window is not None
-            else "this is unexpected for best-fit decreasing: please report it",
+            else "the samples' sizes leave gaps no packing can fill (e.g. most samples just over "
+            "a third or a half of max_length); a different max_length packs them tighter",
         )
