@@ -1,0 +1,105 @@
+"""chute bench in-process, on tiny generated data: the table, --json, and its errors."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from chute.cli import app
+from chute.cli.bench_cmd import parse_workers
+from chute.errors import ConfigError
+from recipe_helpers import tiny_tokenizer
+
+runner = CliRunner()
+
+
+@pytest.fixture
+def tok(tmp_path: Path) -> Path:
+    path = tmp_path / "tokenizer.json"
+    path.write_text(tiny_tokenizer().rust.to_str())
+    return path
+
+
+@pytest.fixture
+def data(tmp_path: Path) -> Path:
+    rows = []
+    for i in range(60):
+        rows.append(
+            {"instruction": f"Question {i}: " + "how are you? " * (i % 7), "output": "Fine."}
+        )
+        if i % 10 == 3:
+            rows[-1] = {"instruction": "no answer"}  # rejected: missing output
+    path = tmp_path / "d.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def test_bench_json_measures_each_worker_count(data: Path, tok: Path) -> None:
+    args = [
+        "bench",
+        str(data),
+        "--tokenizer",
+        str(tok),
+        "--template",
+        "chatml",
+        "--batch-size",
+        "4",
+        "--workers",
+        "0,1",
+        "--steps",
+        "20",
+        "--step-ms",
+        "1",
+        "--json",
+    ]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    out = json.loads(result.stdout)
+    assert out["samples"] == 60 and out["batches_per_epoch"] == 15
+    assert [r["workers"] for r in out["runs"]] == [0, 1]
+    for r in out["runs"]:
+        # 15 batches in the epoch (fewer than --steps): every valid sample once, 6 rejected
+        assert r["batches"] == 15 and r["samples"] == 54 and r["rejected"] == 6
+        assert 0 < r["padding_efficiency"] <= 1 and r["starvation"] is not None
+        assert r["tokens_per_s"] > 0 and r["padded_tokens_per_s"] >= r["tokens_per_s"]
+    assert out["profile"]["samples"] == 60 and out["profile"]["rejected"] == 6
+    assert {a["rule"] for a in out["advice"]} >= {"step_time"}
+    assert out["recipe"].startswith("Recipe(")
+
+
+def test_bench_table_and_advice(data: Path, tok: Path) -> None:
+    args = ["bench", str(data), "--tokenizer", str(tok), "--template", "chatml", "-b", "8"]
+    result = runner.invoke(app, [*args, "--workers", "0", "--steps", "3", "--quiet"])
+    assert result.exit_code == 0, result.output
+    assert "samples/s" in result.stdout and "padding eff" in result.stdout
+    assert "where a sample's time goes" in result.stdout
+    assert "advice:" in result.stdout and "--step-ms" in result.stdout
+
+
+def test_bench_pretokenized_records_need_no_tokenizer(tmp_path: Path) -> None:
+    path = tmp_path / "tok.jsonl"
+    path.write_text("".join(json.dumps({"input_ids": [1] * (1 + i % 3)}) + "\n" for i in range(40)))
+    result = runner.invoke(app, ["bench", str(path), "-b", "4", "--workers", "0", "--json"])
+    assert result.exit_code == 0, result.output
+    out = json.loads(result.stdout)
+    assert out["recipe"] is None and out["runs"][0]["samples"] == 40
+    assert "preprocess" not in {a["rule"] for a in out["advice"]}
+
+
+def test_bench_errors_are_one_line(data: Path, tok: Path) -> None:
+    result = runner.invoke(app, ["bench", str(data), "-b", "4", "--template", "chatml"])
+    assert result.exit_code == 2 and "--template need --tokenizer" in result.output
+    result = runner.invoke(app, ["bench", str(data), "-b", "4", "--workers", "one"])
+    assert result.exit_code == 2 and "--workers: expected worker counts" in result.output
+    result = runner.invoke(app, ["bench", str(data), "-b", "0"])
+    assert result.exit_code == 2 and "batch_size must be an int >= 1, got 0" in result.output
+
+
+def test_parse_workers() -> None:
+    assert parse_workers("0,1,2") == (0, 1, 2)
+    assert parse_workers("0-2,4") == (0, 1, 2, 4)
+    with pytest.raises(ConfigError, match="got 'x'"):
+        parse_workers("x")
