@@ -13,6 +13,7 @@ from PIL import Image
 from chute import Recipe
 from chute.errors import SAMPLE_ERROR_KINDS, ConfigError, SampleError
 from chute.formats import FormatSpec
+from chute.recipe import RECIPE_VERSION
 from chute.sources import JsonlSource
 from chute.validate import validate_source
 from recipe_helpers import real_tokenizer, tiny_tokenizer
@@ -335,10 +336,14 @@ def test_media_root_and_absolute_paths(pics: Path) -> None:
         Recipe(tokenizer=TOK, template="chatml", image_tokens=4).process(
             mm_record("a.png"), path=str(pics / "d.jsonl")
         )
-    unchecked = Recipe(tokenizer=TOK, template="chatml", image_tokens=4, check_images=False)
-    assert unchecked.process(mm_record("https://x/y.png"))["images"][0]["path"] == "https://x/y.png"
-    with pytest.raises(SampleError, match="image_missing: https://x/y.png is a remote URL"):
+    urls = Recipe(tokenizer=TOK, template="chatml", image_tokens=4, allow_urls=True)
+    assert urls.process(mm_record("https://x/y.png"))["images"][0]["path"] == "https://x/y.png"
+    with pytest.raises(SampleError, match="url_not_allowed: https://x/y.png is a URL"):
         Recipe(tokenizer=TOK, template="chatml", image_tokens=4).process(
+            mm_record("https://x/y.png")
+        )
+    with pytest.raises(SampleError, match="url_not_allowed: .*needs the image's size"):
+        Recipe(tokenizer=TOK, template="chatml", image_tokens="qwen2-vl", allow_urls=True).process(
             mm_record("https://x/y.png")
         )
 
@@ -432,7 +437,7 @@ def test_recipe_pickles_and_keeps_its_fingerprint(tmp_path: Path) -> None:
 def test_fingerprint_names_what_changed() -> None:
     base = Recipe(tokenizer=TOK, template="chatml", max_length=512)
     fp = base.fingerprint()
-    assert fp["recipe_version"] == 1 and fp["template"]["name"] == "chatml"
+    assert fp["recipe_version"] == RECIPE_VERSION and fp["template"]["name"] == "chatml"
     variants = {
         "max_length": Recipe(tokenizer=TOK, template="chatml", max_length=1024),
         "overflow": Recipe(tokenizer=TOK, template="chatml", max_length=512, overflow="drop"),
@@ -525,7 +530,7 @@ def test_llava_and_qwen_vl_fixed_counts(shared_data: Path) -> None:
     qwen = real_tokenizer(str(shared_data / "tokenizers/qwen3/tokenizer.json"))
     qvl = Recipe(tokenizer=qwen, template="chatml", format="qwen_vl", image_tokens="qwen-vl")
     source = JsonlSource(shared_data / "qwen-vl/qwen_vl_readme_example.json")
-    with pytest.raises(SampleError, match="image_missing: https://qianwen-res.*remote URL"):
+    with pytest.raises(SampleError, match="url_not_allowed: https://qianwen-res.*is a URL"):
         qvl(source[1])
     with pytest.raises(SampleError, match="image_missing: .*Beijing.jpeg: no such file"):
         qvl(source[2])

@@ -37,8 +37,14 @@ _EXPORTS: dict[str, str] = {
     "detect_format": "chute.formats",
     "sniff_format": "chute.formats",
     "Loader": "chute.loader",
+    "DecodeOptions": "chute.media",
     "DynamicImageTokens": "chute.media",
+    "DynamicResolution": "chute.media",
     "FixedImageTokens": "chute.media",
+    "ImageTransform": "chute.media",
+    "MediaCollate": "chute.media",
+    "MediaStage": "chute.media",
+    "PixelStore": "chute.media",
     "Plan": "chute.plan",
     "Planner": "chute.plan",
     "RandomPlanner": "chute.plan",
@@ -57,18 +63,24 @@ __all__ = [
     "Collate",
     "ConfigError",
     "Conversation",
+    "DecodeOptions",
     "DynamicImageTokens",
+    "DynamicResolution",
     "ErrorBudget",
     "ErrorBudgetExceeded",
     "FixedImageTokens",
     "FormatSpec",
+    "ImageTransform",
     "JinjaTemplate",
     "JsonlSource",
     "Loader",
     "LoaderTimeout",
     "LockstepError",
+    "MediaCollate",
+    "MediaStage",
     "Message",
     "Part",
+    "PixelStore",
     "Plan",
     "Planner",
     "RandomPlanner",
@@ -118,7 +130,16 @@ if TYPE_CHECKING:  # static analysers and IDEs see the real names
     )
     from chute.formats import FormatSpec, detect_format, sniff_format
     from chute.loader import Loader
-    from chute.media import DynamicImageTokens, FixedImageTokens
+    from chute.media import (
+        DecodeOptions,
+        DynamicImageTokens,
+        DynamicResolution,
+        FixedImageTokens,
+        ImageTransform,
+        MediaCollate,
+        MediaStage,
+        PixelStore,
+    )
     from chute.plan import Plan, Planner, RandomPlanner
     from chute.recipe import Recipe
     from chute.sources import JsonlSource, Record

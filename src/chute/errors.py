@@ -99,9 +99,28 @@ SAMPLE_ERROR_KINDS: dict[str, str] = {
     # Recipe: media references
     "image_placeholder_mismatch": "the number of <image>/<video>/<audio> placeholders differs from "
     "the number of media the record lists",
-    "image_missing": "an image file does not exist (or is a remote URL chute does not fetch)",
-    "image_corrupt": "an image file's header cannot be read as an image",
-    "image_unsupported": "an image's size or aspect ratio is outside what the image-token rule accepts",
+    "image_missing": "an image file does not exist (or is a directory)",
+    "image_corrupt": "an image file is empty, not an image, truncated or damaged (its header or "
+    "its pixels cannot be decoded)",
+    "image_unsupported": "an image's size or aspect ratio is outside what the image-token rule "
+    "accepts, or the path is not a regular file (a FIFO, a device)",
+    "image_too_large": "an image has more pixels (or bytes) than the configured limit, or is a "
+    "decompression bomb",
+    "unsafe_path": "a media path escapes its media root ('..', an absolute path elsewhere, a "
+    "symlink pointing outside)",
+    "url_not_allowed": "a media reference is a URL and allow_urls is off (chute never fetches)",
+    # Media stage (decoding in the loader's workers, chute validate)
+    "image_token_mismatch": "the image tokens in input_ids differ from the features the "
+    "decoded images give (the file changed since counting, or the sample was built elsewhere)",
+    "video_missing": "a video file does not exist (or is a directory)",
+    "video_corrupt": "a video file cannot be opened or decoded, or has no video stream",
+    "video_too_large": "a video is longer, or its frames larger, than the configured limits",
+    "video_token_mismatch": "the video tokens in input_ids differ from the features the "
+    "sampled frames give",
+    "audio_missing": "an audio file does not exist (or is a directory)",
+    "audio_corrupt": "an audio file cannot be opened or decoded",
+    "audio_too_large": "an audio clip is longer than the configured limit",
+    "audio_token_mismatch": "the audio tokens in input_ids differ from the clip's token count",
     "unexpected_error": "processing raised an exception chute did not anticipate (see message)",
     # Loader
     "empty_sample": "the sample has no tokens",

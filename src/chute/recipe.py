@@ -33,7 +33,6 @@ Example:
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -41,6 +40,7 @@ from chute.conversation import Conversation
 from chute.encode import Encoded, encode, fit_length
 from chute.errors import ConfigError, SampleError
 from chute.formats import FormatReader, FormatSpec
+from chute.media.images import DEFAULT_MAX_PIXELS
 from chute.media.refs import MediaPlan, MediaSlot
 from chute.sources.record import Record
 from chute.templates import RenderContext, Rendered, get_template
@@ -49,7 +49,7 @@ from chute.tokenize import Tokenizer, load_tokenizer
 __all__ = ["OVERFLOW", "RECIPE_VERSION", "Recipe"]
 
 # Bump when the same inputs would give different samples (the cache keys on it).
-RECIPE_VERSION = 1
+RECIPE_VERSION = 2
 OVERFLOW = ("truncate", "drop")
 
 
@@ -78,17 +78,27 @@ class Recipe:
             "date_string": "26 Jul 2024"}``.
         special_tokens: overrides of ``bos``/``eos``/``pad``/``unk``/``image`` tokens.
         media_root: folder that relative media paths are resolved against (default: the folder
-            of the record's data file).
+            of the record's data file), or a mapping from data file path (or glob) to folder.
+            A reference that escapes its root (``..``, an absolute path elsewhere, a symlink
+            pointing outside) is rejected as ``unsafe_path``.
         image_tokens: tokens per image: a count (``576``), a preset (``llava-1.5``, ``qwen-vl``,
             ``qwen2-vl``, ``qwen2.5-vl``) or a ``DynamicImageTokens``; required for images.
         image_token: the token that marks an image (default: the tokenizer's image token,
             e.g. ``<|image_pad|>``, else ``<image>``).
         image_token_id: the id written for image tokens (default: ``image_token``'s id; LLaVA's
             original code uses ``-200``).
-        video_tokens: tokens per video (fixed), required for videos.
-        audio_tokens: tokens per audio clip (fixed), required for audio.
-        check_images: with a fixed count, reject samples whose image file is missing (or
-            remote). Dynamic counts always read the header.
+        video_tokens: tokens per video: a fixed count, or a ``chute.media.video.VideoFrames``
+            (counted from the container's header); required for videos.
+        audio_tokens: tokens per audio clip: a fixed count, or a
+            ``chute.media.audio.AudioClips`` (counted from the header); required for audio.
+        check_images: with a fixed count, reject samples whose image file is missing. Dynamic
+            counts always read the header.
+        allow_urls: keep URL media references (fixed counts only) instead of rejecting them as
+            ``url_not_allowed``; chute fetches nothing (the media stage needs ``fetch=``).
+        max_image_pixels: reject images with more pixels where the header is read (dynamic
+            counts) as ``image_too_large``.
+        media_allowed_roots: further folders media references may resolve into through a
+            symlink or an absolute path (e.g. where an ``images -> /mnt/coco`` link points).
         tiktoken_pattern: for tiktoken files whose rank count matches no preset.
     """
 
@@ -107,13 +117,16 @@ class Recipe:
         system: str | None = None,
         template_vars: Mapping[str, Any] | None = None,
         special_tokens: Mapping[str, str | None] | None = None,
-        media_root: str | os.PathLike[str] | None = None,
+        media_root: Any = None,
         image_tokens: Any = None,
         image_token: str | None = None,
         image_token_id: int | None = None,
-        video_tokens: int | None = None,
-        audio_tokens: int | None = None,
+        video_tokens: Any = None,
+        audio_tokens: Any = None,
         check_images: bool = True,
+        allow_urls: bool = False,
+        max_image_pixels: int = DEFAULT_MAX_PIXELS,
+        media_allowed_roots: Any = (),
         tiktoken_pattern: str | None = None,
     ):
         self.tokenizer: Tokenizer = load_tokenizer(
@@ -155,6 +168,9 @@ class Recipe:
             audio_tokens=audio_tokens,
             media_root=media_root,
             check_images=check_images,
+            allow_urls=allow_urls,
+            max_image_pixels=max_image_pixels,
+            allowed_roots=media_allowed_roots,
         )
         self._reader = FormatReader(self.format)
         self._ctx = RenderContext(

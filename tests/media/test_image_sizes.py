@@ -6,6 +6,7 @@ import base64
 import io
 from pathlib import Path
 
+import numpy as np
 import pytest
 from PIL import Image
 
@@ -14,6 +15,7 @@ from chute.media import (
     DynamicImageTokens,
     FixedImageTokens,
     image_size,
+    image_token_counts,
     image_tokens_rule,
     qwen2vl_grid,
     smart_resize,
@@ -58,7 +60,7 @@ def test_missing_corrupt_remote_and_data_urls(tmp_path: Path) -> None:
         image_size(tmp_path / "nope.png")
     with pytest.raises(SampleError, match="image_missing: .*is a directory"):
         image_size(tmp_path)
-    with pytest.raises(SampleError, match="image_missing: https://x/y.jpg is a remote URL"):
+    with pytest.raises(SampleError, match="url_not_allowed: https://x/y.jpg is a remote URL"):
         image_size("https://x/y.jpg")
     empty = tmp_path / "empty.jpg"
     empty.write_bytes(b"")
@@ -76,10 +78,10 @@ def test_missing_corrupt_remote_and_data_urls(tmp_path: Path) -> None:
         image_size("data:image/png,rawbytes")
 
 
-def test_decompression_bomb_is_unsupported(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_decompression_bomb_is_too_large(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     path = make(tmp_path / "big.png", (300, 300))
     monkeypatch.setattr(Image, "MAX_IMAGE_PIXELS", 100)
-    with pytest.raises(SampleError, match="image_unsupported"):
+    with pytest.raises(SampleError, match="image_too_large"):
         image_size(path)
 
 
@@ -146,3 +148,23 @@ def test_real_images_with_wrong_extensions(shared_data: Path) -> None:
     assert image_size(shared_data / "llama-factory/mllm_demo_data/1.jpg") == (300, 168)
     assert image_size(shared_data / "xtuner/resource/mscoco_dog_000000319154.jpg") == (375, 500)
     assert image_size(shared_data / "images/skimage/camera.png") == (512, 512)
+
+
+def test_vectorised_counts_equal_the_rule_image_by_image() -> None:
+    rng = np.random.default_rng(0)
+    sizes = np.concatenate(
+        [
+            rng.integers(1, 5000, size=(3000, 2)),
+            rng.integers(1, 120, size=(500, 2)),  # below min_pixels
+            [[300, 168], [640, 480], [28, 28], [2, 600], [14, 2800]],
+        ]
+    )
+    for rule in (DynamicImageTokens(), DynamicImageTokens(16, 2, 32 * 32, 16384 * 32 * 32)):
+        got = image_token_counts(sizes, rule)
+        for (w, h), n in zip(sizes.tolist(), got.tolist(), strict=True):
+            try:
+                want = rule.count((w, h))[0]
+            except SampleError:
+                want = -1
+            assert n == want, (w, h)
+    assert image_token_counts([[10, 10]], FixedImageTokens(576)).tolist() == [576]

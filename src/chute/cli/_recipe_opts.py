@@ -38,7 +38,8 @@ MEDIA_ROOT = typer.Option(
 IMAGE_TOKENS = typer.Option(
     None,
     "--image-tokens",
-    help="Tokens per image: a count (576) or llava-1.5, qwen-vl, qwen2-vl, qwen2.5-vl.",
+    help="Tokens per image: a count (576) or llava-1.5, qwen-vl, qwen2-vl, qwen2.5-vl. Default "
+    "auto: qwen2-vl when the tokenizer's image token is <|image_pad|>, else 576.",
 )
 COLUMNS = typer.Option(
     None, "--columns", help="Record keys by meaning, e.g. 'prompt=question,response=answer'."
@@ -92,7 +93,7 @@ def build_recipe(
         overflow=overflow,
         train_on=train_on,
         media_root=media_root,
-        image_tokens=image_tokens,
+        image_tokens=image_tokens or "auto",
         columns=parse_pairs(columns, "--columns"),
         tags=parse_pairs(tags, "--tags"),
         system=system,

@@ -16,6 +16,7 @@ from chute.cli import _recipe_opts as opts
 from chute.cli._output import emit_json, guarded, progress_bar, table
 from chute.errors import ConfigError
 from chute.formats import FormatReader, FormatSpec
+from chute.media.check import MediaCheck
 from chute.sources import JsonlSource
 from chute.sources.record import Record
 from chute.validate import check_json_object, validate_source
@@ -56,6 +57,12 @@ def validate(
     columns: str | None = opts.COLUMNS,
     tags: str | None = opts.TAGS,
     system: str | None = opts.SYSTEM,
+    decode: bool = typer.Option(
+        True,
+        "--decode/--no-decode",
+        help="With --tokenizer: decode every image fully (and probe videos and audio), so "
+        "truncated and corrupt files are rejected too. --no-decode checks paths and headers only.",
+    ),
     strict: bool = typer.Option(
         False, "--strict", help="Exit with status 1 when any record is rejected."
     ),
@@ -64,9 +71,10 @@ def validate(
 ) -> None:
     """Parse every record and report what is wrong, by reason, with path:line examples.
 
-    With --tokenizer (and optionally --template, --format, --max-length, --image-tokens ...)
-    every record goes through the full recipe, so template, tokenizer, length and media errors
-    are reported too.
+    With --tokenizer (and optionally --template, --format, --max-length, --image-tokens,
+    --media-root ...) every record goes through the full recipe, and every image it references
+    is decoded fully, so template, tokenizer, length and media errors (unsafe paths, URLs,
+    missing, corrupt, truncated, too large) are reported too.
     """
     recipe_only = {
         "--template": template,
@@ -92,6 +100,9 @@ def validate(
             system=system,
         )
         described = repr(check)
+        if decode:
+            check = MediaCheck(check)
+            described += ", media decoded"
     else:
         given = [name for name, value in recipe_only.items() if value is not None]
         if given:

@@ -28,6 +28,7 @@ from chute.loader.options import (
     check_seconds,
     check_workers,
     fingerprint_of,
+    media_stage_for,
     pad_id_from,
     rejects_path_for,
 )
@@ -75,6 +76,11 @@ class Loader:
             ``sample_timeout`` (``None``: no limit).
         plan: the batching strategy: ``"random"`` or a ``Planner``.
         multiprocessing_context: start method for workers (default: torch's).
+        media: load each sample's images (videos, audio) in the workers, after the recipe: a
+            ``chute.media.MediaStage``, or a transform (``ImageTransform``,
+            ``DynamicResolution``) used with default decoding. Bad media are counted skips;
+            batches gain ``pixel_values``, ``image_counts`` (and ``image_grid_thw``); the
+            collate is wrapped in ``MediaCollate``. See docs/media.md.
 
     Example:
         >>> data = [{"input_ids": [i] * (1 + i % 3)} for i in range(10)]
@@ -110,6 +116,7 @@ class Loader:
         sample_timeout: float | None = 60.0,
         plan: str | Planner = "random",
         multiprocessing_context: Any = None,
+        media: Any = None,
     ):
         require_torch()
         self.source = as_source(source)
@@ -141,6 +148,7 @@ class Loader:
                 "collate=..., set padding on that collate instead"
             )
         self.collate = collate or Collate(pad_id_from(recipe, pad_id), pad_to_multiple_of)
+        self.media, self.collate = media_stage_for(media, recipe, self.collate)
         self.rejects_path = rejects_path_for(rejects, self.world) if rejects is not None else None
         self.books = Accounting(
             ErrorBudget(max_bad_fraction, max_consecutive_bad, budget_min_samples),
@@ -154,6 +162,7 @@ class Loader:
             sample_timeout=self.sample_timeout,
             top_up=bool(top_up),
             keep_rejects=self.rejects_path is not None,
+            media=self.media,
         )
         self._fingerprint = fingerprint_of(self.source)
         self._epoch, self._consumed = 0, 0

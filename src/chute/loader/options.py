@@ -17,6 +17,7 @@ __all__ = [
     "check_seconds",
     "check_workers",
     "fingerprint_of",
+    "media_stage_for",
     "pad_id_from",
     "rejects_path_for",
 ]
@@ -65,6 +66,21 @@ def pad_id_from(recipe: Any, pad_id: int | None) -> int:
             if isinstance(value, int | np.integer) and not isinstance(value, bool) and value >= 0:
                 return int(value)
     return 0
+
+
+def media_stage_for(media: Any, recipe: Any, collate: Any) -> tuple[Any, Any]:
+    """``(stage, collate)`` for ``Loader(media=...)``.
+
+    The stage is bound to the recipe, the collate wrapped in ``MediaCollate``; without media,
+    ``(None, collate)``.
+    """
+    if media is None:
+        return None, collate
+    from chute.media.collate import MediaCollate
+    from chute.media.stage import as_media_stage
+
+    stage = as_media_stage(media).bind(recipe)
+    return stage, collate if isinstance(collate, MediaCollate) else MediaCollate(collate)
 
 
 def rejects_path_for(path: PathLike, world: World) -> Path:

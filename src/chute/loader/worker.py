@@ -100,6 +100,8 @@ class BatchBuilder:
         sample_timeout: seconds one sample may take (``None``: no watchdog).
         top_up: refill a batch that lost samples with repeats of its valid samples.
         keep_rejects: build rejects-file entries for the main process to write.
+        media: ``media(sample) -> sample`` run after the recipe inside the guarded step (a
+            ``chute.media.MediaStage``: decodes and checks images), or ``None``.
     """
 
     def __init__(
@@ -111,6 +113,7 @@ class BatchBuilder:
         sample_timeout: float | None = None,
         top_up: bool = False,
         keep_rejects: bool = False,
+        media: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
     ):
         self.source = source
         self.recipe = recipe
@@ -118,6 +121,7 @@ class BatchBuilder:
         self.sample_timeout = sample_timeout
         self.top_up = top_up
         self.keep_rejects = keep_rejects
+        self.media = media
         self._watchdog = Watchdog(sample_timeout)
         self._name = type(source).__name__
         self._pid = -1
@@ -144,6 +148,7 @@ class BatchBuilder:
         report = BatchReport(task.epoch, task.step, len(ids))
         source, dog = self.source, self._watchdog
         convert = self.recipe if self.recipe is not None else as_tokenized
+        media = self.media
         samples: list[dict[str, Any]] = []
         positions: list[int] = []  # plan position of each sample in `samples`
         items: list[Any] = []  # and the item it came from (for locating later rejects)
@@ -155,6 +160,8 @@ class BatchBuilder:
                     with dog:
                         item = source[index]
                         sample = check_sample(convert(item))
+                        if media is not None:
+                            sample = media(sample)
                 except SampleTimeout:
                     rejected.append((j, self._timed_out(item, index), item))
                 except Exception as exc:  # a ChuteError (a changed file) is re-raised here

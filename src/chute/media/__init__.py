@@ -1,23 +1,67 @@
-"""Media references: paths, image sizes from headers, image-token counts.
+"""Media: safe paths, header sizes and token counts, decoding, transforms, the loader stage.
 
-Decoding, safe paths and transforms come later (they build on ``image_size`` and the rules in
-``chute.media.tokens``).
+* ``MediaPaths``: every reference resolves inside its media root (``unsafe_path``), URLs are
+  refused unless allowed (``url_not_allowed``).
+* ``image_size`` / ``image_tokens_rule`` / ``image_token_counts``: token counts from headers,
+  before any pixel is decoded (the recipe uses them).
+* ``decode_image``: full, guarded decoding to RGB with limits (``DecodeOptions``).
+* ``ImageTransform`` (fixed size, CLIP/SigLIP), ``DynamicResolution`` (Qwen2-VL patches),
+  ``ProcessorTransform`` (a user or ``transformers`` processor).
+* ``MediaStage``: what the Loader runs after the recipe (``Loader(..., media=...)``);
+  ``MediaCollate`` / ``collate_media``: batch tensors.
+* ``PixelStore``: pre-decoded, resized uint8 pixels, so training reads no JPEG.
+* ``VideoFrames`` / ``AudioClips``: optional extras (``chute[video]``, ``chute[audio]``).
+
+See docs/media.md.
 """
 
+from chute.media.audio import AudioClips
+from chute.media.collate import MediaCollate, collate_media
+from chute.media.images import DEFAULT_MAX_PIXELS, DecodeOptions, decode_image
+from chute.media.paths import MediaPaths
+from chute.media.processor import ProcessorTransform
 from chute.media.refs import MediaPlan, MediaSlot
 from chute.media.sizes import image_size, qwen2vl_grid, smart_resize
+from chute.media.stage import MediaStage
+from chute.media.store import PixelStore, StoreReport, build_pixel_store
 from chute.media.tokens import (
     DynamicImageTokens,
     FixedImageTokens,
+    image_token_counts,
     image_tokens_rule,
 )
+from chute.media.transforms import (
+    NORMALIZE_PRESETS,
+    DynamicResolution,
+    ImageFeatures,
+    ImageTransform,
+)
+from chute.media.video import VideoFrames
 
 __all__ = [
+    "DEFAULT_MAX_PIXELS",
+    "NORMALIZE_PRESETS",
+    "AudioClips",
+    "DecodeOptions",
     "DynamicImageTokens",
+    "DynamicResolution",
     "FixedImageTokens",
+    "ImageFeatures",
+    "ImageTransform",
+    "MediaCollate",
+    "MediaPaths",
     "MediaPlan",
     "MediaSlot",
+    "MediaStage",
+    "PixelStore",
+    "ProcessorTransform",
+    "StoreReport",
+    "VideoFrames",
+    "build_pixel_store",
+    "collate_media",
+    "decode_image",
     "image_size",
+    "image_token_counts",
     "image_tokens_rule",
     "qwen2vl_grid",
     "smart_resize",

@@ -2,8 +2,9 @@
 
 ``MediaPlan`` holds a recipe's media options and turns the media parts of a rendered
 conversation into ``MediaSlot`` values (token id, token count, and what the sample records about
-the item), reading at most an image's header. Decoding pixels, safe-path policies and transforms
-build on ``resolve`` and ``image_size`` (later issues).
+the item), reading at most an image's header. Every reference is resolved by ``MediaPaths``
+(inside its media root, URLs refused unless allowed); decoding pixels is the media stage's work
+(``chute.media.stage``), after the recipe.
 
 Example:
     >>> plan = MediaPlan(tok, image_tokens=576, media_root="/data/images")  # doctest: +SKIP
@@ -19,13 +20,14 @@ from typing import Any
 
 from chute.conversation import Part
 from chute.errors import ConfigError, SampleError
+from chute.media.images import DEFAULT_MAX_PIXELS
+from chute.media.paths import MediaPaths, is_remote
 from chute.media.sizes import image_size
 from chute.media.tokens import DynamicImageTokens, image_tokens_rule
 from chute.tokenize.base import Tokenizer
 
 __all__ = ["MediaPlan", "MediaSlot"]
 
-_REMOTE = ("http://", "https://", "s3://", "gs://")
 _INLINE = "data:"
 
 
@@ -44,14 +46,22 @@ class MediaPlan:
 
     Args:
         tokenizer: the recipe's tokenizer (for token ids and the default image token).
-        image_tokens: a count, a preset or a rule (see ``image_tokens_rule``); ``None`` makes
-            the first image a ``ConfigError``.
+        image_tokens: a count, a preset or a rule (see ``image_tokens_rule``); ``"auto"``:
+            ``qwen2-vl`` when the image token is ``<|image_pad|>``, else ``llava-1.5`` (576);
+            ``None`` makes the first image a ``ConfigError``.
         image_token: the token marking an image (default: the tokenizer's, else ``<image>``).
         image_token_id: the id written for it (default: the token's id).
-        video_tokens: fixed tokens per video, or ``None``.
-        audio_tokens: fixed tokens per audio clip, or ``None``.
-        media_root: folder for relative paths (default: the data file's folder).
-        check_images: with a fixed count, reject a missing (or remote) image file.
+        video_tokens: fixed tokens per video, a ``VideoFrames`` (counts from the header), or
+            ``None``.
+        audio_tokens: fixed tokens per audio clip, an ``AudioClips`` (counts from the header),
+            or ``None``.
+        media_root: folder for relative paths (default: the data file's folder), or a mapping
+            from data file (or glob) to folder; see ``MediaPaths``.
+        check_images: with a fixed count, reject a missing image file.
+        allow_urls: keep URL references (fixed counts only; chute fetches nothing).
+        max_image_pixels: refuse images larger than this where the header is read
+            (``image_too_large``), as the media stage's decoder does.
+        allowed_roots: further folders references may resolve into (see ``MediaPaths``).
     """
 
     def __init__(
@@ -61,12 +71,14 @@ class MediaPlan:
         image_tokens: Any = None,
         image_token: str | None = None,
         image_token_id: int | None = None,
-        video_tokens: int | None = None,
-        audio_tokens: int | None = None,
-        media_root: str | os.PathLike[str] | None = None,
+        video_tokens: Any = None,
+        audio_tokens: Any = None,
+        media_root: Any = None,
         check_images: bool = True,
+        allow_urls: bool = False,
+        max_image_pixels: int = DEFAULT_MAX_PIXELS,
+        allowed_roots: Any = (),
     ):
-        self.image_rule = image_tokens_rule(image_tokens)
         self.video_tokens = _count_or_none(video_tokens, "video_tokens")
         self.audio_tokens = _count_or_none(audio_tokens, "audio_tokens")
         if image_token_id is not None and (
@@ -74,39 +86,45 @@ class MediaPlan:
         ):
             raise ConfigError(f"image_token_id: expected an integer, got {image_token_id!r}")
         self.image_token_id = image_token_id
-        self.media_root = os.path.abspath(os.fspath(media_root)) if media_root else None
-        if self.media_root is not None and not os.path.isdir(self.media_root):
-            raise ConfigError(f"media_root: {self.media_root} is not a folder")
+        self.paths = MediaPaths(media_root, allow_urls=allow_urls, allowed_roots=allowed_roots)
         self.check_images = bool(check_images)
+        if (
+            isinstance(max_image_pixels, bool)
+            or not isinstance(max_image_pixels, int)
+            or max_image_pixels < 1
+        ):
+            raise ConfigError(
+                f"max_image_pixels: expected a positive integer, got {max_image_pixels!r}"
+            )
+        self.max_image_pixels = max_image_pixels
         self.tokenizer = tokenizer
         self.tokens, self.text = _markup(tokenizer, image_token)
+        if image_tokens == "auto":  # Qwen2-VL's rule for Qwen vision vocabularies, else LLaVA's
+            image_tokens = "qwen2-vl" if self.tokens["image"] == "<|image_pad|>" else "llava-1.5"
+        self.image_rule = image_tokens_rule(image_tokens)
         # Media tokens that are special tokens: written literally in a text they would pose as
         # an image, so a text-only sample holding one is rejected.
         self.guard = tuple(t for t in self.tokens.values() if tokenizer.token_to_id(t) is not None)
 
-    def resolve(self, source: str, data_path: str | None) -> str:
-        """Where a media source points.
+    @property
+    def media_root(self) -> str | None:
+        """The one folder every source's relative paths resolve against (``None``: per file)."""
+        return self.paths.default
 
-        Absolute paths and URLs stay as they are; relative paths are joined to ``media_root``
-        (default: the folder of the data file, else the working directory).
+    def resolve(self, source: str, data_path: str | None) -> str:
+        """Where a media source points: its real path inside its media root.
+
+        Raises:
+            SampleError: ``unsafe_path``, ``url_not_allowed`` (see ``MediaPaths.resolve``).
         """
-        if source.startswith(_REMOTE) or source.startswith(_INLINE):
-            return source
-        if source.startswith("file://"):
-            source = source[len("file://") :]
-        source = os.path.expanduser(source)
-        if os.path.isabs(source):
-            return source
-        root = self.media_root
-        if root is None:
-            root = os.path.dirname(os.path.abspath(data_path)) if data_path else os.getcwd()
-        return os.path.normpath(os.path.join(root, source))
+        return self.paths.resolve(source, data_path)
 
     def slots(self, media: list[Part], data_path: str | None) -> list[MediaSlot]:
         """The expansion of each media part, in order.
 
         Raises:
-            SampleError: ``image_missing``, ``image_corrupt``, ``image_unsupported``.
+            SampleError: ``unsafe_path``, ``url_not_allowed``, ``image_missing``,
+                ``image_corrupt``, ``image_unsupported``, ``image_too_large``.
             ConfigError: a kind without a token count, or a token without an id.
         """
         out = []
@@ -114,11 +132,21 @@ class MediaPlan:
             resolved = self.resolve(part.value, data_path)
             info: dict[str, Any] = {"source": part.value, "path": resolved}
             if part.kind == "image":
-                count, size, grid = self._image_count(resolved)
+                count, size, grid = self._image_count(resolved, data_path)
                 token_id = self._token_id("image", "image_token_id", self.image_token_id)
                 info.update(num_tokens=count, size=size, grid_thw=grid)
             else:
-                count = self.video_tokens if part.kind == "video" else self.audio_tokens
+                rule = self.video_tokens if part.kind == "video" else self.audio_tokens
+                count = rule
+                extra: dict[str, Any] = {"size": None, "grid_thw": None}
+                if rule is not None and not isinstance(rule, int):
+                    if is_remote(resolved) or resolved.startswith(_INLINE):
+                        raise SampleError(
+                            "url_not_allowed",
+                            f"{resolved}: counting {part.kind} tokens needs the local file",
+                        )
+                    count, found = rule.count_tokens(resolved)
+                    extra.update(found)
                 if count is None:
                     raise ConfigError(
                         f"{part.kind}_tokens: the data has {part.kind}s ({part.value}) but no "
@@ -126,11 +154,13 @@ class MediaPlan:
                         f"(counting from the {part.kind}'s content is not supported yet)"
                     )
                 token_id = self._token_id(part.kind, None, None)
-                info.update(num_tokens=count, size=None, grid_thw=None)
+                info.update(num_tokens=count, **extra)
             out.append(MediaSlot(part.kind, token_id, count, info))
         return out
 
-    def _image_count(self, resolved: str) -> tuple[int, list[int] | None, list[int] | None]:
+    def _image_count(
+        self, resolved: str, data_path: str | None
+    ) -> tuple[int, list[int] | None, list[int] | None]:
         rule = self.image_rule
         if rule is None:
             raise ConfigError(
@@ -139,20 +169,19 @@ class MediaPlan:
                 "size)"
             )
         dynamic = isinstance(rule, DynamicImageTokens)
-        if resolved.startswith(_REMOTE):
-            if self.check_images or dynamic:
+        if is_remote(resolved):  # allow_urls=True, else resolve() refused it
+            if dynamic:
                 raise SampleError(
-                    "image_missing",
-                    f"{resolved} is a remote URL; chute reads local files only (download it, or "
-                    f"pass check_images=False with a fixed image_tokens if your loader fetches "
-                    f"it)",
+                    "url_not_allowed",
+                    f"{resolved}: a dynamic image-token rule needs the image's size, and chute "
+                    f"never fetches URLs; download the image, or use a fixed image_tokens",
                 )
         elif (
             not resolved.startswith(_INLINE)
             and (self.check_images or dynamic)
             and not os.path.isfile(resolved)
         ):
-            where = "media_root" if self.media_root else "the data file's folder"
+            where = self.paths.describe_root(data_path)
             raise SampleError(
                 "image_missing",
                 f"{resolved}: no such file (relative paths resolve against {where}; set "
@@ -160,9 +189,25 @@ class MediaPlan:
             )
         if dynamic:
             w, h = image_size(resolved)
+            if w * h > self.max_image_pixels:
+                raise SampleError(
+                    "image_too_large",
+                    f"{resolved}: {w}x{h} = {w * h:,} pixels, more than max_image_pixels="
+                    f"{self.max_image_pixels:,}",
+                )
             count, grid = rule.count((w, h))
             return count, [w, h], list(grid)
         return rule.count(None)[0], None, None
+
+    def token_id(self, kind: str = "image") -> int:
+        """The id written for one ``kind`` token (``image``, ``video``, ``audio``).
+
+        Raises:
+            ConfigError: the token is not in the vocabulary and no id was given.
+        """
+        if kind == "image":
+            return self._token_id("image", "image_token_id", self.image_token_id)
+        return self._token_id(kind, None, None)
 
     def _token_id(self, kind: str, option: str | None, given: int | None) -> int:
         if given is not None:
@@ -185,13 +230,14 @@ class MediaPlan:
         rule = self.image_rule
         return {
             "image_tokens": rule.to_json() if rule is not None else None,
-            "video_tokens": self.video_tokens,
-            "audio_tokens": self.audio_tokens,
+            "video_tokens": _rule_json(self.video_tokens),
+            "audio_tokens": _rule_json(self.audio_tokens),
             "tokens": dict(self.tokens),
             "text": dict(self.text),
             "image_token_id": self.image_token_id,
-            "media_root": self.media_root,
+            **self.paths.to_json(),
             "check_images": self.check_images,
+            "max_image_pixels": self.max_image_pixels,
         }
 
 
@@ -219,9 +265,16 @@ def _markup(tok: Tokenizer, image_token: str | None) -> tuple[dict[str, str], di
     return tokens, text
 
 
-def _count_or_none(value: Any, name: str) -> int | None:
-    if value is None:
-        return None
+def _count_or_none(value: Any, name: str) -> Any:
+    """A fixed count, ``None``, or a rule with ``count_tokens(path)`` (e.g. ``VideoFrames``)."""
+    if value is None or callable(getattr(value, "count_tokens", None)):
+        return value
     if not isinstance(value, int) or isinstance(value, bool) or value < 1:
         raise ConfigError(f"{name}: expected a positive number of tokens or None, got {value!r}")
     return value
+
+
+def _rule_json(rule: Any) -> Any:
+    if rule is None or isinstance(rule, int):
+        return rule
+    return {"rule": type(rule).__name__, **rule.fingerprint()}

@@ -46,9 +46,9 @@ def image_size(source: str | os.PathLike[str], *, exif_transpose: bool = True) -
         exif_transpose: report the size after the EXIF orientation is applied.
 
     Raises:
-        SampleError: ``image_missing`` (no such file, or a remote URL, which chute does not
-            fetch), ``image_corrupt`` (the header is not an image), ``image_unsupported``
-            (larger than Pillow's decompression-bomb limit).
+        SampleError: ``image_missing`` (no such file), ``url_not_allowed`` (a remote URL,
+            which chute does not fetch), ``image_corrupt`` (the header is not an image),
+            ``image_too_large`` (larger than Pillow's decompression-bomb limit).
 
     Example:
         >>> import tempfile, pathlib
@@ -58,9 +58,9 @@ def image_size(source: str | os.PathLike[str], *, exif_transpose: bool = True) -
         (40, 30)
     """
     text = os.fspath(source)
-    if text.startswith(("http://", "https://", "s3://", "gs://")):
+    if text.startswith(("http://", "https://", "s3://", "gs://", "ftp://", "hf://")):
         raise SampleError(
-            "image_missing",
+            "url_not_allowed",
             f"{text} is a remote URL; chute reads images from local files only: download it "
             f"and point the record (or media_root) at the local copy",
         )
@@ -80,7 +80,7 @@ def image_size(source: str | os.PathLike[str], *, exif_transpose: bool = True) -
     except IsADirectoryError:
         raise SampleError("image_missing", f"{text}: is a directory, not an image") from None
     except Image.DecompressionBombError as exc:
-        raise SampleError("image_unsupported", f"{text}: {exc}") from None
+        raise SampleError("image_too_large", f"{text}: {exc}") from None
     except (UnidentifiedImageError, OSError, SyntaxError, ValueError) as exc:
         raise SampleError(
             "image_corrupt", f"{text}: cannot read an image header ({type(exc).__name__}: {exc})"

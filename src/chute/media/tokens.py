@@ -24,10 +24,12 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
+import numpy as np
+
 from chute.errors import ConfigError
 from chute.media.sizes import qwen2vl_grid
 
-__all__ = ["DynamicImageTokens", "FixedImageTokens", "image_tokens_rule"]
+__all__ = ["DynamicImageTokens", "FixedImageTokens", "image_token_counts", "image_tokens_rule"]
 
 
 @dataclass(frozen=True)
@@ -137,3 +139,39 @@ def image_tokens_rule(value: Any) -> FixedImageTokens | DynamicImageTokens | Non
     raise ConfigError(
         f"image_tokens: expected a count, a preset name or a rule, got {type(value).__name__}"
     )
+
+
+def image_token_counts(sizes: Any, rule: FixedImageTokens | DynamicImageTokens) -> np.ndarray:
+    """Token counts of many images from their ``(width, height)``, vectorised.
+
+    For a lengths or token cache that stores each image's header size: counts for another rule
+    follow without opening a file. Equal to ``rule.count`` image by image (the same float64
+    arithmetic as ``smart_resize``); ``-1`` where the rule refuses the image (aspect ratio above
+    200).
+
+    Example:
+        >>> image_token_counts([[300, 168], [640, 480]], DynamicImageTokens()).tolist()
+        [66, 391]
+    """
+    wh = np.asarray(sizes, dtype=np.float64).reshape(-1, 2)
+    if isinstance(rule, FixedImageTokens):
+        return np.full(len(wh), rule.tokens, dtype=np.int64)
+    w, h = wh[:, 0], wh[:, 1]
+    factor = rule.patch_size * rule.merge_size
+    with np.errstate(divide="ignore", invalid="ignore"):
+        refused = np.maximum(h, w) / np.minimum(h, w) > 200
+        h_bar = np.round(h / factor) * factor
+        w_bar = np.round(w / factor) * factor
+        big = h_bar * w_bar > rule.max_pixels
+        beta = np.sqrt((h * w) / rule.max_pixels)
+        h_big = np.maximum(factor, np.floor(h / beta / factor) * factor)
+        w_big = np.maximum(factor, np.floor(w / beta / factor) * factor)
+        small = ~big & (h_bar * w_bar < rule.min_pixels)
+        beta = np.sqrt(rule.min_pixels / (h * w))
+        h_small = np.ceil(h * beta / factor) * factor
+        w_small = np.ceil(w * beta / factor) * factor
+    h_bar = np.where(big, h_big, np.where(small, h_small, h_bar))
+    w_bar = np.where(big, w_big, np.where(small, w_small, w_bar))
+    p, m = rule.patch_size, rule.merge_size
+    tokens = (h_bar // p).astype(np.int64) * (w_bar // p).astype(np.int64) // (m * m)
+    return np.where(refused, -1, tokens)

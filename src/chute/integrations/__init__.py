@@ -1,0 +1,1 @@
+"""Glue between chute's Loader and training frameworks (Hugging Face Trainer, ...)."""

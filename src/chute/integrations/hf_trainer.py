@@ -1,0 +1,202 @@
+"""Train with the Hugging Face ``Trainer`` on a chute ``Loader``, resuming mid-epoch exactly.
+
+The Trainer's own data path (a ``DataLoader`` over a ``Dataset``, and ``skip_first_batches``
+on resume) gives up chute's guarantees: it re-reads and re-tokenizes every skipped batch on
+resume, and its sampler knows nothing about bad samples or equal batch counts. With
+``ChuteTrainer`` the Trainer iterates the chute ``Loader`` instead:
+
+* ``get_train_dataloader()`` returns a view of the loader that passes only model inputs
+  (``sample_ids`` and other bookkeeping stay behind) and reports the epoch's full length, so
+  the Trainer's epoch and step arithmetic is the same before and after a resume;
+* every checkpoint (``checkpoint-N/``) gets the loader's state (``chute_loader.rank{r}.json``);
+* ``train(resume_from_checkpoint=...)`` restores it, and ``ignore_data_skip`` is forced on so
+  the Trainer does not also skip batches: the loader continues with exactly the batches an
+  uninterrupted run would have seen.
+
+Example (needs ``pip install 'chute[hf]'``)::
+
+    from chute import Loader, Recipe
+    from chute.integrations.hf_trainer import ChuteTrainer
+
+    loader = Loader("data/*.jsonl", Recipe(tokenizer="qwen3/tokenizer.json", template="qwen3"),
+                    batch_size=8, num_workers=4)
+    trainer = ChuteTrainer(model=model, args=training_args, train_loader=loader)
+    trainer.train(resume_from_checkpoint=True)   # after a crash: continues mid-epoch
+
+Use ``ChuteTrainerMixin`` to add the same behaviour to another Trainer subclass
+(``class MyTrainer(ChuteTrainerMixin, SFTTrainer)``).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+from chute.errors import ConfigError
+
+__all__ = ["MODEL_INPUTS", "ChuteTrainer", "ChuteTrainerMixin", "TrainerView", "loader_state_file"]  # noqa: F822 - ChuteTrainer is built on first access (module __getattr__)
+
+log = logging.getLogger("chute.hf_trainer")
+
+# What a batch may carry that Hugging Face models accept as keyword arguments.
+MODEL_INPUTS = (
+    "input_ids",
+    "labels",
+    "attention_mask",
+    "position_ids",
+    "pixel_values",
+    "image_grid_thw",
+    "image_sizes",
+    "pixel_values_videos",
+    "video_grid_thw",
+)
+
+
+def _require_transformers() -> Any:
+    try:
+        import transformers
+    except ImportError:
+        raise ImportError(
+            "chute.integrations.hf_trainer needs transformers and accelerate: "
+            "pip install 'chute[hf]'"
+        ) from None
+    return transformers
+
+
+def loader_state_file(checkpoint_dir: str | os.PathLike[str], rank: int) -> str:
+    """Where a checkpoint keeps the loader state of ``rank``."""
+    return os.path.join(os.fspath(checkpoint_dir), f"chute_loader.rank{rank}.json")
+
+
+class TrainerView:
+    """What the Trainer iterates: the loader's batches reduced to model inputs.
+
+    Args:
+        loader: a chute ``Loader``.
+        model_inputs: batch keys passed to the model (default ``MODEL_INPUTS``); the rest
+            (``sample_ids``, packing bookkeeping) is dropped after ``on_batch`` sees it.
+        on_batch: optional callback receiving each full batch first (to audit ``sample_ids``).
+    """
+
+    def __init__(
+        self, loader: Any, model_inputs: Iterable[str] = MODEL_INPUTS, on_batch: Any = None
+    ):
+        self.loader = loader
+        self.model_inputs = frozenset(model_inputs)
+        self.on_batch = on_batch
+
+    def __len__(self) -> int:
+        # The full epoch, also mid-epoch after a resume: the Trainer derives its epoch count and
+        # the epoch it resumes in from this number and the global step.
+        return self.loader.batches_per_epoch
+
+    def set_epoch(self, epoch: int) -> None:
+        self.loader.set_epoch(epoch)
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        for batch in self.loader:
+            if self.on_batch is not None:
+                self.on_batch(batch)
+            yield {k: v for k, v in batch.items() if k in self.model_inputs}
+
+
+class ChuteTrainerMixin:
+    """Makes a ``transformers.Trainer`` subclass read from a chute ``Loader``.
+
+    Args:
+        train_loader: the chute ``Loader`` of this rank.
+        model_inputs: batch keys passed to the model (default ``MODEL_INPUTS``).
+        on_batch: optional callback receiving each full batch (with ``sample_ids``).
+        *args, **kwargs: the Trainer's own arguments (``train_dataset`` must not be given).
+    """
+
+    def __init__(
+        self,
+        *args: Any,
+        train_loader: Any,
+        model_inputs: Iterable[str] = MODEL_INPUTS,
+        on_batch: Any = None,
+        **kwargs: Any,
+    ):
+        _require_transformers()
+        if kwargs.get("train_dataset") is not None:
+            raise ConfigError(
+                "ChuteTrainer reads from train_loader; do not also pass train_dataset"
+            )
+        super().__init__(*args, **kwargs)  # type: ignore[call-arg]
+        self.chute_loader = train_loader
+        self._chute_view = TrainerView(train_loader, model_inputs, on_batch)
+        args_ = self.args  # type: ignore[attr-defined]
+        if not args_.ignore_data_skip:
+            # The loader state resumes the data; the Trainer skipping batches too would skip twice.
+            args_.ignore_data_skip = True
+
+    def get_train_dataloader(self) -> TrainerView:
+        return self._chute_view
+
+    def _save_checkpoint(self, model: Any, trial: Any) -> None:
+        super()._save_checkpoint(model, trial)  # type: ignore[misc]
+        transformers = _require_transformers()
+        run_dir = self._get_output_dir(trial=trial)  # type: ignore[attr-defined]
+        step = self.state.global_step  # type: ignore[attr-defined]
+        folder = os.path.join(run_dir, f"{transformers.trainer_utils.PREFIX_CHECKPOINT_DIR}-{step}")
+        os.makedirs(folder, exist_ok=True)
+        path = loader_state_file(folder, self.chute_loader.world.rank)
+        with open(path, "w") as f:
+            json.dump(self.chute_loader.state_dict(), f)
+
+    def train(self, resume_from_checkpoint: str | bool | None = None, **kwargs: Any) -> Any:
+        if resume_from_checkpoint:
+            folder = self._resolve_checkpoint(resume_from_checkpoint)
+            self._restore_loader(folder)
+            resume_from_checkpoint = folder
+        return super().train(resume_from_checkpoint=resume_from_checkpoint, **kwargs)  # type: ignore[misc]
+
+    def _resolve_checkpoint(self, resume: str | bool) -> str:
+        if isinstance(resume, str):
+            return resume
+        transformers = _require_transformers()
+        folder = transformers.trainer_utils.get_last_checkpoint(self.args.output_dir)  # type: ignore[attr-defined]
+        if folder is None:
+            raise ConfigError(
+                f"resume_from_checkpoint=True but no checkpoint-* folder is in "
+                f"{self.args.output_dir!r}"  # type: ignore[attr-defined]
+            )
+        return folder
+
+    def _restore_loader(self, folder: str) -> None:
+        rank = self.chute_loader.world.rank
+        path = loader_state_file(folder, rank)
+        if not os.path.exists(path):
+            # Elastic resume onto more ranks: any rank's state resumes every rank.
+            path = loader_state_file(folder, 0)
+        if not os.path.exists(path):
+            raise ConfigError(
+                f"{folder} has no chute loader state ({os.path.basename(path)}); was it written "
+                f"by ChuteTrainer? Resume without it with a fresh Trainer and ignore_data_skip=False"
+            )
+        with open(path) as f:
+            self.chute_loader.load_state_dict(json.load(f))
+        log.info("chute: loader resumed from %s (epoch %d)", path, self.chute_loader.epoch)
+
+
+def _make_trainer_class() -> type:
+    transformers = _require_transformers()
+
+    class ChuteTrainer(ChuteTrainerMixin, transformers.Trainer):  # type: ignore[misc, valid-type]
+        """``transformers.Trainer`` reading from a chute ``Loader`` (see the module docstring)."""
+
+    return ChuteTrainer
+
+
+def __getattr__(name: str) -> Any:
+    # ChuteTrainer subclasses transformers.Trainer, so build it on first use: importing this
+    # module must not require transformers.
+    if name == "ChuteTrainer":
+        cls = _make_trainer_class()
+        globals()["ChuteTrainer"] = cls
+        return cls
+    raise AttributeError(name)

@@ -1,0 +1,198 @@
+"""Where a media reference points, and whether chute may read it.
+
+Every local media reference resolves under a *media root*: by default the folder of the data
+file the record came from, or the folder given as ``media_root`` (one folder for every source,
+or a mapping from data file, or glob, to folder, since real datasets store paths relative to
+different places). The resolved path, with every symlink followed, must lie inside that root::
+
+    media_root = /data/llava                          record says         verdict
+    ───────────────────────────────────────────────   ─────────────────   ──────────────────────
+    /data/llava/coco/1.jpg                            coco/1.jpg          ok
+    /data/llava/coco/../../etc/passwd                 ../../etc/passwd    unsafe_path
+    /etc/passwd                                       /etc/passwd         unsafe_path
+    /data/llava/link.jpg -> /home/me/.ssh/id_rsa      link.jpg            unsafe_path (symlink)
+    /data/llava/coco/1.jpg                            /data/llava/coco/…  ok (absolute, inside)
+
+URLs (``http://``, ``https://``, ``s3://``, ``gs://``, ``ftp://``) are refused as
+``url_not_allowed`` unless ``allow_urls=True``; even then chute fetches nothing (a URL reference
+then needs a user ``fetch`` function in the media stage). ``data:`` URLs carry their bytes inline
+and are always allowed.
+
+Example:
+    >>> import tempfile, os
+    >>> root = tempfile.mkdtemp()
+    >>> policy = MediaPaths(root)
+    >>> policy.resolve("cats/1.jpg", None) == os.path.join(os.path.realpath(root), "cats/1.jpg")
+    True
+    >>> policy.resolve("../x.jpg", None)
+    Traceback (most recent call last):
+    ...
+    chute.errors.SampleError: unsafe_path: ../x.jpg resolves to ... outside the media root ...
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import os
+from collections.abc import Mapping
+from typing import Any
+
+from chute.errors import ConfigError, SampleError
+
+__all__ = ["INLINE", "REMOTE", "MediaPaths", "is_remote"]
+
+REMOTE = ("http://", "https://", "s3://", "gs://", "ftp://", "hf://")
+INLINE = "data:"
+
+PathLike = str | os.PathLike[str]
+
+
+def is_remote(source: str) -> bool:
+    """Whether ``source`` is a URL chute would have to fetch."""
+    return source.startswith(REMOTE)
+
+
+class MediaPaths:
+    """The media roots of a recipe and the rule that keeps every reference inside them.
+
+    Args:
+        media_root: ``None`` (each data file's folder), one folder for every source, or a mapping
+            from data file path (or glob, e.g. ``"*/v1_*.jsonl"``) to the folder its references
+            are relative to; data files the mapping does not name use their own folder.
+        allow_urls: keep URL references instead of refusing them (``url_not_allowed``); chute
+            still fetches nothing.
+        allowed_roots: further folders a reference may resolve into (through a symlink or an
+            absolute path), e.g. the disk an ``images -> /mnt/coco`` link points to.
+
+    Raises:
+        ConfigError: a root that is not a folder.
+    """
+
+    def __init__(
+        self, media_root: Any = None, *, allow_urls: bool = False, allowed_roots: Any = ()
+    ):
+        self.allow_urls = bool(allow_urls)
+        if isinstance(allowed_roots, str | os.PathLike):
+            allowed_roots = [allowed_roots]
+        self.allowed = tuple(
+            os.path.realpath(_folder(r, f"allowed_roots[{i}]"))
+            for i, r in enumerate(allowed_roots or ())
+        )
+        self.default: str | None = None
+        self.by_source: dict[str, str] = {}
+        if isinstance(media_root, Mapping):
+            for key, folder in media_root.items():
+                self.by_source[_pattern(key)] = _folder(folder, f"media_root[{key!r}]")
+        elif media_root is not None:
+            self.default = _folder(media_root, "media_root")
+        self._real: dict[str, str] = {}
+
+    def root_for(self, data_path: str | None) -> str:
+        """The folder relative references of ``data_path``'s records resolve against."""
+        if self.by_source and data_path is not None:
+            absolute = os.path.abspath(data_path)
+            for pattern, folder in self.by_source.items():
+                if absolute == pattern or fnmatch.fnmatch(absolute, pattern):
+                    return folder
+        if self.default is not None:
+            return self.default
+        if data_path:
+            return os.path.dirname(os.path.abspath(data_path))
+        return os.getcwd()
+
+    def resolve(self, source: str, data_path: str | None) -> str:
+        """The real path of a local reference, or the URL itself when URLs are allowed.
+
+        Raises:
+            SampleError: ``unsafe_path`` (outside the root, also through a symlink),
+                ``url_not_allowed`` (a URL while ``allow_urls`` is off).
+        """
+        if source.startswith(INLINE):
+            return source
+        if is_remote(source):
+            if self.allow_urls:
+                return source
+            raise SampleError(
+                "url_not_allowed",
+                f"{source} is a URL; chute reads local files only and never fetches (download "
+                f"the file and reference the local copy, or pass allow_urls=True with a media "
+                f"stage that has fetch=...)",
+            )
+        if source.startswith("file://"):
+            source = source[len("file://") :]
+        root = self.root_for(data_path)
+        joined = os.path.join(root, os.path.expanduser(source))
+        real = os.path.realpath(joined)
+        real_root = self._real.get(root)
+        if real_root is None:
+            real_root = self._real[root] = os.path.realpath(root)
+        if not _inside(real, real_root) and not any(_inside(real, r) for r in self.allowed):
+            why = "a symlink leads" if _has_link(joined, root) else "it resolves"
+            raise SampleError(
+                "unsafe_path",
+                f"{source} resolves to {real}, outside the media root {real_root} ({why} "
+                f"there); media references must stay inside their root: set media_root= to the "
+                f"folder the dataset's paths are relative to, or name the target's folder in "
+                f"media_allowed_roots=",
+            )
+        return real
+
+    def describe_root(self, data_path: str | None) -> str:
+        """Which root applies to ``data_path``, in words, for error messages."""
+        if self.by_source or self.default is not None:
+            return f"media_root {self.root_for(data_path)}"
+        return "the data file's folder"
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "media_root": self.default,
+            "media_root_by_source": dict(sorted(self.by_source.items())),
+            "allow_urls": self.allow_urls,
+            "allowed_roots": list(self.allowed),
+        }
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state["_real"] = {}  # realpath results belong to one process's view of the filesystem
+        return state
+
+
+def _inside(path: str, root: str) -> bool:
+    return path == root or path.startswith(root.rstrip(os.sep) + os.sep)
+
+
+def _folder(value: Any, name: str) -> str:
+    if not isinstance(value, str | os.PathLike):
+        raise ConfigError(f"{name}: expected a folder path, got {type(value).__name__}")
+    folder = os.path.abspath(os.path.expanduser(os.fspath(value)))
+    if not os.path.isdir(folder):
+        raise ConfigError(
+            f"{name}: {folder} is not a folder; pass the folder the dataset's media paths are "
+            f"relative to"
+        )
+    return folder
+
+
+def _pattern(key: Any) -> str:
+    """A mapping key as an absolute path or glob (``*/x.jsonl`` matches at any depth)."""
+    if not isinstance(key, str | os.PathLike):
+        raise ConfigError(
+            f"media_root: mapping keys are data file paths or globs, got {type(key).__name__}"
+        )
+    text = os.path.expanduser(os.fspath(key))
+    if any(c in text for c in "*?[") and (text.startswith("*") or os.path.isabs(text)):
+        return text
+    return os.path.abspath(text)
+
+
+def _has_link(path: str, root: str) -> bool:
+    """Whether a component of ``path`` below ``root`` is a symlink (for the message only)."""
+    rel = os.path.relpath(os.path.normpath(path), root)
+    if rel.startswith(".."):
+        return False
+    current = root
+    for part in rel.split(os.sep):
+        current = os.path.join(current, part)
+        if os.path.islink(current):
+            return True
+    return False

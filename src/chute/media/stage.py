@@ -1,0 +1,257 @@
+"""The media stage: after the recipe, in the loader's workers, decode, transform and check.
+
+The recipe counts image tokens from headers and records each image's resolved path and token
+span; it never decodes pixels (so lengths passes and token caches stay cheap). The loader runs
+this stage on every sample after the recipe, inside the same guarded step, so a bad image is a
+counted skip with the record's ``path:line`` like any other bad sample::
+
+    recipe(record) ──► sample {input_ids, images: [{path, span, num_tokens, ...}]}
+                              │ MediaStage, per image:
+                              │   store hit? ──► uint8 pixels        (pre-decoded, no JPEG)
+                              │   else decode_image (guarded, full) ──► transform.prepare
+                              │   transform.finish ──► pixels, grid_thw, num_features
+                              │   check: tokens in input_ids == features, per image and total
+                              ▼
+                       sample + {pixel_values: [...], image_grid_thw: [...]}  ──► MediaCollate
+
+A mismatch between the tokens in ``input_ids`` and the features the pixels give raises
+``image_token_mismatch``: such a sample never reaches the model.
+
+Example:
+    >>> stage = MediaStage(ImageTransform(size=224, crop=224, tokens_per_image=4))  # doctest: +SKIP
+    >>> loader = Loader("train.jsonl", recipe, batch_size=8, media=stage)  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import numpy as np
+
+from chute.errors import ConfigError, SampleError
+from chute.media.images import DecodeOptions, decode_image
+from chute.media.paths import is_remote
+from chute.media.processor import ProcessorTransform
+from chute.media.tokens import DynamicImageTokens, FixedImageTokens
+from chute.media.transforms import DynamicResolution, ImageFeatures, ImageTransform
+
+__all__ = ["MediaStage", "as_media_stage"]
+
+# Sample keys the stage adds (transformers' names for Qwen2-VL / LLaVA inputs).
+OUTPUT_KEYS = {
+    "image": ("pixel_values", "image_grid_thw"),
+    "video": ("pixel_values_videos", "video_grid_thw"),
+    "audio": ("audio_values", None),
+}
+_REFS = {"image": "images", "video": "videos", "audio": "audios"}
+
+
+@dataclasses.dataclass
+class MediaStage:
+    """Loads the media of a sample: images (and videos, audio clips) to model inputs.
+
+    Args:
+        image: ``ImageTransform`` (fixed size), ``DynamicResolution`` (Qwen2-VL), a
+            ``ProcessorTransform`` or any callable ``fn(image) -> array`` (wrapped in one).
+        decode: decoding limits and conversions (``DecodeOptions``: ``max_pixels``,
+            ``max_bytes``, ``background``).
+        video: a ``VideoFrames`` (``pip install 'chute[video]'``), for samples with videos.
+        audio: an ``AudioClips`` (``pip install 'chute[audio]'``), for samples with audio.
+        store: a ``PixelStore`` of pre-decoded pixels; images it holds are not decoded.
+        fetch: ``fetch(url) -> bytes`` for URL references (with ``Recipe(allow_urls=True)``);
+            chute itself never fetches.
+        token_ids: kind -> the token id marking that kind in ``input_ids``; filled in from the
+            recipe by ``bind`` (the Loader calls it).
+    """
+
+    image: Any = None
+    decode: DecodeOptions = dataclasses.field(default_factory=DecodeOptions)
+    video: Any = None
+    audio: Any = None
+    store: Any = None
+    fetch: Callable[[str], bytes] | None = None
+    token_ids: Mapping[str, int] | None = None
+    fixed_tokens: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.image is not None and not isinstance(
+            self.image, ImageTransform | DynamicResolution | ProcessorTransform
+        ):
+            if not callable(self.image):
+                raise ConfigError(
+                    f"image: expected ImageTransform, DynamicResolution, ProcessorTransform or "
+                    f"a callable, got {type(self.image).__name__}"
+                )
+            self.image = ProcessorTransform(self.image)
+        if not isinstance(self.decode, DecodeOptions):
+            raise ConfigError(
+                f"decode: expected chute.media.DecodeOptions, got {type(self.decode).__name__}"
+            )
+        if self.store is not None and not hasattr(self.image, "prepare"):
+            raise ConfigError(
+                "store: a pixel store keeps the output of a transform's geometry step; "
+                "ProcessorTransform has none, use ImageTransform or DynamicResolution"
+            )
+        if self.store is not None:
+            self.store.check_transform(self.image)
+
+    # -- configuration -----------------------------------------------------------------------
+
+    def bind(self, recipe: Any) -> MediaStage:
+        """A copy that knows the recipe's media token ids and checks its counting rule.
+
+        Raises:
+            ConfigError: the transform would produce a different number of features than the
+                recipe counts tokens (a dynamic transform with a fixed rule, other patch sizes,
+                another fixed count).
+        """
+        plan = getattr(recipe, "media", None)
+        if plan is None or not hasattr(plan, "image_rule"):
+            return self
+        rule = plan.image_rule
+        _check_rule(self.image, rule)
+        ids = dict(self.token_ids or {})
+        for kind in ("image", "video", "audio"):
+            if kind not in ids:
+                # A vocabulary without the token: the recipe refuses such media anyway.
+                with contextlib.suppress(ConfigError):
+                    ids[kind] = plan.token_id(kind)
+        fixed = rule.tokens if isinstance(rule, FixedImageTokens) else None
+        return dataclasses.replace(self, token_ids=ids, fixed_tokens=fixed)
+
+    # -- per sample ----------------------------------------------------------------------------
+
+    def __call__(self, sample: Mapping[str, Any]) -> dict[str, Any]:
+        """``sample`` plus its media inputs (a new dict; ``sample`` is not modified).
+
+        Raises:
+            SampleError: the decoder's kinds, ``image_token_mismatch`` (and video/audio ones).
+            ConfigError: the sample has a kind of media this stage has no loader for.
+        """
+        out = dict(sample)
+        for kind, refs_key in _REFS.items():
+            refs = sample.get(refs_key) or ()
+            if not refs:
+                continue
+            loader = getattr(self, kind)
+            if loader is None:
+                raise ConfigError(
+                    f"the data has {refs_key} but the media stage has no {kind}=...; pass "
+                    f"MediaStage({kind}=...) to load them"
+                )
+            feats = [self._load(kind, loader, ref) for ref in refs]
+            self._check(kind, sample["input_ids"], refs, feats)
+            values_key, grid_key = OUTPUT_KEYS[kind]
+            out[values_key] = [f.pixels for f in feats]
+            if grid_key is not None and feats[0].grid_thw is not None:
+                out[grid_key] = [f.grid_thw for f in feats]
+        return out
+
+    def _load(self, kind: str, loader: Any, ref: Mapping[str, Any]) -> ImageFeatures:
+        path = ref["path"]
+        if kind != "image":
+            return loader(path)
+        if self.store is not None:
+            pixels = self.store.get(path)
+            if pixels is not None:
+                return loader.finish(pixels)
+        source: Any = path
+        if is_remote(path) and self.fetch is not None:
+            source = self.fetch(path)
+        image = decode_image(source, self.decode)
+        return loader(image)
+
+    def _check(self, kind: str, ids: np.ndarray, refs: Any, feats: list[ImageFeatures]) -> None:
+        token_id = (self.token_ids or {}).get(kind)
+        total = 0
+        for i, (ref, feat) in enumerate(zip(refs, feats, strict=True)):
+            n = feat.num_features
+            if n is None:
+                n = self.fixed_tokens if kind == "image" and self.fixed_tokens else None
+            start, end = ref["span"]
+            span = ids[start:end]
+            if n is None:
+                n = end - start  # nothing to compare with: trust the recipe's count
+            if end - start != n or (token_id is not None and not bool((span == token_id).all())):
+                where = "" if token_id is None else f" of token id {token_id}"
+                raise SampleError(
+                    f"{kind}_token_mismatch",
+                    f"{kind} {i} ({ref['path']}): input_ids holds {end - start} tokens{where} "
+                    f"at [{start}, {end}) but the {kind} gives {n} features"
+                    + _size_note(ref, feat)
+                    + "; the file changed since the sample was counted, or the recipe's "
+                    f"{kind} token rule does not match the media stage's transform",
+                )
+            total += n
+        if token_id is not None:
+            found = int(np.count_nonzero(ids == token_id))
+            if found != total:
+                raise SampleError(
+                    f"{kind}_token_mismatch",
+                    f"input_ids holds {found} {kind} tokens (id {token_id}) but the sample's "
+                    f"{len(feats)} {kind}(s) give {total} features; a {kind} token outside the "
+                    f"recorded spans (written in the text, or a sample built elsewhere)",
+                )
+
+    def fingerprint(self) -> dict[str, Any]:
+        """What shapes the model inputs: transform, decoding options (JSON-able)."""
+        out: dict[str, Any] = {"decode": dataclasses.asdict(self.decode)}
+        for kind in ("image", "video", "audio"):
+            loader = getattr(self, kind)
+            if loader is not None:
+                out[kind] = loader.fingerprint() if hasattr(loader, "fingerprint") else repr(loader)
+        return out
+
+
+def _size_note(ref: Mapping[str, Any], feat: ImageFeatures) -> str:
+    size, grid = ref.get("grid_thw"), feat.grid_thw
+    if size is not None and grid is not None and list(grid) != list(size):
+        return f" (grid {list(grid)} now, {list(size)} when counted)"
+    return ""
+
+
+def _check_rule(transform: Any, rule: Any) -> None:
+    if transform is None or rule is None or isinstance(transform, ProcessorTransform):
+        return
+    if isinstance(transform, DynamicResolution):
+        if not isinstance(rule, DynamicImageTokens):
+            raise ConfigError(
+                f"media: the recipe counts a fixed {rule.tokens} tokens per image but the "
+                f"media stage's DynamicResolution gives a count per image size; pass "
+                f"Recipe(image_tokens=transform.rule()) or a fixed ImageTransform"
+            )
+        want = transform.rule()
+        diffs = [
+            f"{name}: recipe {getattr(rule, name)}, transform {getattr(want, name)}"
+            for name in ("patch_size", "merge_size", "min_pixels", "max_pixels")
+            if getattr(rule, name) != getattr(want, name)
+        ]
+        if diffs:
+            raise ConfigError(
+                "media: the recipe's image token rule and the DynamicResolution transform "
+                f"differ ({'; '.join(diffs)}), so token counts would not match the patches; "
+                "pass Recipe(image_tokens=transform.rule())"
+            )
+        return
+    if isinstance(rule, DynamicImageTokens):
+        raise ConfigError(
+            "media: the recipe counts image tokens from each image's size (a dynamic rule) but "
+            "the media stage's ImageTransform makes every image the same size; use "
+            "DynamicResolution(...) with the same patch_size, merge_size, min_pixels, max_pixels"
+        )
+    per_image = transform.tokens_per_image
+    if per_image is not None and per_image != rule.tokens:
+        raise ConfigError(
+            f"media: the recipe writes {rule.tokens} tokens per image but the ImageTransform's "
+            f"tokens_per_image is {per_image}; make them equal (LLaVA-1.5 with CLIP-336: 576)"
+        )
+
+
+def as_media_stage(media: Any) -> MediaStage:
+    """``media`` as a ``MediaStage``: a stage, or a transform that gets default decoding."""
+    if isinstance(media, MediaStage):
+        return media
+    return MediaStage(image=media)

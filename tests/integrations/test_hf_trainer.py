@@ -1,0 +1,114 @@
+"""ChuteTrainer: the Hugging Face Trainer on a chute Loader, crash and resume mid-epoch exactly."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("transformers")
+pytest.importorskip("accelerate")
+torch = pytest.importorskip("torch")
+
+from transformers import GPT2Config, GPT2LMHeadModel, TrainerCallback, TrainingArguments  # noqa: E402
+
+from chute import Loader, World  # noqa: E402
+from chute.integrations.hf_trainer import ChuteTrainer, loader_state_file  # noqa: E402
+
+
+def write_tokens(path: Path, n: int) -> Path:
+    rows = [
+        json.dumps({"input_ids": [(i * 7 + k) % 50 for k in range(3 + i % 9)]}) for i in range(n)
+    ]
+    rows[5] = '{"input_ids": [1, 2'  # a broken record: skipped and counted, never fatal
+    path.write_text("\n".join(rows) + "\n")
+    return path
+
+
+class Crash(TrainerCallback):
+    def __init__(self, at_step: int):
+        self.at_step = at_step
+
+    def on_step_end(self, args, state, control, **kwargs):  # type: ignore[no-untyped-def]
+        if state.global_step == self.at_step:
+            raise KeyboardInterrupt("simulated crash")
+
+
+def run(
+    data: Path, out: Path, *, crash_at: int | None = None, resume: bool = False
+) -> list[list[int]]:
+    torch.manual_seed(0)
+    model = GPT2LMHeadModel(
+        GPT2Config(vocab_size=64, n_positions=32, n_embd=16, n_layer=1, n_head=2)
+    )
+    loader = Loader(data, batch_size=4, seed=3, world=World(), max_bad_fraction=None)
+    seen: list[list[int]] = []
+    args = TrainingArguments(
+        output_dir=str(out),
+        max_steps=14,
+        save_steps=4,
+        per_device_train_batch_size=4,
+        report_to=[],
+        use_cpu=True,
+        disable_tqdm=True,
+        logging_steps=100,
+    )
+    trainer = ChuteTrainer(
+        model=model,
+        args=args,
+        train_loader=loader,
+        on_batch=lambda b: seen.append(b["sample_ids"].tolist()),
+        callbacks=[Crash(crash_at)] if crash_at else None,
+    )
+    assert trainer.args.ignore_data_skip
+    with contextlib.suppress(KeyboardInterrupt):
+        trainer.train(resume_from_checkpoint=True if resume else None)
+    return seen
+
+
+def test_resume_from_a_checkpoint_continues_with_exactly_the_same_batches(tmp_path: Path) -> None:
+    data = write_tokens(
+        tmp_path / "tokens.jsonl", 30
+    )  # 8 batches per epoch: 14 steps cross an epoch
+    full = run(data, tmp_path / "full")
+    assert len(full) == 14
+    assert sorted(i for b in full[:8] for i in b) == [i for i in range(30) if i != 5]
+
+    crashed = run(data, tmp_path / "run", crash_at=10)  # checkpoints at 4 and 8, then dies at 10
+    assert crashed == full[:10]
+    assert Path(loader_state_file(tmp_path / "run" / "checkpoint-8", 0)).exists()
+    resumed = run(data, tmp_path / "run", resume=True)
+    assert resumed == full[8:], "the resumed run must see exactly the batches after checkpoint-8"
+
+
+def test_model_only_sees_model_inputs(tmp_path: Path) -> None:
+    data = write_tokens(tmp_path / "tokens.jsonl", 12)
+    loader = Loader(data, batch_size=4, world=World(), max_bad_fraction=None)
+    trainer = ChuteTrainer(
+        model=GPT2LMHeadModel(
+            GPT2Config(vocab_size=64, n_positions=32, n_embd=16, n_layer=1, n_head=2)
+        ),
+        args=TrainingArguments(output_dir=str(tmp_path / "o"), report_to=[], use_cpu=True),
+        train_loader=loader,
+    )
+    view = trainer.get_train_dataloader()
+    assert len(view) == 3
+    batch = next(iter(view))
+    assert set(batch) == {"input_ids", "labels", "attention_mask"}
+
+
+def test_resume_without_a_checkpoint_is_a_clear_error(tmp_path: Path) -> None:
+    from chute import ConfigError
+
+    data = write_tokens(tmp_path / "tokens.jsonl", 12)
+    trainer = ChuteTrainer(
+        model=GPT2LMHeadModel(
+            GPT2Config(vocab_size=64, n_positions=32, n_embd=16, n_layer=1, n_head=2)
+        ),
+        args=TrainingArguments(output_dir=str(tmp_path / "empty"), report_to=[], use_cpu=True),
+        train_loader=Loader(data, batch_size=4, world=World()),
+    )
+    with pytest.raises(ConfigError, match="no checkpoint-\\* folder"):
+        trainer.train(resume_from_checkpoint=True)
