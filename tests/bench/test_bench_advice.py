@@ -98,6 +98,8 @@ def test_predecode_media_when_images_dominate() -> None:
     advice = predecode_media(Facts(runs=runs, cpus=4, profile=profile(recipe=0.3, media=0.6)))
     assert advice is not None and "pre-decoded" in advice.message
     assert predecode_media(Facts(runs=runs, cpus=4, profile=profile(recipe=0.7, media=0.2))) is None
+    stored = Facts(runs=runs, cpus=4, profile=profile(recipe=0.3, media=0.6), media_store=True)
+    assert predecode_media(stored) is None  # the pixel store is in use already
 
 
 def test_packing_when_padding_is_high_naming_only_plans_that_exist() -> None:

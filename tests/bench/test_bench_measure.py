@@ -25,6 +25,7 @@ from chute.testing import write_id_jsonl
         "chute.bench",
         "chute.bench.advice",
         "chute.bench.measure",
+        "chute.bench.media",
         "chute.bench.memory",
         "chute.bench.profile",
         "chute.bench.run",

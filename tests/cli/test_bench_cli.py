@@ -103,3 +103,60 @@ def test_parse_workers() -> None:
     assert parse_workers("0-2,4") == (0, 1, 2, 4)
     with pytest.raises(ConfigError, match="got 'x'"):
         parse_workers("x")
+
+
+@pytest.fixture
+def images_data(tmp_path: Path) -> Path:
+    import numpy as np
+    from PIL import Image
+
+    rng = np.random.default_rng(0)
+    for k in range(3):
+        pixels = rng.integers(0, 256, size=(120 + 40 * k, 160, 3), dtype=np.uint8)
+        Image.fromarray(pixels).save(tmp_path / f"img{k}.png")
+    rows = [
+        {
+            "messages": [
+                {"role": "user", "content": "<image>What is it?"},
+                {"role": "assistant", "content": "Noise."},
+            ],
+            "images": [f"img{i % 3}.png"],
+        }
+        for i in range(24)
+    ]
+    path = tmp_path / "mm.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def test_bench_decodes_images_when_the_records_have_them(images_data: Path, tok: Path) -> None:
+    from chute.media import DynamicResolution, build_pixel_store
+
+    base = ["bench", str(images_data), "--tokenizer", str(tok), "--template", "chatml", "-b", "4"]
+    base += ["--workers", "0", "--steps", "3", "--json"]
+    result = runner.invoke(app, base)
+    assert result.exit_code == 0, result.output
+    out = json.loads(result.stdout)
+    assert "DynamicResolution" in out["media"] and "store=None" in out["media"]
+    assert out["runs"][0]["samples"] == 12 and out["runs"][0]["rejected"] == 0
+    assert out["profile"]["seconds"]["media"] > 0
+
+    off = json.loads(runner.invoke(app, [*base, "--media", "off"]).stdout)
+    assert off["media"] is None and off["profile"]["seconds"]["media"] == 0
+
+    store = images_data.parent / "store"
+    paths = [str(images_data.parent / f"img{k}.png") for k in range(3)]
+    build_pixel_store(paths, DynamicResolution(), store, workers=1)
+    stored = json.loads(runner.invoke(app, [*base, "--pixel-store", str(store)]).stdout)
+    assert "PixelStore" in stored["media"]
+    assert "predecode_media" not in {a["rule"] for a in stored["advice"]}
+
+
+def test_bench_media_options_need_a_recipe_and_images(data: Path, tok: Path) -> None:
+    result = runner.invoke(app, ["bench", str(data), "-b", "4", "--media", "on"])
+    assert result.exit_code == 2 and "need --tokenizer" in result.output
+    args = ["bench", str(data), "--tokenizer", str(tok), "--template", "chatml", "-b", "4"]
+    result = runner.invoke(app, [*args, "--pixel-store", str(data.parent)])
+    assert result.exit_code == 2 and "the first records have no images" in result.output
+    result = runner.invoke(app, [*args, "--media", "maybe"])
+    assert result.exit_code == 2 and "--media must be auto, on or off, got 'maybe'" in result.output

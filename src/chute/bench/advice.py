@@ -12,7 +12,8 @@ fewer_workers     fewer workers than the most tried were >= 10% faster (contenti
 cores_exhausted   the model waits (starvation >= 5%) and the workers already use every core
 preprocess        the recipe (template + tokenizer) is >= 50% of a sample's time, and the
                   data is raw records (not a token cache)
-predecode_media   decoding and transforming images is >= 40% of a sample's time
+predecode_media   decoding and transforming images is >= 40% of a sample's time, and
+                  images are not read from a pre-decoded pixel store yet
 packing           padding efficiency < 85% and the plan is not ``packed``
 step_time         always: how long a training step must be for this loader to keep up,
                   or (with a simulated step) how long the model waited
@@ -89,6 +90,7 @@ class Facts:
         plans: the plans this chute offers (advice names only these).
         pretokenized: samples arrive tokenized (a token cache; no recipe at training time).
         has_preprocess: this chute has ``chute preprocess`` (the token cache).
+        media_store: images were read from a pre-decoded ``PixelStore`` already.
     """
 
     runs: list[WorkerRun]
@@ -98,6 +100,7 @@ class Facts:
     plans: tuple[str, ...] = ("random",)
     pretokenized: bool = False
     has_preprocess: bool = False
+    media_store: bool = False
 
     @property
     def best(self) -> WorkerRun:
@@ -201,7 +204,7 @@ def preprocess(f: Facts) -> Advice | None:
 
 
 def predecode_media(f: Facts) -> Advice | None:
-    if f.profile is None or f.loader_bound is False:
+    if f.profile is None or f.loader_bound is False or f.media_store:
         return None
     share = f.profile.shares().get("media", 0.0)
     if share < MEDIA_DOMINATES:
@@ -210,8 +213,10 @@ def predecode_media(f: Facts) -> Advice | None:
     return Advice(
         "predecode_media",
         f"Decoding and transforming images takes {100 * share:.0f}% of each sample's time "
-        f"({us:,.0f} us per sample): store pre-decoded, resized pixels in the cache "
-        f"(`chute preprocess` with pre-decoded media) so training reads no JPEG.",
+        f"({us:,.0f} us per sample): decode them once into a pre-decoded pixel store "
+        f"(chute.media.build_pixel_store(image_paths, transform, DIR), then "
+        f"MediaStage(transform, store=PixelStore(DIR))) so training reads no JPEG; measure it "
+        f"with chute bench --pixel-store DIR.",
         {"media_share": share, "media_us_per_sample": us},
     )
 

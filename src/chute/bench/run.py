@@ -121,6 +121,7 @@ class BenchReport:
         profile: where a sample's time goes (``None`` when skipped).
         advice: what to change, from ``chute.bench.advice``.
         notes: caveats (e.g. memory not measured without psutil).
+        media: the loader's media stage, as text (``None``: no media stage).
     """
 
     config: BenchConfig
@@ -132,6 +133,7 @@ class BenchReport:
     profile: StageProfile | None
     advice: list[Advice]
     notes: list[str] = field(default_factory=list)
+    media: str | None = None
 
     @property
     def best(self) -> WorkerRun:
@@ -150,6 +152,7 @@ class BenchReport:
             "profile": self.profile.to_json() if self.profile is not None else None,
             "advice": [a.to_json() for a in self.advice],
             "notes": self.notes,
+            "media": self.media,
         }
 
 
@@ -210,6 +213,7 @@ def bench_loader(
         plans=available_plans(),
         pretokenized=recipe is None,
         has_preprocess=importlib.util.find_spec("chute.cache") is not None,
+        media_store=getattr(getattr(probe, "media", None), "store", None) is not None,
     )
     notes = []
     if psutil_or_none() is None:
@@ -229,6 +233,7 @@ def bench_loader(
         profile=profile,
         advice=advise(facts),
         notes=notes,
+        media=repr(probe.media) if getattr(probe, "media", None) is not None else None,
     )
 
 

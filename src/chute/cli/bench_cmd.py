@@ -66,6 +66,18 @@ def bench(
     pad_to_multiple_of: int | None = typer.Option(
         None, "--pad-to-multiple-of", help="Round padded lengths up (e.g. 8)."
     ),
+    media: str = typer.Option(
+        "auto",
+        "--media",
+        help="Decode images in the workers, with a transform matching --image-tokens: auto "
+        "(when the first records have images), on or off.",
+    ),
+    image_size: int = typer.Option(
+        336, "--image-size", help="Side of fixed-size images (fixed image-token counts)."
+    ),
+    pixel_store: Path | None = typer.Option(
+        None, "--pixel-store", help="A PixelStore of pre-decoded pixels to read images from."
+    ),
     cache_dir: Path | None = typer.Option(None, help="Index cache directory."),
     tokenizer: str | None = typer.Option(
         None,
@@ -140,6 +152,9 @@ def bench(
     options: dict[str, Any] = {}
     if pad_to_multiple_of is not None:
         options["pad_to_multiple_of"] = pad_to_multiple_of
+    stage = media_stage(source, recipe, media, image_size, pixel_store)
+    if stage is not None:
+        options["media"] = stage
 
     def progress(line: str) -> None:
         if not (quiet or as_json):
@@ -152,12 +167,38 @@ def bench(
     typer.echo(render(report, recipe))
 
 
+def media_stage(
+    source: Any, recipe: Any, media: str, image_size: int, pixel_store: Path | None
+) -> Any:
+    """The media stage to bench with, from ``--media``, ``--image-size``, ``--pixel-store``."""
+    from chute.bench.media import has_media, stage_for_recipe
+
+    if media not in ("auto", "on", "off"):
+        raise ConfigError(f"--media must be auto, on or off, got {media!r}")
+    if recipe is None or media == "off":
+        if pixel_store is not None or media == "on":
+            raise ConfigError(
+                "--media on and --pixel-store need --tokenizer (the recipe finds the images) "
+                "and not --media off"
+            )
+        return None
+    if media == "auto" and not has_media(source, recipe, range(min(64, len(source)))):
+        if pixel_store is not None:
+            raise ConfigError(
+                f"--pixel-store {pixel_store}: the first records have no images; pass "
+                f"--media on to decode images anyway"
+            )
+        return None
+    return stage_for_recipe(recipe, image_size=image_size, store=pixel_store)
+
+
 def render(report: Any, recipe: Any) -> str:
     """The human report: one row per worker count, the stage profile, the advice."""
     c = report.config
     lines = [
         f"{report.samples:,} samples in {report.source}",
         f"recipe: {recipe!r}" if recipe is not None else "recipe: none (tokenized records)",
+        f"media: {report.media}" if report.media else "media: none",
         f"plan {c.plan}, batch size {c.batch_size}, rank {c.rank} of {c.world_size} "
         f"({report.batches_per_epoch:,} batches per epoch), {report.cpus} core(s), "
         + (f"simulated step {c.step_ms:g} ms" if c.step_ms else "no simulated step"),
