@@ -147,6 +147,19 @@ def summarise(rs: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
+def versions() -> dict[str, str | None]:
+    """Installed versions of every compared package (None: not installed)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    out: dict[str, str | None] = {}
+    for dist in ("chute", "torch", "tokenizers", "datasets", "mosaicml-streaming", "litdata"):
+        try:
+            out[dist] = version(dist)
+        except PackageNotFoundError:
+            out[dist] = None
+    return out
+
+
 def dataset(records: int) -> Path:
     """The messages JSONL of ``records`` lines (written once, then reused)."""
     path = WORK / f"messages_{records}.jsonl"
@@ -252,6 +265,8 @@ def main() -> int:
         "tokenization_check": check_same_tokens(),
         "tools": {t: TOOLS[t].label for t in tools},
         "skipped": skipped,
+        "versions": versions(),
+        "load_average_start": os.getloadavg(),
     }
     print(f"same tokens as chute's recipe: {result['tokenization_check']}", flush=True)
     result["prepare"] = prepare(tools, args, data)
@@ -263,6 +278,7 @@ def main() -> int:
         prepare(tools, args, small)
         result["audit_remainder"] = {"records": remainder, **audit(tools, args, small, remainder)}
     result["wall_s"] = time.perf_counter() - t0
+    result["load_average_end"] = os.getloadavg()
     name = "loaders_quick" if args.quick else "loaders"
     save(name, result)
     print(tables(result))
