@@ -41,7 +41,6 @@ def main() -> int:
     ap.add_argument("--batch-size", type=int, default=16)
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--plan", default="random")
     ap.add_argument("--ids", action="store_true", help="record every batch's sample ids")
     args = ap.parse_args()
 
@@ -83,13 +82,12 @@ def main() -> int:
         import torch.distributed as dist
 
         dist.init_process_group("gloo", rank=rank, world_size=world_size)
-    kwargs = {"plan": args.plan} if tool.name == "chute" else {}
     ids: list[list[int]] = []
     samples = real = padded = batches = 0
     c0 = cpu_seconds()
     with MemorySampler(0.2) as mem:
         t0 = time.perf_counter()
-        loader = tool.loader(ctx, rank, world_size, **kwargs)
+        loader = tool.loader(ctx, rank, world_size)
         it = iter(loader)
         first_batch_s = None
         for batch in it:

@@ -246,20 +246,58 @@ def litdata_loader(ctx: Ctx, rank: int, world_size: int) -> Any:
 # -- chute -----------------------------------------------------------------------------------
 
 
-def chute_loader(ctx: Ctx, rank: int, world_size: int, *, plan: str = "random") -> Any:
-    """Loader(JsonlSource, Recipe(template="qwen3")): the raw JSONL, tokenized in the workers."""
-    from chute import JsonlSource, Loader, Recipe, World
+def chute_recipe(max_length: int | None = None) -> Any:
+    from chute import Recipe
 
-    recipe = Recipe(tokenizer=str(TOKENIZER), template="qwen3", format="messages")
+    return Recipe(
+        tokenizer=str(TOKENIZER), template="qwen3", format="messages", max_length=max_length
+    )
+
+
+def chute_loader(ctx: Ctx, rank: int, world_size: int) -> Any:
+    """Loader(JsonlSource, Recipe(template="qwen3")): the raw JSONL, tokenized in the workers."""
+    from chute import JsonlSource, Loader, World
+
     return Loader(
         JsonlSource(ctx.data),
-        recipe,
+        chute_recipe(),
         batch_size=ctx.batch_size,
         num_workers=ctx.workers,
         seed=ctx.seed,
-        plan=plan,
-        world=World(rank=rank, world_size=world_size),
+        world=World(rank=rank, world_size=world_size, local_rank=_local_rank()),
     )
+
+
+# Packed rows: 1,024 tokens (the longest sample is 665), 6 rows a batch: 6,144 tokens per step,
+# about what a random batch of 16 padded to its longest holds here (~6,000).
+PACKED_LENGTH, PACKED_ROWS = 1024, 6
+
+
+def chute_packed_prepare(ctx: Ctx) -> None:
+    """The lengths pass a packed plan needs, once (cached by source and recipe fingerprint)."""
+    from chute import JsonlSource
+    from chute.lengths import lengths_of
+
+    lengths_of(JsonlSource(ctx.data), chute_recipe(PACKED_LENGTH), workers=max(1, ctx.workers))
+
+
+def chute_packed_loader(ctx: Ctx, rank: int, world_size: int) -> Any:
+    """Loader(..., plan="packed"): rows of 1,024 tokens, no sample split, 6 rows a batch."""
+    from chute import JsonlSource, Loader, World
+
+    return Loader(
+        JsonlSource(ctx.data),
+        chute_recipe(PACKED_LENGTH),
+        batch_size=PACKED_ROWS,
+        num_workers=ctx.workers,
+        seed=ctx.seed,
+        plan="packed",
+        world=World(rank=rank, world_size=world_size, local_rank=_local_rank()),
+    )
+
+
+def _local_rank() -> int:
+    return int(os.environ.get("LOCAL_RANK", "0"))
 
 
 @dataclass(frozen=True)
@@ -308,6 +346,15 @@ TOOLS: dict[str, Tool] = {
             module="chute",
             imports=CHUTE_IMPORTS,
         ),
+        Tool(
+            "chute_packed",
+            "chute Loader, plan='packed' (rows of 1,024 tokens, 6 a batch)",
+            chute_packed_loader,
+            chute_packed_prepare,
+            "chute",
+            CHUTE_IMPORTS,
+            offline=True,
+        ),
         Tool("naive", "naive IterableDataset, i % (world x workers)", naive_loader),
         Tool(
             "naive_unsharded",
@@ -350,7 +397,12 @@ TOOLS: dict[str, Tool] = {
 
 
 # where each offline tool's prepare step writes, under the work folder
-OUTPUTS = {"xtuner": "xtuner_disk", "mosaic": "mds", "litdata": "litdata"}
+OUTPUTS = {
+    "xtuner": "xtuner_disk",
+    "mosaic": "mds",
+    "litdata": "litdata",
+    "chute_packed": "chute_cache/lengths",  # the lengths cache (CHUTE_CACHE_DIR, per data file)
+}
 
 
 def rank_env() -> tuple[int, int]:

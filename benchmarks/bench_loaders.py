@@ -54,7 +54,6 @@ def child_env(**extra: str) -> dict[str, str]:
     env = dict(os.environ)
     env.update(
         HF_HOME=str(WORK / "hf_home"),  # datasets' Arrow cache stays under benchmarks/data
-        CHUTE_CACHE_DIR=str(WORK / "chute_cache"),  # and so does chute's index
         HF_DATASETS_OFFLINE="1",
         HF_HUB_OFFLINE="1",
         TOKENIZERS_PARALLELISM="false",  # as DataLoader workers force it anyway
@@ -74,9 +73,10 @@ def run_tool(
     work = data.parent / data.stem  # each data file has its own converted copies
     cmd = [sys.executable, str(RUNNER), mode, tool, "--data", str(data), "--work", str(work)]
     cmd += ["--out", str(out), "--batch-size", str(args.batch_size), "--workers", str(args.workers)]
-    cmd += ["--plan", args.plan] + (["--ids"] if ids else [])
+    cmd += ["--ids"] if ids else []
     log = open(out.with_suffix(".log"), "w")  # noqa: SIM115 - closed by finish()
-    proc = subprocess.Popen(cmd, env=env or child_env(), stdout=log, stderr=subprocess.STDOUT)
+    env = dict(env or child_env(), CHUTE_CACHE_DIR=str(work / "chute_cache"))  # index, lengths
+    proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT)
     return proc, out, log
 
 
@@ -144,6 +144,7 @@ def summarise(rs: list[dict[str, Any]]) -> dict[str, Any]:
         "samples": last["samples"],
         "batches": last["batches"],
         "real_tokens": last["real_tokens"],
+        "padded_tokens": last["padded_tokens"],
     }
 
 
@@ -233,9 +234,6 @@ def main() -> int:
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--world-size", type=int, default=2)
     ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument(
-        "--plan", default="random", help="chute's plan (random, or packed where it exists)"
-    )
     ap.add_argument("--tools", default=",".join(TOOLS), help="comma-separated: " + ",".join(TOOLS))
     ap.add_argument("--skip-audit", action="store_true")
     ap.add_argument("--skip-throughput", action="store_true")
@@ -260,7 +258,7 @@ def main() -> int:
     result: dict[str, Any] = {
         "data": {"file": str(data.relative_to(WORK.parent.parent)), "records": args.records},
         "settings": {
-            k: getattr(args, k) for k in ("batch_size", "workers", "world_size", "repeats", "plan")
+            k: getattr(args, k) for k in ("batch_size", "workers", "world_size", "repeats")
         },
         "tokenization_check": check_same_tokens(),
         "tools": {t: TOOLS[t].label for t in tools},
@@ -292,8 +290,8 @@ def tables(result: dict[str, Any]) -> str:
     if tp:
         ref = tp.get("chute", {}).get("samples_per_s")
         lines += [
-            "| loader | prepare s | first batch s | samples/s | chute vs it | tokens/s | CPU us/sample | padding eff | main RSS MB | total PSS MB |",
-            "|---|---|---|---|---|---|---|---|---|---|",
+            "| loader | prepare s | first batch s | samples/s | chute vs it | tokens/s | CPU us/sample | padding eff | padded tokens / epoch | main RSS MB | total PSS MB |",
+            "|---|---|---|---|---|---|---|---|---|---|---|",
         ]
         for name, r in tp.items():
             prep = result["prepare"].get(name, {}).get("prepare_s")
@@ -306,6 +304,7 @@ def tables(result: dict[str, Any]) -> str:
             lines[-1] += (
                 f" {r['first_batch_s']:.2f} | {r['samples_per_s']:,.0f} | {ratio} | {r['tokens_per_s']:,.0f} |"
                 f" {r['cpu_us_per_sample']:,.0f} | {100 * r['padding_efficiency']:.1f}% |"
+                f" {r['padded_tokens'] / 1e6:.2f}M |"
                 f" {r['peak_rss_main_mb']:,.0f} | {r['peak_total_mb']:,.0f} |"
             )
     for key in ("audit", "audit_remainder"):

@@ -1,4 +1,4 @@
-"""The examples in the docstrings of the loader and plan modules run and stay true."""
+"""The examples in the docstrings of the loader, plan, lengths and collate modules run and stay true."""
 
 from __future__ import annotations
 
@@ -10,19 +10,31 @@ import pytest
 MODULES = [
     "chute.budget",
     "chute.collate",
+    "chute.collate_packed",
+    "chute.lengths",
+    "chute.lengths.base",
+    "chute.lengths.compute",
     "chute.loader.accounting",
     "chute.loader.core",
+    "chute.loader.planning",
     "chute.loader.sample",
     "chute.loader.state",
     "chute.loader.transport",
     "chute.loader.watchdog",
     "chute.loader.worker",
     "chute.plan.base",
+    "chute.plan.budget",
+    "chute.plan.efficiency",
     "chute.plan.elastic",
+    "chute.plan.grouped",
+    "chute.plan.lengthed",
     "chute.plan.order",
+    "chute.plan.pack",
+    "chute.plan.packed",
     "chute.plan.registry",
     "chute.plan.shard",
     "chute.plan.shuffle",
+    "chute.plan.table",
     "chute.testing",
 ]
 

@@ -21,6 +21,7 @@ __version__ = "0.1.0"
 _EXPORTS: dict[str, str] = {
     "ErrorBudget": "chute.budget",
     "Collate": "chute.collate",
+    "PackedCollate": "chute.collate_packed",
     "Conversation": "chute.conversation",
     "Message": "chute.conversation",
     "Part": "chute.conversation",
@@ -36,6 +37,8 @@ _EXPORTS: dict[str, str] = {
     "FormatSpec": "chute.formats",
     "detect_format": "chute.formats",
     "sniff_format": "chute.formats",
+    "Lengths": "chute.lengths",
+    "lengths_of": "chute.lengths",
     "Loader": "chute.loader",
     "DecodeOptions": "chute.media",
     "DynamicImageTokens": "chute.media",
@@ -45,6 +48,9 @@ _EXPORTS: dict[str, str] = {
     "MediaCollate": "chute.media",
     "MediaStage": "chute.media",
     "PixelStore": "chute.media",
+    "BudgetPlanner": "chute.plan",
+    "GroupedPlanner": "chute.plan",
+    "PackedPlanner": "chute.plan",
     "Plan": "chute.plan",
     "Planner": "chute.plan",
     "RandomPlanner": "chute.plan",
@@ -59,6 +65,7 @@ _EXPORTS: dict[str, str] = {
 }
 
 __all__ = [
+    "BudgetPlanner",
     "ChuteError",
     "Collate",
     "ConfigError",
@@ -70,15 +77,19 @@ __all__ = [
     "ErrorBudgetExceeded",
     "FixedImageTokens",
     "FormatSpec",
+    "GroupedPlanner",
     "ImageTransform",
     "JinjaTemplate",
     "JsonlSource",
+    "Lengths",
     "Loader",
     "LoaderTimeout",
     "LockstepError",
     "MediaCollate",
     "MediaStage",
     "Message",
+    "PackedCollate",
+    "PackedPlanner",
     "Part",
     "PixelStore",
     "Plan",
@@ -95,6 +106,7 @@ __all__ = [
     "__version__",
     "detect_format",
     "get_template",
+    "lengths_of",
     "load_tokenizer",
     "sniff_format",
 ]
@@ -116,6 +128,7 @@ def __dir__() -> list[str]:
 if TYPE_CHECKING:  # static analysers and IDEs see the real names
     from chute.budget import ErrorBudget
     from chute.collate import Collate
+    from chute.collate_packed import PackedCollate
     from chute.conversation import Conversation, Message, Part
     from chute.errors import (
         ChuteError,
@@ -129,6 +142,7 @@ if TYPE_CHECKING:  # static analysers and IDEs see the real names
         StateMismatch,
     )
     from chute.formats import FormatSpec, detect_format, sniff_format
+    from chute.lengths import Lengths, lengths_of
     from chute.loader import Loader
     from chute.media import (
         DecodeOptions,
@@ -140,7 +154,14 @@ if TYPE_CHECKING:  # static analysers and IDEs see the real names
         MediaStage,
         PixelStore,
     )
-    from chute.plan import Plan, Planner, RandomPlanner
+    from chute.plan import (
+        BudgetPlanner,
+        GroupedPlanner,
+        PackedPlanner,
+        Plan,
+        Planner,
+        RandomPlanner,
+    )
     from chute.recipe import Recipe
     from chute.sources import JsonlSource, Record
     from chute.templates import JinjaTemplate, get_template

@@ -47,12 +47,15 @@ def test_batch_counts_reads_the_mask_cu_seqlens_or_pad_id() -> None:
         4,
         6,
     )
+    # packed rows as PackedCollate makes them: cu_seqlens over the flattened batch, padding
+    # segments included; row 0 holds samples of 3 and 2 tokens then 3 of padding, row 1 is full
     packed = {
-        "input_ids": torch.tensor([[5, 6, 7, 8, 9, 0]]),
-        "cu_seqlens": torch.tensor([0, 3, 5]),
+        "input_ids": torch.tensor([[1, 2, 3, 4, 5, 0, 0, 0], list(range(10, 18))]),
+        "cu_seqlens": torch.tensor([0, 3, 5, 8, 16], dtype=torch.int32),
+        "row_sample_ids": torch.tensor([[7, 2], [5, -1]]),
+        "sample_ids": torch.tensor([7, 2, 5]),
     }
-    packed["sample_ids"] = torch.tensor([1, 2])
-    assert batch_counts(packed) == (2, 5, 6)
+    assert batch_counts(packed) == (3, 13, 16)
     assert batch_counts({"input_ids": ids}, pad_id=0) == (2, 4, 6)
     assert batch_counts({"input_ids": ids}, pad_id=8) == (2, 5, 6)
     placeholder = {"input_ids": torch.zeros(1, 1, dtype=torch.long)}

@@ -160,3 +160,26 @@ def test_bench_media_options_need_a_recipe_and_images(data: Path, tok: Path) -> 
     assert result.exit_code == 2 and "the first records have no images" in result.output
     result = runner.invoke(app, [*args, "--media", "maybe"])
     assert result.exit_code == 2 and "--media must be auto, on or off, got 'maybe'" in result.output
+
+
+def test_bench_packed_plan_pads_less_and_reports_the_excluded(data: Path, tok: Path) -> None:
+    args = ["bench", str(data), "--tokenizer", str(tok), "--template", "chatml", "--json"]
+    args += ["--workers", "0", "--steps", "50", "--max-length", "128"]
+    random = json.loads(runner.invoke(app, [*args, "-b", "4"]).stdout)
+    result = runner.invoke(app, [*args, "-b", "2", "--plan", "packed"])
+    assert result.exit_code == 0, result.output
+    packed = json.loads(result.stdout)
+    run = packed["runs"][0]
+    # the 6 bad records are excluded by the lengths pass; the other 54 arrive, each once
+    assert sum(packed["excluded"].values()) == 6 and run["samples"] == 54
+    assert run["rejected"] == 0 and packed["setup_s"] > 0
+    assert run["padding_efficiency"] > random["runs"][0]["padding_efficiency"]
+    assert "packing" not in {a["rule"] for a in packed["advice"]}
+
+
+def test_bench_packed_needs_a_row_length(data: Path, tok: Path) -> None:
+    args = ["bench", str(data), "--tokenizer", str(tok), "--template", "chatml", "-b", "2"]
+    result = runner.invoke(app, [*args, "--plan", "packed"])
+    assert result.exit_code == 2 and "--plan packed needs the row length" in result.output
+    ok = runner.invoke(app, [*args, "--plan", "packed", "--plan-option", "max_length=128"])
+    assert ok.exit_code == 0, ok.output

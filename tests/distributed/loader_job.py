@@ -23,6 +23,7 @@ from chute import Loader, LockstepError
 
 BATCH_SIZE = 4
 SEED = 11
+PACKED = {"max_length": 16}  # lengths: local rank 0 computes them, local rank 1 waits
 
 
 def write_atomic(path: Path, data: object) -> None:
@@ -45,6 +46,7 @@ def main() -> None:
     ap.add_argument("--mode", choices=["epoch", "train", "resume"], required=True)
     ap.add_argument("--every", type=int, default=2)
     ap.add_argument("--delay", type=float, default=0.05)
+    ap.add_argument("--plan", choices=["random", "packed"], default="random")
     args = ap.parse_args()
     dist.init_process_group("gloo")
     rank, world_size = dist.get_rank(), dist.get_world_size()
@@ -59,6 +61,8 @@ def main() -> None:
         persistent_workers=True,
         budget_min_samples=10_000,
         timeout=60,
+        plan=args.plan,
+        plan_options=PACKED if args.plan == "packed" else None,
     )
     if args.mode == "resume":
         step = latest_checkpoint(ckpt)
@@ -67,9 +71,12 @@ def main() -> None:
             orjson.loads((ckpt / f"step{step}.rank{rank % old}.json").read_bytes())
         )
     batches: list[list[int]] = []
+    rows: list[list[list[int]]] = []
     planned = loader.batches_left
     for k, batch in enumerate(loader):
         batches.append(batch["sample_ids"].tolist())
+        if "row_sample_ids" in batch:
+            rows.append(batch["row_sample_ids"].tolist())
         if args.mode == "train":
             dist.barrier()
             if (k + 1) % args.every == 0:
@@ -80,7 +87,8 @@ def main() -> None:
                     write_atomic(ckpt / f"step{k}.done", {"batches": k + 1})
             time.sleep(args.delay)
     gathered: list = [None] * world_size
-    dist.all_gather_object(gathered, {"rank": rank, "batches": batches, "planned": planned})
+    mine = {"rank": rank, "batches": batches, "rows": rows, "planned": planned}
+    dist.all_gather_object(gathered, mine)
     stats = loader.stats_all_ranks()
     lockstep = "ok"
     if args.mode == "epoch":  # a rank one batch ahead must be caught

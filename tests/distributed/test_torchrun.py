@@ -87,14 +87,14 @@ def data(tmp_path: Path) -> Path:
     return path
 
 
-def expected_streams(data: Path, world_size: int) -> list[list[list[int]]]:
+def expected_streams(data: Path, world_size: int, **plan) -> list[list[list[int]]]:  # type: ignore[no-untyped-def]
     """What each rank yields in an uninterrupted epoch, computed in this process."""
     source = JsonlSource(data)
     return [
         [
             b["sample_ids"].tolist()
             for b in Loader(
-                source, batch_size=4, seed=11, world=World(rank=r, world_size=world_size)
+                source, batch_size=4, seed=11, world=World(rank=r, world_size=world_size), **plan
             )
         ]
         for r in range(world_size)
@@ -115,6 +115,22 @@ def test_two_ranks_two_workers_every_sample_once_equal_batch_counts(data: Path, 
     # rank 0 then took one batch of the next epoch alone: the lockstep check names both ranks
     assert "ranks are not in lockstep" in result["lockstep"]
     assert "rank 0: (1, 1, [])" in result["lockstep"] and "rank 1: (0, " in result["lockstep"]
+
+
+def test_packed_plan_under_torchrun_shares_one_lengths_pass(data: Path, tmp_path: Path):
+    run(2, "--data", str(data), "--out", str(tmp_path), "--mode", "epoch", "--plan", "packed")
+    result = orjson.loads((tmp_path / "epoch.json").read_bytes())
+    ranks = sorted(result["ranks"], key=lambda r: r["rank"])
+    assert len({len(r["batches"]) for r in ranks}) == 1
+    ids = [i for r in ranks for b in r["batches"] for i in b if i >= 0]
+    assert sorted(ids) == VALID  # broken records excluded up front: none reach a worker
+    assert result["stats"] == {}
+    plan = {"plan": "packed", "plan_options": {"max_length": 16}}
+    assert [r["batches"] for r in ranks] == expected_streams(data, 2, **plan)
+    rows = [row for r in ranks for b in r["rows"] for row in b]
+    assert all(sum(1 + i % 7 for i in row if i >= 0) <= 16 for row in rows)
+    cached = list((Path(os.environ["CHUTE_CACHE_DIR"]) / "lengths").glob("*.npy"))
+    assert len(cached) == 1  # one lengths file for both ranks
 
 
 def test_sigkill_mid_epoch_then_resume_delivers_exactly_the_rest(data: Path, tmp_path: Path):

@@ -112,3 +112,40 @@ def test_resume_without_a_checkpoint_is_a_clear_error(tmp_path: Path) -> None:
     )
     with pytest.raises(ConfigError, match="no checkpoint-\\* folder"):
         trainer.train(resume_from_checkpoint=True)
+
+
+def test_packed_batches_reach_the_model_as_one_row_and_train_each_sample_alone(
+    tmp_path: Path,
+) -> None:
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from chute.integrations.hf_trainer import TrainerView
+
+    data = write_tokens(tmp_path / "t.jsonl", 40)
+    loader = Loader(data, batch_size=2, world=World(), seed=1, max_bad_fraction=None,
+                    plan="packed", plan_options={"max_length": 16})  # fmt: skip
+    full: list[dict] = []
+    inputs = next(iter(TrainerView(loader, on_batch=full.append)))
+    assert set(inputs) == {"input_ids", "labels", "position_ids", "use_cache"}
+    assert inputs["input_ids"].shape == (1, 32) and inputs["use_cache"] is False
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(
+        LlamaConfig(
+            vocab_size=64,
+            hidden_size=32,
+            intermediate_size=64,
+            num_hidden_layers=1,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            max_position_embeddings=32,
+            attn_implementation="sdpa",
+        )
+    ).eval()
+    with torch.no_grad():
+        packed = model(**inputs).loss
+        total, targets = 0.0, 0
+        for i in full[0]["sample_ids"].tolist():
+            ids = torch.tensor([[(i * 7 + k) % 50 for k in range(3 + i % 9)]])
+            total += float(model(input_ids=ids, labels=ids).loss) * (ids.shape[1] - 1)
+            targets += ids.shape[1] - 1
+    assert abs(float(packed) - total / targets) < 1e-5

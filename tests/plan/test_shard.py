@@ -115,7 +115,9 @@ def test_options_are_checked_with_messages_naming_them() -> None:
         RandomPlanner(4, drop_last=True, wrap=True)
     with pytest.raises(ConfigError, match="world_size must be a positive int"):
         RandomPlanner(4).build(10, epoch=0, world_size=0)
-    with pytest.raises(ConfigError, match=r"plan must be one of \['random'\]"):
+    with pytest.raises(
+        ConfigError, match=r"plan must be one of \['budget', 'grouped', 'packed', 'random'\]"
+    ):
         make_planner("sorted", batch_size=4)
 
 

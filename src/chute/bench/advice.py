@@ -228,7 +228,8 @@ def packing(f: Facts) -> Advice | None:
     better = [p for p in ("packed", "budget", "grouped") if p in f.plans and p != f.plan]
     how = (
         f"try --plan {better[0]}"
-        + (f" (or {', '.join(better[1:])})" if len(better) > 1 else "")
+        + (" (rows of --max-length tokens)" if better[0] == "packed" else "")
+        + (f", or {', '.join(better[1:])}," if len(better) > 1 else "")
         + " and compare"
         if better
         else "length-grouped or packed batches would remove most of it"

@@ -29,9 +29,11 @@ from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
+import numpy as np
+
 from chute.bench.memory import MemorySampler
 
-__all__ = ["WorkerRun", "batch_counts", "measure_run"]
+__all__ = ["WorkerRun", "batch_counts", "measure_run", "packed_real_tokens"]
 
 
 @dataclass
@@ -124,11 +126,11 @@ class WorkerRun:
 def batch_counts(batch: Mapping[str, Any], pad_id: int = 0) -> tuple[int, int, int]:
     """``(samples, real tokens, padded tokens)`` of one collated batch.
 
-    Samples are rows whose ``sample_ids`` is >= 0 (a placeholder batch has -1). Real tokens
-    come from ``attention_mask`` when it is a 0/1 matrix of the batch's shape, else from
-    ``cu_seqlens`` (packed rows: its last entry spans the real tokens), else they are the
-    ``input_ids`` different from ``pad_id``. Padded tokens are every position of
-    ``input_ids``.
+    Samples are the ``sample_ids`` >= 0 (a placeholder batch has -1). Real tokens come from
+    ``attention_mask`` when it is a 0/1 matrix of the batch's shape; in packed batches
+    (``cu_seqlens`` over the flattened rows, ``row_sample_ids``) they are the segments of the
+    samples, not the padding segment that ends a row that is not full; otherwise they are the
+    ``input_ids`` different from ``pad_id``. Padded tokens are every position of ``input_ids``.
 
     Example:
         >>> import torch
@@ -147,10 +149,29 @@ def batch_counts(batch: Mapping[str, Any], pad_id: int = 0) -> tuple[int, int, i
     mask = batch.get("attention_mask")
     if mask is not None and tuple(mask.shape) == tuple(ids.shape):
         return samples, int(mask.sum()), padded
-    cu = batch.get("cu_seqlens")
-    if cu is not None and cu.ndim == 1 and cu.numel() > 0:
-        return samples, int(cu[-1]), padded
+    cu, rows = batch.get("cu_seqlens"), batch.get("row_sample_ids")
+    if cu is not None and rows is not None and ids.ndim == 2:
+        return samples, packed_real_tokens(cu, rows, int(ids.shape[1])), padded
     return samples, int((ids != pad_id).sum()), padded
+
+
+def packed_real_tokens(cu_seqlens: Any, row_sample_ids: Any, width: int) -> int:
+    """Tokens of the samples in packed rows (not their padding).
+
+    Each row holds its samples' segments, then one padding segment when it is not full.
+
+    Example:
+        >>> packed_real_tokens([0, 3, 5, 8, 16], [[7, 2], [5, -1]], width=8)
+        13
+    """
+    seg = np.diff(np.asarray(cu_seqlens, dtype=np.int64))
+    per_row = (np.asarray(row_sample_ids) >= 0).sum(axis=1)
+    real, j = 0, 0
+    for k in per_row.tolist():
+        row = int(seg[j : j + k].sum())
+        real += min(row, width)
+        j += k + (1 if row < width else 0)
+    return real
 
 
 def measure_run(
@@ -165,7 +186,8 @@ def measure_run(
     """Build a loader with ``make_loader(workers)`` and time up to ``steps`` batches from it.
 
     The run stops early at the end of the loader's epoch. Memory is sampled in a thread for the
-    whole run (the loader's construction included).
+    whole run (the loader's construction included), and once more at the first and at the last
+    batch, while the workers are surely alive.
 
     Args:
         make_loader: builds the loader to measure for a worker count.
@@ -187,6 +209,7 @@ def measure_run(
         try:
             first = next(it)
             first_batch_s = clock() - t0
+            mem.sample()  # the workers are alive now, however short the run
             n, real, padded = batch_counts(first, pad_id)
             batches = 1
             s_n = s_real = s_padded = 0
@@ -206,6 +229,7 @@ def measure_run(
                 batches += 1
                 s_n, s_real, s_padded = s_n + bn, s_real + breal, s_padded + bpadded
             seconds = last - start  # up to the last batch (a final sleep is not counted)
+            mem.sample()
         finally:
             close = getattr(it, "close", None)
             if close is not None:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -64,6 +65,7 @@ class BenchConfig:
         rank: the rank measured.
         seed: the shuffle seed.
         profile_samples: samples run stage by stage to find where the time goes (0: skip).
+        plan_options: options of the plan (``{"max_length": 4096}`` for ``packed``, ...).
     """
 
     batch_size: int
@@ -75,6 +77,7 @@ class BenchConfig:
     rank: int = 0
     seed: int = 0
     profile_samples: int = 256
+    plan_options: dict[str, Any] | None = None
 
     def __post_init__(self) -> None:
         def positive(name: str, value: Any, low: int) -> None:
@@ -120,6 +123,9 @@ class BenchReport:
         runs: one per worker count, in the order tried.
         profile: where a sample's time goes (``None`` when skipped).
         advice: what to change, from ``chute.bench.advice``.
+        setup_s: building the first loader: opening the source and, for plans that need
+            them, every sample's length (a recipe pass, cached for the next run).
+        excluded: samples the lengths pass rejected, by reason (never planned).
         notes: caveats (e.g. memory not measured without psutil).
         media: the loader's media stage, as text (``None``: no media stage).
     """
@@ -134,6 +140,8 @@ class BenchReport:
     advice: list[Advice]
     notes: list[str] = field(default_factory=list)
     media: str | None = None
+    setup_s: float = 0.0
+    excluded: dict[str, int] = field(default_factory=dict)
 
     @property
     def best(self) -> WorkerRun:
@@ -153,6 +161,8 @@ class BenchReport:
             "advice": [a.to_json() for a in self.advice],
             "notes": self.notes,
             "media": self.media,
+            "setup_s": self.setup_s,
+            "excluded": self.excluded,
         }
 
 
@@ -181,6 +191,9 @@ def bench_loader(
     world = World(rank=config.rank, world_size=config.world_size)
     step_s = (config.step_ms or 0.0) / 1000.0
 
+    if config.plan_options:
+        options["plan_options"] = dict(config.plan_options)
+
     def make(workers: int) -> Loader:
         return Loader(
             source,
@@ -193,7 +206,10 @@ def bench_loader(
             **options,
         )
 
+    say("setting up the plan (a length pass of the recipe, once, for length-aware plans)")
+    t0 = time.perf_counter()
     probe = make(0)
+    setup_s = time.perf_counter() - t0
     pad_id = int(getattr(probe.collate, "pad_id", 0))
     runs: list[WorkerRun] = []
     for workers in config.workers:
@@ -234,6 +250,8 @@ def bench_loader(
         advice=advise(facts),
         notes=notes,
         media=repr(probe.media) if getattr(probe, "media", None) is not None else None,
+        setup_s=setup_s,
+        excluded=dict(getattr(probe, "excluded", None) or {}),
     )
 
 

@@ -44,12 +44,46 @@ def parse_workers(text: str) -> tuple[int, ...]:
     return tuple(out)
 
 
+def parse_plan_options(text: str | None) -> dict[str, Any] | None:
+    """``"max_tokens=16384,split=true"`` -> ``{"max_tokens": 16384, "split": True}``.
+
+    Example:
+        >>> parse_plan_options("max_length=4096,window=0.5,split=false")
+        {'max_length': 4096, 'window': 0.5, 'split': False}
+    """
+    pairs = opts.parse_pairs(text, "--plan-option")
+    if not pairs:
+        return None
+    out: dict[str, Any] = {}
+    for key, value in pairs.items():
+        low = value.lower()
+        if low in ("true", "false"):
+            out[key] = low == "true"
+            continue
+        try:
+            out[key] = int(value)
+        except ValueError:
+            try:
+                out[key] = float(value)
+            except ValueError:
+                out[key] = value
+    return out
+
+
 @guarded
 def bench(
     paths: list[str] = typer.Argument(..., help="JSONL / JSON-array files or globs."),
     batch_size: int = typer.Option(..., "--batch-size", "-b", help="Samples per batch (per rank)."),
     workers: str = typer.Option("0,1,2", "--workers", help="Worker counts to try: '0,1,2', '0-4'."),
-    plan: str = typer.Option("random", "--plan", help="Batching plan (see chute.plan.PLANNERS)."),
+    plan: str = typer.Option(
+        "random", "--plan", help="Batching plan: random, grouped, budget or packed."
+    ),
+    plan_option: str | None = typer.Option(
+        None,
+        "--plan-option",
+        help="Plan options, e.g. 'max_tokens=16384' (budget) or 'max_length=4096' (packed; "
+        "default: --max-length).",
+    ),
     steps: int = typer.Option(50, "--steps", help="Batches to time per worker count."),
     step_ms: float | None = typer.Option(
         None,
@@ -116,6 +150,7 @@ def bench(
         rank=rank,
         seed=seed,
         profile_samples=profile_samples,
+        plan_options=parse_plan_options(plan_option),
     )
     recipe = None
     if tokenizer is not None:
@@ -148,6 +183,11 @@ def bench(
                 f"{', '.join(named)} need --tokenizer (they configure the recipe); pass "
                 f"--tokenizer, or drop them to bench pre-tokenized records"
             )
+    if plan == "packed" and max_length is None and "max_length" not in (config.plan_options or {}):
+        raise ConfigError(
+            "--plan packed needs the row length: pass --max-length L (the recipe's, also "
+            "used for rows) or --plan-option max_length=L"
+        )
     source = JsonlSource(paths, cache_dir=cache_dir)
     options: dict[str, Any] = {}
     if pad_to_multiple_of is not None:
@@ -199,9 +239,18 @@ def render(report: Any, recipe: Any) -> str:
         f"{report.samples:,} samples in {report.source}",
         f"recipe: {recipe!r}" if recipe is not None else "recipe: none (tokenized records)",
         f"media: {report.media}" if report.media else "media: none",
-        f"plan {c.plan}, batch size {c.batch_size}, rank {c.rank} of {c.world_size} "
+        f"plan {c.plan}"
+        + (f" {c.plan_options}" if c.plan_options else "")
+        + f", batch size {c.batch_size}, rank {c.rank} of {c.world_size} "
         f"({report.batches_per_epoch:,} batches per epoch), {report.cpus} core(s), "
         + (f"simulated step {c.step_ms:g} ms" if c.step_ms else "no simulated step"),
+        f"loader set up in {report.setup_s:.2f} s"
+        + (
+            f"; {sum(report.excluded.values()):,} samples excluded by the lengths pass "
+            f"({', '.join(f'{k}: {v}' for k, v in report.excluded.items())})"
+            if report.excluded
+            else ""
+        ),
         "",
     ]
     rows = []

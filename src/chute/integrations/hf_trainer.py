@@ -71,6 +71,22 @@ def loader_state_file(checkpoint_dir: str | os.PathLike[str], rank: int) -> str:
     return os.path.join(os.fspath(checkpoint_dir), f"chute_loader.rank{rank}.json")
 
 
+def packed_inputs(inputs: dict[str, Any]) -> dict[str, Any]:
+    """Packed rows as transformers recognises them: one flattened row, no KV cache.
+
+    transformers finds packed sequences from ``position_ids`` only in a batch of one row
+    (flash-attention-2) and only without a KV cache (all implementations), and a model makes a
+    cache whenever ``use_cache`` is on, even in training; otherwise the samples of a row would
+    attend to each other. See ``chute.collate_packed.hf_packed_inputs`` and docs/padding.md.
+    """
+    out = dict(inputs)
+    for key in ("input_ids", "labels", "position_ids"):
+        if key in out:
+            out[key] = out[key].reshape(1, -1)
+    out["use_cache"] = False
+    return out
+
+
 class TrainerView:
     """What the Trainer iterates: the loader's batches reduced to model inputs.
 
@@ -100,7 +116,10 @@ class TrainerView:
         for batch in self.loader:
             if self.on_batch is not None:
                 self.on_batch(batch)
-            yield {k: v for k, v in batch.items() if k in self.model_inputs}
+            inputs = {k: v for k, v in batch.items() if k in self.model_inputs}
+            if "cu_seqlens" in batch:  # packed rows: keep the samples of a row apart
+                inputs = packed_inputs(inputs)
+            yield inputs
 
 
 class ChuteTrainerMixin:

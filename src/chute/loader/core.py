@@ -10,18 +10,17 @@ it yields, which is all a resume needs.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import numpy as np
 
 from chute._torch import require_torch
 from chute.budget import ErrorBudget
-from chute.collate import Collate
 from chute.errors import ConfigError, LoaderTimeout, RejectTally
 from chute.loader.accounting import Accounting
 from chute.loader.collectives import check_lockstep, sum_over_ranks
-from chute.loader.dispatch import TaskSampler, make_dataloader, shutdown_workers
+from chute.loader.dispatch import TaskSampler, make_dataloader, next_batch, shutdown_workers
 from chute.loader.options import (
     PathLike,
     as_source,
@@ -32,9 +31,10 @@ from chute.loader.options import (
     pad_id_from,
     rejects_path_for,
 )
+from chute.loader.planning import check_collate, check_excluded, check_packed_collate, resolve_plan
 from chute.loader.state import STATE_FORMAT, STATE_VERSION, check_compatible, read_position
 from chute.loader.worker import BatchBuilder, BatchReport
-from chute.plan import Plan, Planner, continue_epoch, make_planner
+from chute.plan import Plan, Planner, continue_epoch
 from chute.world import World
 
 __all__ = ["Loader"]
@@ -74,7 +74,12 @@ class Loader:
             (``0``: wait forever; only with ``num_workers > 0``).
         sample_timeout: seconds one sample may take before it is skipped as
             ``sample_timeout`` (``None``: no limit).
-        plan: the batching strategy: ``"random"`` or a ``Planner``.
+        plan: the batching strategy: ``"random"``, ``"grouped"`` (length-grouped batches),
+            ``"budget"`` (token-budget batches), ``"packed"`` (several samples per row), or a
+            ``Planner``. Length-aware plans get every sample's length once, before the first
+            batch (``chute.lengths.lengths_of``: cached; see ``docs/padding.md``).
+        plan_options: options of a named plan, e.g. ``{"max_length": 4096}`` for ``packed``
+            (default: the recipe's ``max_length``) or ``{"max_tokens": 16384}`` for ``budget``.
         multiprocessing_context: start method for workers (default: torch's).
         media: load each sample's images (videos, audio) in the workers, after the recipe: a
             ``chute.media.MediaStage``, or a transform (``ImageTransform``,
@@ -115,6 +120,7 @@ class Loader:
         timeout: float = 300.0,
         sample_timeout: float | None = 60.0,
         plan: str | Planner = "random",
+        plan_options: Mapping[str, Any] | None = None,
         multiprocessing_context: Any = None,
         media: Any = None,
     ):
@@ -127,14 +133,24 @@ class Loader:
         self.world = world if world is not None else World.detect()
         if not isinstance(self.world, World):
             raise ConfigError(f"world must be a chute.World, got {type(world).__name__}")
-        self.planner = make_planner(
+        check_collate(collate, pad_id, pad_to_multiple_of)
+        setup = resolve_plan(
+            self.source,
+            recipe,
             plan,
+            plan_options,
             batch_size=batch_size,
             shuffle=shuffle,
             seed=seed,
             drop_last=drop_last,
             wrap=wrap,
+            pad_id=pad_id_from(recipe, pad_id),
+            pad_to_multiple_of=pad_to_multiple_of,
+            local_rank=self.world.local_rank,
         )
+        if setup.packed and top_up:
+            raise ConfigError("top_up=True cannot refill packed rows; drop it with plan='packed'")
+        self.planner, self.lengths, self.excluded = setup.planner, setup.lengths, setup.excluded
         self.num_workers = check_workers(num_workers, persistent_workers, prefetch_factor)
         self.pin_memory = bool(pin_memory)
         self.persistent_workers = bool(persistent_workers)
@@ -142,12 +158,8 @@ class Loader:
         self.timeout = check_seconds("timeout", timeout, allow_zero=True) or 0.0
         self.sample_timeout = check_seconds("sample_timeout", sample_timeout, allow_zero=False)
         self.multiprocessing_context = multiprocessing_context
-        if collate is not None and (pad_id is not None or pad_to_multiple_of is not None):
-            raise ConfigError(
-                "pad_id and pad_to_multiple_of configure the default collate; with a custom "
-                "collate=..., set padding on that collate instead"
-            )
-        self.collate = collate or Collate(pad_id_from(recipe, pad_id), pad_to_multiple_of)
+        check_packed_collate(setup, collate)
+        self.collate = collate or setup.collate
         self.media, self.collate = media_stage_for(media, recipe, self.collate)
         self.rejects_path = rejects_path_for(rejects, self.world) if rejects is not None else None
         self.books = Accounting(
@@ -155,6 +167,7 @@ class Loader:
             self.world.rank,
             self.rejects_path,
         )
+        check_excluded(setup, self.books.budget)
         self._builder = BatchBuilder(
             self.source,
             recipe,
@@ -280,26 +293,10 @@ class Loader:
 
     def _next(self, it: Iterator[Any], plan: Plan, k: int) -> tuple[dict[str, Any], BatchReport]:
         try:
-            batch, report = next(it)
-        except RuntimeError as exc:
-            if "timed out" not in str(exc):
-                raise
-            shutdown_workers(it, kill=True)
+            return next_batch(it, plan, self.world.rank, self._epoch, k, self.timeout)
+        except LoaderTimeout:
             self._dataloader = None  # persistent workers may hold the stuck sample: start anew
-            ids = plan.batch(self.world.rank, k).tolist()
-            shown = ", ".join(map(str, ids[:8])) + (", ..." if len(ids) > 8 else "")
-            raise LoaderTimeout(
-                f"rank {self.world.rank}: batch {k} of epoch {self._epoch} (sample ids "
-                f"[{shown}]) was not ready after timeout={self.timeout} s. A sample is probably "
-                f"hanging in the recipe or while reading; set sample_timeout to skip slow "
-                f"samples, or raise timeout if batches legitimately take this long."
-            ) from exc
-        if report.step != k or report.epoch != self._epoch:
-            raise RuntimeError(
-                f"internal error: expected batch {k} of epoch {self._epoch}, got batch "
-                f"{report.step} of epoch {report.epoch}"
-            )
-        return batch, report
+            raise
 
     # -- reports -----------------------------------------------------------------------------
 
@@ -324,6 +321,8 @@ class Loader:
             "rank": self.world.rank,
             "epoch": self._epoch,
             **self.books.counters,
+            "excluded": sum(self.excluded.values()),
+            "excluded_by_reason": dict(self.excluded),
             "by_reason": self.stats,
             "examples": self.tally.examples,
         }

@@ -12,10 +12,11 @@ from collections.abc import Iterator
 from typing import Any
 
 from chute._torch import require_torch
-from chute.loader.worker import BatchTask
-from chute.plan import Plan
+from chute.errors import LoaderTimeout
+from chute.loader.worker import BatchReport, BatchTask
+from chute.plan import Plan, TablePlan
 
-__all__ = ["TaskSampler", "make_dataloader", "shutdown_workers"]
+__all__ = ["TaskSampler", "make_dataloader", "next_batch", "shutdown_workers"]
 
 
 class TaskSampler:
@@ -38,6 +39,12 @@ class TaskSampler:
         if plan is None:
             return
         total = plan.num_batches
+        if isinstance(plan, TablePlan) and plan.packed:  # rows (and pieces) travel with the ids
+            for k in range(start, total):
+                ids, rows, spans = plan.layout(rank, k)
+                cuts = None if spans is None else spans.ravel().tolist()
+                yield BatchTask(epoch, k, ids.tolist(), rows.tolist(), cuts)  # type: ignore[union-attr]
+            return
         for lo in range(start, total, self.CHUNK):
             for j, ids in enumerate(plan.batches(rank, lo, min(total, lo + self.CHUNK))):
                 yield BatchTask(epoch, lo + j, ids.tolist())
@@ -83,6 +90,32 @@ def make_dataloader(
         in_order=True,
         **extra,
     )
+
+
+def next_batch(
+    it: Iterator[Any], plan: Plan, rank: int, epoch: int, k: int, timeout: float
+) -> tuple[dict[str, Any], BatchReport]:
+    """Batch ``k`` from the DataLoader iterator; a worker timeout becomes ``LoaderTimeout``."""
+    try:
+        batch, report = next(it)
+    except RuntimeError as exc:
+        if "timed out" not in str(exc):
+            raise
+        shutdown_workers(it, kill=True)
+        ids = plan.batch(rank, k).tolist()
+        shown = ", ".join(map(str, ids[:8])) + (", ..." if len(ids) > 8 else "")
+        raise LoaderTimeout(
+            f"rank {rank}: batch {k} of epoch {epoch} (sample ids [{shown}]) was not ready "
+            f"after timeout={timeout} s. A sample is probably hanging in the recipe or while "
+            f"reading; set sample_timeout to skip slow samples, or raise timeout if batches "
+            f"legitimately take this long."
+        ) from exc
+    if report.step != k or report.epoch != epoch:
+        raise RuntimeError(
+            f"internal error: expected batch {k} of epoch {epoch}, got batch {report.step} of "
+            f"epoch {report.epoch}"
+        )
+    return batch, report
 
 
 def shutdown_workers(it: Any, kill: bool = False) -> None:

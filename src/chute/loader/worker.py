@@ -25,6 +25,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from chute._torch import require_torch
+from chute.collate_packed import row_sample_ids
 from chute.errors import SampleError, as_sample_error
 from chute.loader.sample import (
     as_tokenized,
@@ -38,19 +39,35 @@ from chute.loader.watchdog import SampleTimeout, Watchdog
 from chute.sources.record import Record
 from chute.validate import reject_entry
 
-__all__ = ["BatchBuilder", "BatchReport", "BatchTask"]
+__all__ = ["BatchBuilder", "BatchReport", "BatchTask", "piece_of"]
+
+
+def piece_of(sample: dict[str, Any], start: int, end: int) -> dict[str, Any]:
+    """Tokens ``[start, end)`` of a sample (split packing), with ``piece_start`` recorded."""
+    if start == 0 and end >= len(sample["input_ids"]):
+        return sample
+    out = dict(sample)
+    out["input_ids"] = sample["input_ids"][start:end]
+    if sample.get("labels") is not None:
+        out["labels"] = sample["labels"][start:end]
+    out["piece_start"] = start
+    return out
 
 
 class BatchTask(NamedTuple):
     """One batch to build: its place in the stream and the global ids of its samples.
 
     ``ids`` is a list of ints (it pickles several times faster than a small numpy array, and a
-    task crosses a process boundary for every batch).
+    task crosses a process boundary for every batch). Packed plans add ``rows``, the number of
+    samples in each row (``ids`` lists them row by row), and split packing ``spans``: the token
+    range ``[start, end)`` of each id, flattened (``[s0, e0, s1, e1, ...]``).
     """
 
     epoch: int
     step: int
     ids: list[int]
+    rows: list[int] | None = None
+    spans: list[int] | None = None
 
 
 @dataclass
@@ -148,6 +165,7 @@ class BatchBuilder:
         report = BatchReport(task.epoch, task.step, len(ids))
         source, dog = self.source, self._watchdog
         convert = self.recipe if self.recipe is not None else as_tokenized
+        spans = task.spans
         media = self.media
         samples: list[dict[str, Any]] = []
         positions: list[int] = []  # plan position of each sample in `samples`
@@ -162,6 +180,8 @@ class BatchBuilder:
                         sample = check_sample(convert(item))
                         if media is not None:
                             sample = media(sample)
+                        if spans is not None:
+                            sample = piece_of(sample, spans[2 * j], spans[2 * j + 1])
                 except SampleTimeout:
                     rejected.append((j, self._timed_out(item, index), item))
                 except Exception as exc:  # a ChuteError (a changed file) is re-raised here
@@ -188,7 +208,13 @@ class BatchBuilder:
                 fill = [j % len(samples) for j in range(report.topped_up)]
                 samples += [samples[j] for j in fill]
                 sample_ids += [sample_ids[j] for j in fill]
-        batch = self.collate(samples)
+        if task.rows is None:
+            batch = self.collate(samples)
+        else:  # packed: the valid samples of each row, rows that lost every sample dropped
+            row_of = np.repeat(np.arange(len(task.rows)), task.rows)
+            sizes = np.bincount(row_of[positions], minlength=len(task.rows)).tolist()
+            batch = self.collate(samples, rows=sizes)
+            batch["row_sample_ids"] = self._torch.from_numpy(row_sample_ids(sample_ids, sizes))
         batch["sample_ids"] = self._torch.from_numpy(np.array(sample_ids or [-1], dtype=np.int64))
         if self._in_worker:
             batch = share_one_storage(batch)

@@ -152,8 +152,10 @@ class MediaCollate:
         self.text = text
         self.dtype = dtype
 
-    def __call__(self, samples: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-        batch = self.text(list(samples))  # type: ignore[arg-type]
+    def __call__(self, samples: Sequence[Mapping[str, Any]], **layout: Any) -> dict[str, Any]:
+        # layout: the packed plans' rows=..., passed on to a packing text collate; the media
+        # keys keep sample order, which is the order of image tokens in the flattened rows
+        batch = self.text(list(samples), **layout)  # type: ignore[arg-type, call-arg]
         media = collate_media(samples, dtype=self.dtype)
         for key, value in media.items():
             batch.setdefault(key, value)

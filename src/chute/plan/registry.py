@@ -1,7 +1,17 @@
 """Plan strategies by name, for ``Loader(plan="random")`` and configs.
 
-Later strategies (``"grouped"``, ``"budget"``, ``"packed"``) register here with the options they
-take beyond the common ones.
+==========  ==================================================================================
+name        options beyond the common ones (batch_size, shuffle, seed, drop_last, wrap)
+==========  ==================================================================================
+random      none
+grouped     group_size, grad_accum, longest_first (needs lengths)
+budget      max_tokens, max_length, max_rows, pad_to_multiple_of, group_size, grad_accum,
+            longest_first (needs lengths)
+packed      max_length, split, window, overflow (needs lengths)
+==========  ==================================================================================
+
+Planners that need lengths say so with ``needs_lengths = True``; the ``Loader`` computes them
+(``chute.lengths.lengths_of``) and passes ``lengths=``.
 """
 
 from __future__ import annotations
@@ -10,11 +20,19 @@ from typing import Any
 
 from chute.errors import ConfigError
 from chute.plan.base import Planner
+from chute.plan.budget import BudgetPlanner
+from chute.plan.grouped import GroupedPlanner
+from chute.plan.packed import PackedPlanner
 from chute.plan.shard import RandomPlanner
 
 __all__ = ["PLANNERS", "make_planner"]
 
-PLANNERS: dict[str, type[Planner]] = {"random": RandomPlanner}
+PLANNERS: dict[str, type[Planner]] = {
+    "random": RandomPlanner,
+    "grouped": GroupedPlanner,
+    "budget": BudgetPlanner,
+    "packed": PackedPlanner,
+}
 
 
 def make_planner(

@@ -1,0 +1,202 @@
+"""``chute stats PATH... --max-length L --batch-size B``: how much of each batch is padding.
+
+Gets every sample's length (the recipe with ``--tokenizer``, else pre-tokenized records'
+``input_ids``), cached by the lengths pass, then plans one epoch with every strategy and prints
+length percentiles, a histogram and each plan's padding efficiency; ``--json`` prints one
+object (``samples``, ``tokens``, ``efficiency`` by plan, ...), ``--plot FILE.png`` draws it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import typer
+
+from chute.cli import _recipe_opts as opts
+from chute.cli._output import emit_json, fail, guarded, progress_bar, table
+from chute.errors import ConfigError
+from chute.lengths import Lengths, lengths_of
+from chute.sources import JsonlSource
+from chute.stats import padding_stats
+
+
+def register(app: typer.Typer) -> None:
+    app.command("stats")(stats)
+
+
+def load_lengths(
+    paths: list[str],
+    recipe: Any,
+    *,
+    cache_dir: Path | None,
+    workers: int | None,
+    show_progress: bool,
+) -> Lengths:
+    """The lengths of the data named on the command line (one place to add other inputs)."""
+    source = JsonlSource(paths, cache_dir=cache_dir)
+    with progress_bar(len(source), "lengths", unit="rec", enabled=show_progress) as bar:
+        return lengths_of(source, recipe, workers=workers, cache_dir=cache_dir, progress=bar.update)
+
+
+@guarded
+def stats(
+    paths: list[str] = typer.Argument(..., help="JSONL / JSON-array files or globs."),
+    max_length: int = typer.Option(
+        ..., "--max-length", help="Longest sample fed, and the row length of packed plans."
+    ),
+    batch_size: int = typer.Option(
+        ..., "--batch-size", help="Samples (packed: rows) per batch per rank."
+    ),
+    world_size: int = typer.Option(1, "--world-size", help="Ranks (data-parallel replicas)."),
+    overflow: str = typer.Option(
+        "truncate", "--overflow", help="Samples over --max-length: truncate or drop."
+    ),
+    max_tokens: int | None = typer.Option(
+        None, "--max-tokens", help="Budget plan: padded tokens per batch (default B x L)."
+    ),
+    group_size: int = typer.Option(
+        50, "--group-size", help="Grouped/budget plans: optimizer steps per mega-batch."
+    ),
+    window: int | None = typer.Option(
+        None, "--window", help="Packed plan: pack within windows of this many samples."
+    ),
+    seed: int = typer.Option(0, "--seed", help="The shuffle's seed (epoch 0 is planned)."),
+    plot: Path | None = typer.Option(
+        None, "--plot", help="Draw the histogram and efficiencies to this PNG (chute[plot])."
+    ),
+    tokenizer: str | None = opts.TOKENIZER,
+    template: str | None = opts.TEMPLATE,
+    format: str = opts.FORMAT,
+    train_on: str = opts.TRAIN_ON,
+    media_root: Path | None = opts.MEDIA_ROOT,
+    image_tokens: str | None = opts.IMAGE_TOKENS,
+    columns: str | None = opts.COLUMNS,
+    tags: str | None = opts.TAGS,
+    system: str | None = opts.SYSTEM,
+    workers: int | None = typer.Option(None, help="Processes for the lengths pass (all cores)."),
+    cache_dir: Path | None = typer.Option(None, help="Index and lengths cache directory."),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar."),
+) -> None:
+    """Length percentiles, a histogram, and the padding efficiency of every plan.
+
+    Plans one epoch of random, grouped (length-grouped), budget (token-budget) and packed
+    batches over the same lengths and reports real tokens / tokens in padded rows, steps and
+    rows per epoch, and samples dropped or truncated. Lengths are computed once and cached, so
+    trying other --max-length / --batch-size values is instant. The recipe runs without a
+    max_length; --max-length and --overflow are applied here, to every plan alike.
+    """
+    recipe = None
+    if tokenizer is None:
+        given = {
+            "--template": template,
+            "--format": None if format == "auto" else format,
+            "--image-tokens": image_tokens,
+            "--media-root": media_root,
+            "--system": system,
+            "--columns": columns,
+            "--tags": tags,
+        }
+        named = [name for name, value in given.items() if value is not None]
+        if named:
+            raise ConfigError(
+                f"{', '.join(named)} need --tokenizer (they configure the recipe); pass "
+                f'--tokenizer, or leave them out for pre-tokenized records ({{"input_ids": ...}})'
+            )
+    else:
+        recipe = opts.build_recipe(
+            tokenizer=tokenizer,
+            template=template,
+            format=format,
+            max_length=None,
+            overflow="truncate",
+            train_on=train_on,
+            media_root=media_root,
+            image_tokens=image_tokens,
+            columns=columns,
+            tags=tags,
+            system=system,
+        )
+    if plot is not None:
+        from chute.stats_plot import require_matplotlib
+
+        try:
+            require_matplotlib()  # fail before the lengths pass, not after
+        except ImportError as exc:
+            raise fail(str(exc)) from None
+    lengths = load_lengths(
+        paths, recipe, cache_dir=cache_dir, workers=workers, show_progress=not (quiet or as_json)
+    )
+    result = padding_stats(
+        lengths,
+        max_length=max_length,
+        batch_size=batch_size,
+        world_size=world_size,
+        overflow=overflow,
+        max_tokens=max_tokens,
+        group_size=group_size,
+        window=window,
+        seed=seed,
+    )
+    result["input"] = {"paths": paths, "recipe": repr(recipe) if recipe else "pre-tokenized"}
+    if plot is not None:
+        from chute.stats_plot import plot_stats
+
+        plot_stats(result, plot)
+        result["plot"] = str(plot)
+    if as_json:
+        emit_json(result)
+        return
+    _print(result)
+
+
+def _print(result: dict[str, Any]) -> None:
+    rejected = result["rejected"]
+    why = ", ".join(f"{k} {n}" for k, n in sorted(rejected.items(), key=lambda kv: -kv[1]))
+    typer.echo(
+        f"{result['records']:,} records: {result['samples']:,} samples, {result['tokens']:,} "
+        f"tokens" + (f"; rejected: {why}" if why else "")
+    )
+    typer.echo(
+        f"over max_length {result['max_length']}: {result['truncated']:,} truncated, "
+        f"{result['dropped']:,} dropped"
+    )
+    lens = result["lengths"]
+    typer.echo("lengths: " + ", ".join(f"{k} {v}" for k, v in lens.items() if v is not None) + "\n")
+    hist = result["histogram"]
+    top = max(hist["counts"] or [1]) or 1
+    for lo, hi, count in zip(hist["edges"][:-1], hist["edges"][1:], hist["counts"], strict=True):
+        bar = "#" * round(40 * count / top)
+        typer.echo(f"  {lo:>7,}-{hi - 1:<7,} {count:>9,} {bar}")
+    if hist.get("over"):
+        typer.echo(f"  {'> max_length':<15} {hist['over']:>9,}")
+    rows = [
+        [
+            name,
+            f"{100 * r['efficiency']:.1f}%",
+            r["steps"],
+            r["rows"],
+            r["padded"],
+            r["dropped"],
+            r["truncated"],
+        ]
+        for name, r in result["plans"].items()
+    ]
+    typer.echo(
+        "\n"
+        + table(
+            ["plan", "efficiency", "steps", "rows", "padded tokens", "dropped", "truncated"],
+            rows,
+            title=f"one epoch, batch size {result['batch_size']} x {result['world_size']} ranks:",
+        )
+    )
+    bound = result["packing_bound"]
+    typer.echo(
+        f"\npacking bound: {bound['rows']:,} rows of {result['max_length']} "
+        f"({100 * bound['efficiency']:.1f}%)"
+    )
+    for warning in result["warnings"]:
+        typer.secho(f"warning: {warning}", fg="yellow")
+    if "plot" in result:
+        typer.echo(f"plot written to {result['plot']}")

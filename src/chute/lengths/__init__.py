@@ -1,0 +1,142 @@
+"""Per-sample lengths of a whole source, computed once by one parallel pass and cached.
+
+``lengths_of(source, recipe)`` is how length-aware plans (``grouped``, ``budget``, ``packed``)
+and ``chute stats`` get lengths without tokenizing again:
+
+1. a source that knows its lengths (an attribute or method ``lengths``, as chute's offline
+   token cache has) answers directly: an array (negative = rejected) or a ``Lengths``;
+2. otherwise the cache under ``<cache root>/lengths/`` answers when it holds this (source
+   fingerprint, recipe fingerprint) pair: a memory map, no tokenization;
+3. otherwise the lengths pass runs (``compute_lengths``: all cores) and stores the result.
+
+Sources or recipes without a ``fingerprint()`` cannot be keyed, so their lengths are computed
+again each time and never cached (fine for in-memory data). Under ``torchrun`` only local rank
+0 of each node computes; the other local ranks wait for its file (``wait_timeout``).
+
+Example:
+    >>> lens = lengths_of([{"input_ids": [1, 2]}, {"input_ids": "x"}, {"input_ids": [3]}])
+    >>> lens.length.tolist(), lens.rejected
+    ([2, -1, 1], {'wrong_type': 1})
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Callable
+from typing import Any
+
+import orjson
+
+from chute.errors import ConfigError
+from chute.lengths.base import STATUS_OK, STATUS_REJECTED, STATUS_TRUNCATED, Lengths
+from chute.lengths.compute import compute_lengths
+from chute.lengths.store import LENGTHS_VERSION, cache_key, cache_paths, read_cached, write_cached
+
+__all__ = [
+    "LENGTHS_VERSION",
+    "STATUS_OK",
+    "STATUS_REJECTED",
+    "STATUS_TRUNCATED",
+    "Lengths",
+    "compute_lengths",
+    "lengths_key",
+    "lengths_of",
+]
+
+log = logging.getLogger("chute.lengths")
+
+
+def lengths_key(source: Any, recipe: Any) -> tuple[str | None, dict[str, Any]]:
+    """The cache key of (source, recipe), or ``None`` when either has no fingerprint."""
+    source_fp = _fingerprint(source)
+    if recipe is None:
+        recipe_fp: Any = {"kind": "pretokenized"}
+    else:
+        recipe_fp = _fingerprint(recipe)
+    if source_fp is None or recipe_fp is None:
+        return None, {}
+    return cache_key(source_fp, recipe_fp), {"source": source_fp, "recipe": recipe_fp}
+
+
+def _fingerprint(obj: Any) -> Any:
+    fn = getattr(obj, "fingerprint", None)
+    if not callable(fn):
+        return None
+    return orjson.loads(orjson.dumps(fn(), option=orjson.OPT_SERIALIZE_NUMPY))
+
+
+def lengths_of(
+    source: Any,
+    recipe: Callable[[Any], Any] | None = None,
+    *,
+    workers: int | None = None,
+    cache: bool = True,
+    cache_dir: str | os.PathLike[str] | None = None,
+    progress: Callable[[int], None] | None = None,
+    local_rank: int = 0,
+    wait_timeout: float = 3600.0,
+) -> Lengths:
+    """The ``Lengths`` of every sample of ``source`` under ``recipe`` (see the module docstring).
+
+    Args:
+        source: a ``JsonlSource``, a chute cache, or any map-style dataset.
+        recipe: ``recipe(record) -> sample``; ``None``: records are pre-tokenized samples.
+        workers: processes for the lengths pass (default: all cores).
+        cache: read and write the lengths cache (``False``: always compute, store nothing).
+        cache_dir: the cache root (default ``$CHUTE_CACHE_DIR`` or ``~/.cache/chute``).
+        progress: called with the number of records done, for progress bars.
+        local_rank: this process's rank within its node; ranks other than 0 wait for local
+            rank 0 to write the cache instead of computing it again.
+        wait_timeout: seconds a waiting rank waits before it gives up.
+
+    Raises:
+        ConfigError: the source's own lengths do not match its size, or the wait timed out.
+    """
+    own = getattr(source, "lengths", None)
+    if own is not None:
+        lens = Lengths.of(own() if callable(own) else own)
+        if len(lens) != len(source):
+            raise ConfigError(
+                f"{type(source).__name__}.lengths has {len(lens)} entries but the source has "
+                f"{len(source)} samples; rebuild the source's lengths"
+            )
+        return lens
+    key, describe = lengths_key(source, recipe) if cache else (None, {})
+    if key is None:
+        out, kinds, tally = compute_lengths(source, recipe, workers=workers, progress=progress)
+        return Lengths(out[0], out[1], out[2], kinds=tuple(kinds), tally=tally)
+    hit = read_cached(key, cache_dir)
+    if hit is not None:
+        return hit
+    if local_rank != 0:
+        return _wait_for(key, cache_dir, wait_timeout)
+    n = len(source)
+    log.info(
+        "computing the lengths of %d records (cached as %s)", n, cache_paths(key, cache_dir)[0]
+    )
+
+    def fill(out: Any) -> tuple[list[str], Any]:
+        _, kinds, tally = compute_lengths(
+            source, recipe, workers=workers, out=out, progress=progress
+        )
+        return kinds, tally
+
+    return write_cached(key, n, fill, cache_dir=cache_dir, describe=describe)
+
+
+def _wait_for(key: str, cache_dir: Any, timeout: float) -> Lengths:
+    deadline = time.monotonic() + timeout
+    delay = 0.05
+    while time.monotonic() < deadline:
+        hit = read_cached(key, cache_dir)
+        if hit is not None:
+            return hit
+        time.sleep(delay)
+        delay = min(2.0, delay * 2)
+    raise ConfigError(
+        f"waited wait_timeout={timeout} s for local rank 0 to write the lengths cache "
+        f"{cache_paths(key, cache_dir)[0]}; did it fail? Compute the lengths once beforehand "
+        f"(`chute stats ...` caches them) or raise the timeout"
+    )

@@ -1,0 +1,183 @@
+"""The lengths pass: run the recipe over every record of a source, in parallel, keep the counts.
+
+The source is cut into chunks of consecutive records; a pool of processes (fork on Linux, like
+``chute.validate``) runs the recipe over each chunk with ``recipe.batch`` (the tokenizer works
+back to back) and sends back three small int32 arrays per chunk. Results are written straight
+into the output array (a memory map when the result is cached), so the main process holds no
+per-record Python objects::
+
+    records 0 .. n-1 ──chunks──► worker: recipe.batch(256 records) ──► length, image_tokens,
+                                         check_sample, check_values      status (+ reject kinds)
+                                                     │
+    out[:, lo:hi] ◄──────────────────────────────────┘  (in chunk order, whatever finished first)
+
+A sample counts as valid exactly when the loader would accept it: the same ``check_sample`` and
+token-value checks run here.
+
+Example:
+    >>> data = [{"input_ids": [1, 2, 3]}, {"input_ids": []}, {"input_ids": [4]}]
+    >>> out, kinds, tally = compute_lengths(data, None, workers=1)
+    >>> out[0].tolist(), kinds, dict(tally.counts)
+    ([3, -1, 1], ['empty_sample'], {'empty_sample': 1})
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator
+from concurrent.futures import ProcessPoolExecutor
+from typing import Any
+
+import numpy as np
+
+from chute._mp import pool_context
+from chute.errors import RejectTally, as_sample_error
+from chute.lengths.base import STATUS_OK, STATUS_REJECTED, STATUS_TRUNCATED
+
+__all__ = ["compute_lengths"]
+
+# Records handed to recipe.batch at once (its measured sweet spot), and chunk size bounds.
+BATCH = 256
+MIN_CHUNK, MAX_CHUNK = 2_000, 100_000
+
+ChunkResult = tuple[int, np.ndarray, list[str], RejectTally]
+
+
+def compute_lengths(
+    source: Any,
+    recipe: Callable[[Any], Any] | None,
+    *,
+    workers: int | None = None,
+    out: np.ndarray | None = None,
+    progress: Callable[[int], None] | None = None,
+) -> tuple[np.ndarray, list[str], RejectTally]:
+    """Lengths, image tokens and status of every record of ``source``.
+
+    Args:
+        source: ``len`` and ``source[i]``; a ``JsonlSource`` is read in sequential blocks.
+        recipe: ``recipe(record) -> sample`` (``recipe.batch`` is used when present);
+            ``None``: records are pre-tokenized samples.
+        workers: processes (default: all cores; 1 runs in this process).
+        out: a ``(3, len(source))`` int32 array to fill (e.g. a memory map); default: new.
+        progress: called with the number of records done as chunks finish.
+
+    Returns:
+        ``(out, kinds, tally)``: rows ``length`` (-1 rejected), ``image_tokens`` and
+        ``status`` (see ``chute.lengths.base``); the reject kinds by code; the reject tally.
+    """
+    n = len(source)
+    if out is None:
+        out = np.empty((3, n), dtype=np.int32)
+    workers = max(1, workers or os.cpu_count() or 1)
+    chunk = max(MIN_CHUNK, min(MAX_CHUNK, -(-n // (workers * 8)))) if n else 1
+    bounds = [(lo, min(n, lo + chunk)) for lo in range(0, n, chunk)]
+    kinds: list[str] = []
+    tally = RejectTally()
+    for lo, block, chunk_kinds, chunk_tally in _run(source, recipe, bounds, workers):
+        hi = lo + block.shape[1]
+        codes = block[2]
+        if chunk_kinds:  # chunk-local reject kinds -> global codes
+            rejected = np.flatnonzero(codes >= STATUS_REJECTED)
+            for pos, kind in zip(rejected.tolist(), chunk_kinds, strict=True):
+                if kind not in kinds:
+                    kinds.append(kind)
+                codes[pos] = STATUS_REJECTED + kinds.index(kind)
+        out[:, lo:hi] = block
+        tally.merge(chunk_tally)
+        if progress is not None:
+            progress(hi - lo)
+    return out, kinds, tally
+
+
+def _run(
+    source: Any, recipe: Any, bounds: list[tuple[int, int]], workers: int
+) -> Iterator[ChunkResult]:
+    if workers == 1 or len(bounds) <= 1:
+        for lo, hi in bounds:
+            yield _chunk(source, recipe, lo, hi)
+        return
+    with ProcessPoolExecutor(
+        max_workers=min(workers, len(bounds)),
+        mp_context=pool_context(),
+        initializer=_init_worker,
+        initargs=(source, recipe),
+    ) as pool:
+        yield from pool.map(_chunk_in_worker, bounds)
+
+
+_WORKER: dict[str, Any] = {}
+
+
+def _init_worker(source: Any, recipe: Any) -> None:
+    _WORKER["source"], _WORKER["recipe"] = source, recipe
+
+
+def _chunk_in_worker(bounds: tuple[int, int]) -> ChunkResult:
+    return _chunk(_WORKER["source"], _WORKER["recipe"], *bounds)
+
+
+def _records(source: Any, lo: int, hi: int) -> Iterator[Any]:
+    between = getattr(source, "records_between", None)
+    if callable(between):
+        yield from between(lo, hi)
+    else:
+        for i in range(lo, hi):
+            yield source[i]
+
+
+def _chunk(source: Any, recipe: Any, lo: int, hi: int) -> ChunkResult:
+    """Lengths of records ``lo .. hi-1``; rejects carry chunk-local kind names."""
+    # imported here: chute.loader imports the plans, which import chute.lengths
+    from chute.loader.sample import as_tokenized, check_sample, check_values, location_of
+
+    block = np.zeros((3, hi - lo), dtype=np.int32)
+    kinds: list[str] = []
+    tally = RejectTally()
+    batch_fn = getattr(recipe, "batch", None) if recipe is not None else None
+    pending: list[Any] = []
+    pos = 0
+
+    def flush() -> None:
+        nonlocal pos
+        if callable(batch_fn):
+            results: list[Any] = batch_fn(pending)
+        else:
+            results = [_convert(recipe, item) for item in pending]
+        for item, result in zip(pending, results, strict=True):
+            try:
+                if isinstance(result, BaseException):
+                    raise result
+                sample = check_sample(result if recipe is not None else as_tokenized(result))
+                check_values(sample)
+            except Exception as exc:
+                path, line = location_of(item)
+                error = as_sample_error(exc, path, line)
+                if error.path is None and path is None:
+                    error.with_location(f"{type(source).__name__}[{lo + pos}]", None)
+                tally.add(error)
+                kinds.append(error.kind)
+                block[:, pos] = (-1, 0, STATUS_REJECTED)
+            else:
+                image = sample.get("num_image_tokens", 0) or 0
+                status = STATUS_TRUNCATED if sample.get("truncated") else STATUS_OK
+                block[:, pos] = (len(sample["input_ids"]), int(image), status)
+            pos += 1
+        pending.clear()
+
+    for item in _records(source, lo, hi):
+        pending.append(item)
+        if len(pending) == BATCH:
+            flush()
+    if pending:
+        flush()
+    return lo, block, kinds, tally
+
+
+def _convert(recipe: Any, item: Any) -> Any:
+    """``recipe(item)``, or the item itself without a recipe; an error is returned, not raised."""
+    if recipe is None:
+        return item
+    try:
+        return recipe(item)
+    except Exception as exc:  # judged (and job-level errors re-raised) by the caller
+        return exc

@@ -1,0 +1,167 @@
+"""The Loader's plan and collate, chosen from its arguments; lengths computed when a plan needs them.
+
+``Loader(plan="grouped" | "budget" | "packed", plan_options={...})`` needs every sample's length
+before the first batch. ``resolve_plan`` gets them once with ``chute.lengths.lengths_of`` (the
+source's own lengths, the lengths cache, or one parallel pass of the recipe), binds them to the
+planner, fills defaults from the recipe (``max_length``), and picks the matching collate
+(``PackedCollate`` for packed plans). Samples the recipe rejects are excluded from the plan up
+front; they are reported (``Loader.excluded``) and charged to the error budget at once.
+
+Example:
+    >>> data = [{"input_ids": [1] * n} for n in (5, 2, 7, 3)]
+    >>> setup = resolve_plan(data, None, "packed", {"max_length": 8}, batch_size=1,
+    ...                      shuffle=False, seed=0, drop_last=False, wrap=False)
+    >>> type(setup.collate).__name__, setup.planner.max_length
+    ('PackedCollate', 8)
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from chute.budget import ErrorBudget
+from chute.collate import Collate
+from chute.collate_packed import PackedCollate
+from chute.errors import ConfigError, ErrorBudgetExceeded
+from chute.lengths import Lengths, lengths_of
+from chute.plan import PLANNERS, LengthPlanner, PackedPlanner, Planner, make_planner
+
+__all__ = [
+    "PlanSetup",
+    "check_collate",
+    "check_excluded",
+    "check_packed_collate",
+    "resolve_plan",
+]
+
+log = logging.getLogger("chute.loader")
+
+
+@dataclass
+class PlanSetup:
+    """The planner, its lengths (``None`` for the random plan) and the default collate."""
+
+    planner: Planner
+    collate: Callable[..., dict[str, Any]]
+    lengths: Lengths | None = None
+    excluded: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def packed(self) -> bool:
+        return isinstance(self.planner, PackedPlanner)
+
+
+def resolve_plan(
+    source: Any,
+    recipe: Any,
+    plan: str | Planner,
+    plan_options: Mapping[str, Any] | None,
+    *,
+    batch_size: int,
+    shuffle: bool,
+    seed: int,
+    drop_last: bool,
+    wrap: bool,
+    pad_id: int = 0,
+    pad_to_multiple_of: int | None = None,
+    local_rank: int = 0,
+) -> PlanSetup:
+    """The planner for ``plan`` with its lengths bound, and the default collate for it."""
+    options = dict(plan_options or {})
+    cls = PLANNERS.get(plan) if isinstance(plan, str) else type(plan)
+    if options and not isinstance(plan, str):
+        raise ConfigError(
+            "plan_options configure a plan given by name; set the options on the Planner "
+            "instance you pass as plan= instead"
+        )
+    needs = bool(getattr(cls, "needs_lengths", False))
+    if options and not needs and isinstance(plan, str):
+        raise ConfigError(
+            f"plan={plan!r} takes no plan_options (got {sorted(options)}); they are for "
+            f"{sorted(k for k, c in PLANNERS.items() if getattr(c, 'needs_lengths', False))}"
+        )
+    if isinstance(plan, str) and needs:
+        max_length = getattr(recipe, "max_length", None)
+        if plan in ("packed", "budget") and max_length is not None:
+            options.setdefault("max_length", max_length)
+        if plan == "budget" and pad_to_multiple_of is not None:
+            options.setdefault("pad_to_multiple_of", pad_to_multiple_of)
+    planner = make_planner(
+        plan,
+        batch_size=batch_size,
+        shuffle=shuffle,
+        seed=seed,
+        drop_last=drop_last,
+        wrap=wrap,
+        **options,
+    )
+    lengths = None
+    if isinstance(planner, LengthPlanner):
+        if planner.lengths is None:
+            planner = planner.with_lengths(lengths_of(source, recipe, local_rank=local_rank))
+        lengths = planner.require_lengths()
+    if isinstance(planner, PackedPlanner):  # rows max_length wide, or as wide as the fullest
+        collate: Any = PackedCollate(
+            planner.max_length,
+            pad_id,
+            pad_to_max_length=pad_to_multiple_of is None,
+            pad_to_multiple_of=pad_to_multiple_of,
+        )
+    else:
+        collate = Collate(pad_id, pad_to_multiple_of)
+    excluded = lengths.rejected if lengths is not None else {}
+    return PlanSetup(planner, collate, lengths, excluded)
+
+
+def check_collate(collate: Any, pad_id: Any, pad_to_multiple_of: Any) -> None:
+    """Padding options configure the default collate only."""
+    if collate is not None and (pad_id is not None or pad_to_multiple_of is not None):
+        raise ConfigError(
+            "pad_id and pad_to_multiple_of configure the default collate; with a custom "
+            "collate=..., set padding on that collate instead"
+        )
+
+
+def check_packed_collate(setup: PlanSetup, collate: Any) -> None:
+    """Refuse a custom collate that cannot take the rows of a packed plan."""
+    if not setup.packed or collate is None:
+        return
+    try:
+        params = inspect.signature(collate).parameters
+    except (TypeError, ValueError):  # a builtin or C callable: let it try
+        return
+    takes_kwargs = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
+    if "rows" not in params and not takes_kwargs:
+        raise ConfigError(
+            f"plan='packed' calls collate(samples, rows=[samples per row]), but "
+            f"{type(collate).__name__} takes no rows argument; use chute.PackedCollate (the "
+            f"default for packed plans) or accept rows="
+        )
+
+
+def check_excluded(setup: PlanSetup, budget: ErrorBudget) -> None:
+    """Log the samples the lengths pass rejected, and stop now if they exceed the budget."""
+    lengths = setup.lengths
+    if lengths is None or not lengths.num_rejected:
+        return
+    total, bad = len(lengths), lengths.num_rejected
+    log.warning(
+        "%d of %d samples were rejected by the recipe while computing lengths and are left out "
+        "of the plan (Loader.excluded):\n%s",
+        bad,
+        total,
+        lengths.tally.summary(),
+    )
+    f = budget.max_bad_fraction
+    if f is not None and total >= budget.min_samples and bad > f * total:
+        raise ErrorBudgetExceeded(
+            f"error budget exceeded: {bad} of {total} samples were rejected ({bad / total:.1%}) "
+            f"while computing lengths, above max_bad_fraction={f}.\nBy reason:\n"
+            f"{lengths.tally.summary()}\nFix or filter the data (`chute validate PATH` lists "
+            f"every bad record with its line), or raise max_bad_fraction if this is expected.",
+            lengths.tally,
+        )

@@ -1,0 +1,219 @@
+"""``budget``: batches of as many samples as fit a budget of padded tokens (rows x longest).
+
+Each epoch: shuffle the valid ids, cut them into mega-batches (about ``group_size`` optimizer
+steps each), sort each by length (longest first) and cut it greedily: a batch starts at its
+longest sample ``L`` and takes ``max_tokens // L`` samples (at most ``max_rows``). Short samples
+make big batches, long ones small batches; every batch costs about ``max_tokens`` padded tokens,
+so memory is flat and padding is low. ``max_tokens = 12``::
+
+    sorted     6 6 5 | 4 3 3 | 2 2 2 2 2 2 | ...     batch = rows x longest <= 12
+    batches    [6 6]   [5 4]   [3 3 2 2] ...         (rows 2, 2, 4: 12, 10, 12 tokens)
+
+Equal batch counts per rank: the batches are dealt in steps of ``world_size`` consecutive
+batches (neighbours in length, so ranks stay balanced within a step: similar padded tokens and
+similar attention cost). When their count is not a multiple of ``world_size``, the batches with
+the most rows are split in two (which never adds padding) until it is; only when there are too
+few samples for that do some ranks get an empty last batch (the loader's placeholder row). The
+steps are then shuffled in blocks of ``grad_accum``, the one holding the longest sample first.
+
+A sample longer than ``max_tokens`` gets a batch of its own (counted as ``over_budget`` in the
+plan's stats): set ``max_tokens >= max_length`` to avoid it.
+
+Example:
+    >>> import numpy as np
+    >>> lens = np.array([6, 6, 5, 4, 3, 3, 2, 2, 2, 2])
+    >>> plan = BudgetPlanner(12, shuffle=False, lengths=lens).build(10, epoch=0, world_size=1)
+    >>> [plan.batch(0, k).tolist() for k in range(plan.num_batches)]
+    [[0, 1], [2, 3], [4, 5, 6, 7], [8, 9]]
+"""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any, ClassVar
+
+import numpy as np
+
+from chute.errors import ConfigError
+from chute.plan.base import check_positive
+from chute.plan.lengthed import LengthPlanner, derive_seed, shuffle_units, sort_within
+from chute.plan.order import IdOrder
+from chute.plan.table import TablePlan, gather_segments
+
+__all__ = ["BudgetPlanner", "budget_sizes"]
+
+
+def _round_up(value: int, multiple: int) -> int:
+    return -(-value // multiple) * multiple
+
+
+def budget_sizes(
+    lengths: list[int], bounds: list[int], max_tokens: int, max_rows: int | None, multiple: int
+) -> tuple[list[int], int]:
+    """Greedy batch sizes over runs of lengths sorted longest first.
+
+    Args:
+        lengths: sample lengths; each run ``bounds[i] .. bounds[i+1]`` is sorted descending.
+        bounds: run boundaries (mega-batches), ``0`` first and ``len(lengths)`` last.
+        max_tokens: padded tokens per batch.
+        max_rows: samples per batch at most (``None``: no limit).
+        multiple: rows are padded to a multiple of this.
+
+    Returns:
+        ``(sizes, over_budget)``: samples per batch in order, and how many batches are one
+        sample longer than ``max_tokens``.
+
+    Example:
+        >>> budget_sizes([6, 6, 5, 4, 3, 3, 2], [0, 7], 12, None, 1)
+        ([2, 2, 3], 0)
+    """
+    sizes: list[int] = []
+    over = 0
+    cap = max_rows or len(lengths) or 1
+    for lo, hi in itertools.pairwise(bounds):
+        i = lo
+        while i < hi:
+            width = _round_up(max(1, lengths[i]), multiple)
+            rows = min(cap, max_tokens // width)
+            if rows == 0:
+                rows, over = 1, over + 1
+            j = min(hi, i + rows)
+            sizes.append(j - i)
+            i = j
+    return sizes, over
+
+
+def _even_out(sizes: np.ndarray, world_size: int) -> np.ndarray:
+    """Split the biggest batches in two until the count is a multiple of ``world_size``."""
+    while len(sizes) % world_size:
+        b = int(np.argmax(sizes)) if len(sizes) else 0
+        if not len(sizes) or sizes[b] < 2:
+            break
+        half = int(sizes[b]) // 2
+        sizes = np.concatenate([sizes[:b], [sizes[b] - half, half], sizes[b + 1 :]])
+    return sizes
+
+
+class BudgetPlanner(LengthPlanner):
+    """Variable-size batches of about ``max_tokens`` padded tokens (see the module docstring).
+
+    Args:
+        max_tokens: padded tokens per batch (rows x longest row). Default: ``batch_size x
+            max_length``, the memory of ``batch_size`` rows at full length.
+        batch_size: with ``max_length``, sets the default ``max_tokens``.
+        max_length: the longest sample (the recipe's); only for the default ``max_tokens``.
+        max_rows: samples per batch at most (``None``: no limit).
+        pad_to_multiple_of: rows are padded to a multiple of this (the collate's setting).
+        group_size: optimizer steps per mega-batch (as in ``grouped``).
+        grad_accum: micro-batches per optimizer step.
+        longest_first: put the steps holding the longest sample first.
+        shuffle: a new order every epoch.
+        seed: the shuffle's seed.
+        drop_last: leave out a last step that would give some ranks an empty batch.
+        wrap: not supported (raises).
+        lengths: the source's ``Lengths`` (the ``Loader`` binds them).
+    """
+
+    kind: ClassVar[str] = "budget"
+
+    def __init__(
+        self,
+        max_tokens: int | None = None,
+        *,
+        batch_size: int = 1,
+        max_length: int | None = None,
+        max_rows: int | None = None,
+        pad_to_multiple_of: int | None = None,
+        group_size: int = 50,
+        grad_accum: int = 1,
+        longest_first: bool = True,
+        shuffle: bool = True,
+        seed: int = 0,
+        drop_last: bool = False,
+        wrap: bool = False,
+        lengths: Any = None,
+    ):
+        super().__init__(shuffle=shuffle, seed=seed, lengths=lengths)
+        if wrap:
+            raise ConfigError(
+                "wrap=True is not supported by plan='budget' (batches have no fixed size to "
+                "fill); use the default or drop_last=True"
+            )
+        batch_size = check_positive("batch_size", batch_size)
+        if max_tokens is None:
+            if max_length is None:
+                raise ConfigError(
+                    "plan='budget' needs max_tokens (padded tokens per batch), or max_length "
+                    "to default it to batch_size x max_length; e.g. max_tokens=16384"
+                )
+            max_tokens = batch_size * check_positive("max_length", max_length)
+        self.max_tokens = check_positive("max_tokens", max_tokens)
+        self.max_rows = None if max_rows is None else check_positive("max_rows", max_rows)
+        self.multiple = (
+            1
+            if pad_to_multiple_of is None
+            else check_positive("pad_to_multiple_of", pad_to_multiple_of)
+        )
+        self.group_size = check_positive("group_size", group_size)
+        self.grad_accum = check_positive("grad_accum", grad_accum)
+        self.longest_first = bool(longest_first)
+        self.drop_last = bool(drop_last)
+
+    def params(self) -> dict[str, Any]:
+        return {
+            **self.common_params(),
+            "max_tokens": self.max_tokens,
+            "max_rows": self.max_rows,
+            "pad_to_multiple_of": self.multiple,
+            "group_size": self.group_size,
+            "grad_accum": self.grad_accum,
+            "longest_first": self.longest_first,
+            "drop_last": self.drop_last,
+        }
+
+    def plan_ids(self, ids: np.ndarray, *, epoch: int, world_size: int) -> TablePlan:
+        lengths = self.require_lengths().length
+        lens = lengths[ids]
+        mean = float(lens.mean()) if len(lens) else 1.0
+        per_batch = max(1, min(self.max_rows or 1 << 62, int(self.max_tokens // max(1.0, mean))))
+        mega = self.group_size * self.grad_accum * world_size * per_batch
+        ordered = ids[sort_within(lens, mega)]
+        n = len(ordered)
+        runs = [*range(0, n, mega), n]
+        found, over = budget_sizes(
+            lengths[ordered].tolist(), runs, self.max_tokens, self.max_rows, self.multiple
+        )
+        sizes = _even_out(np.asarray(found, dtype=np.int64), world_size)
+        steps, short = divmod(len(sizes), world_size)
+        starts = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+        if self.shuffle and steps:
+            first = None
+            if self.longest_first:
+                at = int(np.argmax(lengths[ordered[: starts[steps * world_size]]]))
+                first = int(np.searchsorted(starts, at, side="right") - 1) // world_size
+            perm = shuffle_units(
+                steps, self.grad_accum, derive_seed(self.seed, "steps"), epoch, first
+            )
+            step_lo = starts[perm * world_size]
+            step_len = starts[(perm + 1) * world_size] - step_lo
+            head = ordered[gather_segments(step_lo, step_len)]
+            ordered = np.concatenate([head, ordered[starts[steps * world_size] :]])
+            grid = sizes[: steps * world_size].reshape(steps, world_size)[perm].ravel()
+            sizes = np.concatenate([grid, sizes[steps * world_size :]])
+        dropped = 0
+        if short:
+            if self.drop_last:
+                dropped = int(sizes[steps * world_size :].sum())
+                sizes = sizes[: steps * world_size]
+            else:  # too few samples to split further: some ranks get an empty last batch
+                sizes = np.concatenate([sizes, np.zeros(world_size - short, dtype=np.int64)])
+        bounds = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+        dealt = int(bounds[-1])
+        return TablePlan(
+            IdOrder(ids),
+            world_size,
+            ids=ordered[:dealt],
+            batch_bounds=bounds,
+            undealt=ordered[dealt:],
+            stats={"dropped": dropped, "over_budget": over, "max_tokens": self.max_tokens},
+        )

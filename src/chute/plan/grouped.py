@@ -1,0 +1,133 @@
+"""``grouped``: length-grouped batches (the LengthGroupedSampler of transformers and XTuner).
+
+Each epoch: shuffle the valid ids, cut the order into mega-batches of ``group_size x grad_accum
+x world_size x batch_size`` samples, sort each mega-batch by length (longest first), cut it into
+steps of ``world_size x batch_size`` consecutive samples, and give each rank ``batch_size``
+consecutive samples of each step. Then shuffle the steps, so training does not go from long to
+short inside every mega-batch. ``world_size=2``, ``batch_size=2`` (lengths shown)::
+
+    shuffled     37  5 22 90 14 61 | 8 43 70 12 29 51 ...     (mega-batch of 3 steps here)
+    sorted       90 70 61 51 43 37 | 29 22 14 12  8  5
+    steps        [90 70 | 61 51]  [43 37 | 29 22]  [14 12 | 8 5]
+                  rank0   rank1
+    shuffled     step 0 (longest first), then the others in random order
+
+Why it pads less than XTuner's sampler, which sorts the same mega-batches but deals the sorted
+order to ranks round-robin (``indices[rank::world_size]``): there, each rank's batch spans the
+whole step (every ``world_size``-th sample of ``world_size x batch_size``); here it is a run of
+``batch_size`` neighbours, so each row is padded to a nearer longest. Ranks still get similar
+lengths in each step (the step is one narrow slice of a sorted mega-batch), which keeps them in
+balance.
+
+Gradient accumulation (``grad_accum=A``): mega-batches hold whole optimizer steps and steps are
+shuffled in blocks of ``A``, so the ``A`` micro-batches of one optimizer step are neighbours in
+length (their per-token loss weights stay even). ``longest_first`` moves the block holding the
+longest sample to the start, so an out-of-memory shows in the first step, not hours in.
+
+The last step may be partial: it is split evenly over the ranks (or dropped with
+``drop_last``), exactly as the random plan does. Every valid id is dealt once per epoch.
+
+Example:
+    >>> import numpy as np
+    >>> planner = GroupedPlanner(2, group_size=2, lengths=np.arange(1, 17))
+    >>> plan = planner.build(16, epoch=0, world_size=2)
+    >>> plan.num_batches, sorted(np.concatenate(
+    ...     [plan.batch(r, k) for r in range(2) for k in range(4)]).tolist()) == list(range(16))
+    (4, True)
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+import numpy as np
+
+from chute.errors import ConfigError
+from chute.plan.base import check_positive
+from chute.plan.lengthed import LengthPlanner, derive_seed, shuffle_units, sort_within
+from chute.plan.order import IdOrder
+from chute.plan.table import TablePlan, even_bounds, gather_segments
+
+__all__ = ["GroupedPlanner"]
+
+
+class GroupedPlanner(LengthPlanner):
+    """Batches of ``batch_size`` samples of similar length (see the module docstring).
+
+    Args:
+        batch_size: samples per batch per rank.
+        group_size: optimizer steps per mega-batch (transformers' ``mega_batch_mult``; XTuner
+            and transformers use 50). Larger: less padding, less randomness.
+        grad_accum: micro-batches per optimizer step (gradient accumulation).
+        longest_first: put the steps holding the longest sample first (OOM shows at once).
+        shuffle: a new order every epoch (``False``: sort the source order, no step shuffle).
+        seed: the shuffle's seed.
+        drop_last: leave out the last partial step.
+        wrap: not supported (raises); use the default or ``drop_last``.
+        lengths: the source's ``Lengths`` (the ``Loader`` binds them).
+    """
+
+    kind: ClassVar[str] = "grouped"
+
+    def __init__(
+        self,
+        batch_size: int,
+        *,
+        group_size: int = 50,
+        grad_accum: int = 1,
+        longest_first: bool = True,
+        shuffle: bool = True,
+        seed: int = 0,
+        drop_last: bool = False,
+        wrap: bool = False,
+        lengths: Any = None,
+    ):
+        super().__init__(shuffle=shuffle, seed=seed, lengths=lengths)
+        if wrap:
+            raise ConfigError(
+                "wrap=True is not supported by plan='grouped' (filling the last step would "
+                "repeat samples out of their length group); use the default (the last step is "
+                "split evenly over ranks) or drop_last=True"
+            )
+        self.batch_size = check_positive("batch_size", batch_size)
+        self.group_size = check_positive("group_size", group_size)
+        self.grad_accum = check_positive("grad_accum", grad_accum)
+        self.longest_first = bool(longest_first)
+        self.drop_last = bool(drop_last)
+
+    def params(self) -> dict[str, Any]:
+        return {
+            **self.common_params(),
+            "batch_size": self.batch_size,
+            "group_size": self.group_size,
+            "grad_accum": self.grad_accum,
+            "longest_first": self.longest_first,
+            "drop_last": self.drop_last,
+        }
+
+    def plan_ids(self, ids: np.ndarray, *, epoch: int, world_size: int) -> TablePlan:
+        lengths = self.require_lengths().length
+        step = world_size * self.batch_size
+        mega = self.group_size * self.grad_accum * step
+        lens = lengths[ids]
+        ordered = ids[sort_within(lens, mega)]
+        full = len(ordered) // step
+        if self.shuffle and full:
+            first = None
+            if self.longest_first:
+                first = int(np.argmax(lengths[ordered[: full * step]])) // step
+            steps = shuffle_units(
+                full, self.grad_accum, derive_seed(self.seed, "steps"), epoch, first
+            )
+            head = ordered[gather_segments(steps * step, np.full(full, step))]
+            ordered = np.concatenate([head, ordered[full * step :]])
+        bounds = even_bounds(len(ordered), world_size, self.batch_size, self.drop_last)
+        dealt = int(bounds[-1])
+        return TablePlan(
+            IdOrder(ids),
+            world_size,
+            ids=ordered[:dealt],
+            batch_bounds=bounds,
+            undealt=ordered[dealt:],
+            stats={"dropped": len(ordered) - dealt},
+        )

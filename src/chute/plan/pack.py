@@ -1,0 +1,218 @@
+"""Bin packing for packed rows: best-fit decreasing in O(n log n), and split packing.
+
+**Best-fit decreasing** (BFD): take samples longest first; put each into the open row with the
+least room that still fits it, or open a new row. It is within 11/9 of the optimal row count
+(plus a constant), and in practice within a fraction of a percent of the lower bound
+``ceil(tokens / max_length)`` on instruction data, where short samples fill the gaps.
+
+A sample-by-sample Python loop would take minutes for 10M samples. Lengths are integers in
+``[1, max_length]``, so samples are processed *by length*, and rows *by remaining room*: all
+``k`` samples of length ``L`` go to the rows of the smallest room ``c >= L`` first. Exact BFD puts
+consecutive equal samples into the same row until it is full (its room shrinks to ``c - L``,
+which is then the best fit), so each row of room ``c`` takes ``q = c // L`` of them and is left
+with ``c - q L < L``. That is one vectorised step per (length, room) pair instead of one per
+sample::
+
+    room -> rows      {2048: -, 300: [r4, r9], 120: [r2]}      samples of length 100, k = 5
+    best fit: 120 -> r2 takes 1 (room 20); next best: 300 -> r4, r9 take 3 each ... 4 left: done
+
+The result is the same as the sample-by-sample algorithm (tested against it).
+
+**Split packing** (pretraining text): concatenate the samples and cut the stream every
+``max_length`` tokens; a sample crossing a cut becomes two pieces in consecutive rows.
+"""
+
+from __future__ import annotations
+
+import bisect
+
+import numpy as np
+
+__all__ = ["best_fit_decreasing", "pack_rows", "radix_argsort", "split_rows"]
+
+
+def radix_argsort(keys: np.ndarray) -> np.ndarray:
+    """A stable argsort of non-negative integer keys, by 16-bit radix passes when they fit.
+
+    numpy sorts 16-bit keys by radix (linear time) but wider ones by timsort; two 16-bit passes
+    (low half, then high half, both stable) order keys below 2**32 about 3x faster.
+
+    Example:
+        >>> radix_argsort(np.array([70000, 3, 70000, 1])).tolist()
+        [3, 1, 0, 2]
+    """
+    keys = np.asarray(keys)
+    top = int(keys.max()) if keys.size else 0
+    if top < 2**16:
+        return np.argsort(keys.astype(np.uint16), kind="stable")
+    if top >= 2**32 or int(keys.min()) < 0:
+        return np.argsort(keys, kind="stable")
+    wide = keys.astype(np.uint32)
+    first = np.argsort((wide & 0xFFFF).astype(np.uint16), kind="stable")
+    return first[np.argsort((wide[first] >> 16).astype(np.uint16), kind="stable")]
+
+
+def best_fit_decreasing(lengths: np.ndarray, capacity: int) -> tuple[np.ndarray, int]:
+    """The row of each item under best-fit decreasing packing into rows of ``capacity``.
+
+    Items are taken longest first; equal lengths in their given order (so a shuffled input
+    gives a different packing each epoch). Lengths above ``capacity`` must be clipped by the
+    caller; lengths below 1 count as 1.
+
+    Args:
+        lengths: item lengths (any integer dtype).
+        capacity: tokens per row.
+
+    Returns:
+        ``(row, num_rows)``: the row (int64, numbered in the order rows were opened) of each
+        item, in the input's order.
+
+    Example:
+        >>> row, n = best_fit_decreasing(np.array([3, 7, 5, 2, 4]), capacity=10)
+        >>> row.tolist(), n
+        ([0, 0, 1, 2, 1], 3)
+    """
+    order, row_sorted, _, counts = _bfd(lengths, capacity)
+    row = np.empty(len(order), dtype=np.int64)
+    row[order] = row_sorted
+    return row, len(counts)
+
+
+def pack_rows(lengths: np.ndarray, capacity: int) -> tuple[np.ndarray, np.ndarray]:
+    """Best-fit decreasing rows as ``(members, counts)``: item indexes grouped row by row.
+
+    Row ``r`` holds items ``members[sum(counts[:r]) : sum(counts[:r + 1])]``, longest first;
+    rows are in the order they were opened. No sort is needed to group them: the packing knows
+    each item's slot in its row.
+
+    Example:
+        >>> members, counts = pack_rows(np.array([3, 7, 5, 2, 4]), capacity=10)
+        >>> members.tolist(), counts.tolist()
+        ([1, 0, 2, 4, 3], [2, 2, 1])
+    """
+    order, row_sorted, slot_sorted, counts = _bfd(lengths, capacity)
+    starts = np.cumsum(counts) - counts
+    members = np.empty(len(order), dtype=np.int64)
+    members[starts[row_sorted] + slot_sorted] = order
+    return members, counts
+
+
+def _bfd(
+    lengths: np.ndarray, capacity: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Best-fit decreasing as ``(order, row, slot, counts)``.
+
+    ``order``: the items longest first; ``row`` and ``slot``: the row of each item in that
+    order and its place within the row; ``counts``: the number of items of each row.
+    """
+    n = len(lengths)
+    if n == 0:
+        empty = np.empty(0, dtype=np.int64)
+        return empty, empty, empty, empty
+    lens = np.clip(np.asarray(lengths, dtype=np.int64), 1, capacity)
+    order = radix_argsort(capacity - lens)  # longest first, ties in input order
+    sorted_len = lens[order]
+    cuts = np.flatnonzero(np.diff(sorted_len)) + 1
+    starts = np.concatenate([[0], cuts]).tolist()
+    ends = np.concatenate([cuts, [n]]).tolist()
+    row_sorted = np.empty(n, dtype=np.int64)
+    slot_sorted = np.empty(n, dtype=np.int64)
+    filled = np.zeros(n, dtype=np.int64)  # items in each row so far (at most n rows)
+    rooms: dict[int, list[int]] = {}  # room -> rows with exactly that much room left
+    open_rooms: list[int] = []  # sorted rooms that have rows
+
+    def add(room: int, rows: list[int] | np.ndarray) -> None:
+        if room <= 0 or not len(rows):
+            return
+        stack = rooms.get(room)
+        if stack is None:
+            stack = rooms[room] = []
+            bisect.insort(open_rooms, room)
+        stack.extend(rows.tolist() if isinstance(rows, np.ndarray) else rows)
+
+    next_row = 0
+    for s, e in zip(starts, ends, strict=True):
+        size = int(sorted_len[s])
+        pos = s
+        while pos < e:
+            left = e - pos
+            j = bisect.bisect_left(open_rooms, size)
+            if j == len(open_rooms):  # nothing fits: open new rows, q items each
+                q = capacity // size
+                opened = -(-left // q)
+                within = np.arange(left, dtype=np.int64)
+                row_sorted[pos:e] = next_row + within // q
+                slot_sorted[pos:e] = within % q
+                full, rest = divmod(left, q)
+                filled[next_row : next_row + full] = q
+                add(capacity - q * size, np.arange(next_row, next_row + full))
+                if rest:
+                    filled[next_row + full] = rest
+                    add(capacity - rest * size, [next_row + full])
+                next_row += opened
+                pos = e
+                continue
+            room = open_rooms[j]
+            stack = rooms[room]
+            q = room // size
+            take = min(len(stack), -(-left // q))
+            rows = stack[len(stack) - take :]
+            del stack[len(stack) - take :]
+            if not stack:
+                del rooms[room]
+                open_rooms.pop(j)
+            count = min(left, take * q)
+            taken = np.asarray(rows, dtype=np.int64)
+            row_sorted[pos : pos + count] = np.repeat(taken, q)[:count]
+            slot_sorted[pos : pos + count] = (
+                np.repeat(filled[taken], q) + np.tile(np.arange(q, dtype=np.int64), take)
+            )[:count]
+            full, rest = divmod(count, q)
+            filled[taken[:full]] += q
+            add(room - q * size, rows[:full])
+            if rest:
+                filled[taken[full]] += rest
+                add(room - rest * size, rows[full : full + 1])
+            pos += count
+    return order, row_sorted, slot_sorted, filled[:next_row].copy()
+
+
+def split_rows(
+    lengths: np.ndarray, capacity: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Pieces of items concatenated in order and cut every ``capacity`` tokens.
+
+    Args:
+        lengths: item lengths, in stream order.
+        capacity: tokens per row.
+
+    Returns:
+        ``(item, start, end, row_bounds)``: for each piece, the item it comes from and its
+        token range ``[start, end)`` within the item; pieces are in stream order, and row
+        ``r`` holds pieces ``row_bounds[r] .. row_bounds[r+1]-1``.
+
+    Example:
+        >>> item, start, end, rows = split_rows(np.array([5, 2, 6]), capacity=4)
+        >>> item.tolist(), start.tolist(), end.tolist(), rows.tolist()
+        ([0, 0, 1, 2, 2, 2], [0, 4, 0, 0, 1, 5], [4, 5, 2, 1, 5, 6], [0, 1, 4, 5, 6])
+    """
+    lens = np.asarray(lengths, dtype=np.int64)
+    ends_at = np.cumsum(lens)
+    begins = ends_at - lens
+    keep = lens > 0
+    first_row = begins // capacity
+    last_row = np.where(keep, (ends_at - 1) // capacity, first_row - 1)
+    pieces = last_row - first_row + 1
+    item = np.repeat(np.arange(len(lens), dtype=np.int64), pieces)
+    offsets = np.cumsum(pieces) - pieces
+    row = (
+        np.repeat(first_row, pieces)
+        + np.arange(len(item), dtype=np.int64)
+        - np.repeat(offsets, pieces)
+    )
+    lo = np.maximum(begins[item], row * capacity)
+    hi = np.minimum(ends_at[item], (row + 1) * capacity)
+    total = int(ends_at[-1]) if len(lens) else 0
+    num_rows = -(-total // capacity)
+    row_bounds = np.searchsorted(row, np.arange(num_rows + 1), side="left").astype(np.int64)
+    return item, lo - begins[item], hi - begins[item], row_bounds

@@ -1,0 +1,239 @@
+"""``packed``: several samples per row of ``max_length`` tokens, rows in batches of ``batch_size``.
+
+Each epoch: shuffle the valid ids, pack them best-fit decreasing into rows of ``max_length``
+(over the whole epoch, or within consecutive windows of ``window`` samples), shuffle the rows,
+and deal ``batch_size`` rows per rank per step (the last partial step split evenly over ranks,
+as the random plan does)::
+
+    samples (lengths)   a:5  b:2  c:7  d:3  e:1  f:4   max_length = 8
+    rows (BFD)          [c e]  [a d]  [f b]             7+1, 5+3, 4+2: 22 tokens in 3 x 8
+    shuffled + dealt    step 0: rank 0 [a d] | rank 1 [f b];  step 1: rank 0 [c e] | rank 1 -
+
+A sample is never split across rows; one longer than ``max_length`` follows ``overflow``:
+``"truncate"`` (a row of its own, cut to ``max_length`` by the packed collate; counted as
+``truncated``) or ``"drop"`` (never dealt; counted as ``dropped``). Every other valid id is
+dealt exactly once per epoch.
+
+``split=True`` (pretraining text): the shuffled samples are concatenated and cut into rows of
+exactly ``max_length`` tokens, in stream order; a sample crossing a cut continues in the next row
+(see ``docs/padding.md`` for what that means for its loss). The rows are dealt in stream order,
+so an elastic resume owes a prefix-closed rest (the one sample cut by the resume point is dealt
+again whole). Samples with image tokens cannot be split.
+
+Example:
+    >>> import numpy as np
+    >>> planner = PackedPlanner(8, batch_size=1, shuffle=False, lengths=[5, 2, 7, 3, 1, 4])
+    >>> plan = planner.build(6, epoch=0, world_size=2)
+    >>> [plan.layout(r, k)[0].tolist() for k in range(plan.num_batches) for r in range(2)]
+    [[2, 4], [0, 3], [5, 1], []]
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, ClassVar
+
+import numpy as np
+
+from chute.errors import ConfigError
+from chute.plan.base import check_positive
+from chute.plan.lengthed import LengthPlanner, derive_seed
+from chute.plan.order import IdOrder
+from chute.plan.pack import pack_rows, split_rows
+from chute.plan.shuffle import Permutation
+from chute.plan.table import TablePlan, even_bounds, gather_segments
+
+__all__ = ["OVERFLOW", "PackedPlanner", "packing_bound"]
+
+log = logging.getLogger("chute.plan")
+
+OVERFLOW = ("truncate", "drop")
+# Warn when packing fills rows this much worse than the lengths allow.
+WARN_GAP = 0.05
+
+
+def packing_bound(lengths: np.ndarray, max_length: int) -> int:
+    """The fewest rows any packing could use: tokens / max_length, and one per sample > half.
+
+    Example:
+        >>> packing_bound(np.array([6, 6, 2]), 8)
+        2
+    """
+    lens = np.minimum(np.asarray(lengths, dtype=np.int64), max_length)
+    tokens = int(lens.sum())
+    return max(-(-tokens // max_length), int(np.count_nonzero(2 * lens > max_length)))
+
+
+class PackedPlanner(LengthPlanner):
+    """Rows of packed samples, ``batch_size`` rows per batch (see the module docstring).
+
+    Args:
+        max_length: tokens per row (default: the recipe's ``max_length``, set by the loader).
+        batch_size: rows per batch per rank.
+        split: concatenate and cut into full rows (pretraining text) instead of packing whole
+            samples.
+        window: pack within consecutive windows of this many samples of the shuffled order
+            (``None``: the whole epoch at once, the tightest packing).
+        overflow: a sample longer than ``max_length``: ``"truncate"`` or ``"drop"``.
+        shuffle: a new order (and new rows) every epoch.
+        seed: the shuffle's seed.
+        drop_last: leave out the last partial step of rows.
+        wrap: not supported (raises).
+        lengths: the source's ``Lengths`` (the ``Loader`` binds them).
+    """
+
+    kind: ClassVar[str] = "packed"
+
+    def __init__(
+        self,
+        max_length: int | None = None,
+        *,
+        batch_size: int = 1,
+        split: bool = False,
+        window: int | None = None,
+        overflow: str = "truncate",
+        shuffle: bool = True,
+        seed: int = 0,
+        drop_last: bool = False,
+        wrap: bool = False,
+        lengths: Any = None,
+    ):
+        super().__init__(shuffle=shuffle, seed=seed, lengths=lengths)
+        if wrap:
+            raise ConfigError(
+                "wrap=True is not supported by plan='packed' (rows are not samples to repeat); "
+                "use the default or drop_last=True"
+            )
+        if max_length is None:
+            raise ConfigError(
+                "plan='packed' needs max_length (tokens per row), e.g. max_length=4096; the "
+                "Loader takes it from the recipe's max_length when the recipe has one"
+            )
+        if overflow not in OVERFLOW:
+            raise ConfigError(f"overflow must be one of {OVERFLOW}, got {overflow!r}")
+        self.max_length = check_positive("max_length", max_length)
+        self.batch_size = check_positive("batch_size", batch_size)
+        self.split = bool(split)
+        self.window = None if window is None else check_positive("window", window)
+        if self.split and self.window is not None:
+            raise ConfigError("window= applies to packing whole samples; drop it with split=True")
+        self.overflow = overflow
+        self.drop_last = bool(drop_last)
+        self._warned = False
+
+    def params(self) -> dict[str, Any]:
+        return {
+            **self.common_params(),
+            "max_length": self.max_length,
+            "batch_size": self.batch_size,
+            "split": self.split,
+            "window": self.window,
+            "overflow": self.overflow,
+            "drop_last": self.drop_last,
+        }
+
+    def plan_ids(self, ids: np.ndarray, *, epoch: int, world_size: int) -> TablePlan:
+        lens_all = self.require_lengths()
+        lens = lens_all.length[ids].astype(np.int64)
+        if self.split:
+            return self._split(ids, lens, world_size)
+        cap = self.max_length
+        over = lens > cap
+        stats = {"truncated": 0, "dropped": 0}
+        undealt = np.empty(0, dtype=np.int64)
+        if over.any():
+            if self.overflow == "drop":
+                undealt, ids, lens = ids[over], ids[~over], lens[~over]
+                stats["dropped"] = len(undealt)
+            else:
+                stats["truncated"] = int(np.count_nonzero(over))
+                lens = np.minimum(lens, cap)
+        members, counts = self._pack(lens)  # rows in opening order, members longest first
+        row_bounds = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+        num_rows = len(counts)
+        rows = np.arange(num_rows, dtype=np.int64)
+        if self.shuffle:
+            rows = Permutation(num_rows, derive_seed(self.seed, "rows"), epoch).materialize()
+        picked = ids[members][gather_segments(row_bounds[rows], counts[rows])]
+        row_bounds = np.concatenate([[0], np.cumsum(counts[rows])]).astype(np.int64)
+        bounds = even_bounds(num_rows, world_size, self.batch_size, self.drop_last)
+        dealt_rows = int(bounds[-1])
+        dealt = int(row_bounds[dealt_rows])
+        undealt = np.concatenate([undealt, picked[dealt:]])
+        stats["dropped"] += len(picked) - dealt
+        tokens = int(lens.sum())
+        stats.update(rows=num_rows, tokens=tokens, bound=packing_bound(lens, cap), max_length=cap)
+        self._check_efficiency(stats)
+        return TablePlan(
+            IdOrder(ids),
+            world_size,
+            ids=picked[:dealt],
+            batch_bounds=bounds,
+            row_bounds=row_bounds[: dealt_rows + 1],
+            undealt=undealt,
+            stats=stats,
+        )
+
+    def _pack(self, lens: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        if self.window is None or self.window >= len(lens):
+            return pack_rows(lens, self.max_length)
+        members, counts = [], []
+        for lo in range(0, len(lens), self.window):
+            part, sizes = pack_rows(lens[lo : lo + self.window], self.max_length)
+            members.append(part + lo)
+            counts.append(sizes)
+        return np.concatenate(members), np.concatenate(counts)
+
+    def _split(self, ids: np.ndarray, lens: np.ndarray, world_size: int) -> TablePlan:
+        image = self.require_lengths().image_tokens
+        if image is not None and len(ids) and bool((image[ids] > 0).any()):
+            raise ConfigError(
+                "split=True cuts samples at row boundaries, which would cut images apart; some "
+                "samples have image tokens. Pack whole samples (split=False) for multimodal data"
+            )
+        item, start, end, row_bounds = split_rows(lens, self.max_length)
+        num_rows = len(row_bounds) - 1
+        bounds = even_bounds(num_rows, world_size, self.batch_size, self.drop_last)
+        dealt_rows = int(bounds[-1])
+        dealt = int(row_bounds[dealt_rows])
+        pieces = ids[item]
+        # undealt: samples with no piece dealt (a sample cut by the drop is dealt in part)
+        touched = np.zeros(len(ids), dtype=bool)
+        touched[item[:dealt]] = True
+        undealt = ids[~touched]
+        stats = {
+            "max_length": self.max_length,
+            "rows": num_rows,
+            "tokens": int(lens.sum()),
+            "bound": -(-int(lens.sum()) // self.max_length),
+            "truncated": 0,
+            "dropped": len(undealt),
+            "split_samples": int(np.count_nonzero(np.bincount(item) > 1)) if len(item) else 0,
+        }
+        return TablePlan(
+            IdOrder(ids),
+            world_size,
+            ids=pieces[:dealt],
+            batch_bounds=bounds,
+            row_bounds=row_bounds[: dealt_rows + 1],
+            spans=(start[:dealt].astype(np.int32), end[:dealt].astype(np.int32)),
+            undealt=undealt,
+            stats=stats,
+        )
+
+    def _check_efficiency(self, stats: dict[str, Any]) -> None:
+        rows, bound = stats["rows"], stats["bound"]
+        if self._warned or not rows or rows <= bound * (1 + WARN_GAP) or rows - bound < 2:
+            return
+        self._warned = True
+        log.warning(
+            "packing fills rows poorly: %d rows where the lengths allow %d (%.1f%% vs %.1f%% of "
+            "each row used); %s",
+            rows,
+            bound,
+            100 * stats["tokens"] / (rows * self.max_length),
+            100 * stats["tokens"] / (bound * self.max_length),
+            "raise window= (or drop it to pack the whole epoch)"
+            if self.window is not None
+            else "this is unexpected for best-fit decreasing: please report it",
+        )

@@ -1,0 +1,219 @@
+"""Padding statistics of a dataset: length percentiles, a histogram, and each plan's efficiency.
+
+``padding_stats(lengths, max_length=..., batch_size=..., world_size=...)`` plans one epoch with
+every strategy over the same lengths and reports, per plan, the padding efficiency (real tokens
+/ tokens in padded rows), steps (batches per rank) and rows per epoch, and samples dropped or
+truncated. It is what ``chute stats`` prints; the input is a ``Lengths`` however obtained (the
+lengths pass, the lengths cache, or a token cache), so other front ends can reuse it.
+
+Samples longer than ``max_length`` follow ``overflow``, the same for every plan: ``truncate``
+(they count as ``max_length`` tokens, and as truncated) or ``drop``. Rejected records are left
+out and counted by reason.
+
+Example:
+    >>> from chute.lengths import Lengths
+    >>> stats = padding_stats(Lengths.of([5, 9, 3, 12, 7, 2]), max_length=10, batch_size=2)
+    >>> stats["samples"], stats["tokens"], sorted(stats["efficiency"])
+    (6, 36, ['budget', 'grouped', 'packed', 'random'])
+    >>> stats["plans"]["packed"]["rows"], stats["packing_bound"]["rows"]
+    (4, 4)
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from chute.errors import ConfigError
+from chute.lengths import Lengths
+from chute.plan import (
+    BudgetPlanner,
+    GroupedPlanner,
+    IdOrder,
+    PackedPlanner,
+    RandomPlanner,
+    packing_bound,
+    padding_report,
+)
+from chute.plan.base import check_positive
+from chute.plan.shuffle import Permutation
+
+__all__ = ["PERCENTILES", "PLAN_NAMES", "padding_stats"]
+
+PLAN_NAMES = ("random", "grouped", "budget", "packed")
+PERCENTILES = (10, 25, 50, 75, 90, 95, 99)
+# Warn when packing reaches less than this share of the efficiency the lengths allow.
+WARN_RATIO = 0.95
+
+
+def padding_stats(
+    lengths: Lengths,
+    *,
+    max_length: int,
+    batch_size: int,
+    world_size: int = 1,
+    overflow: str = "truncate",
+    max_tokens: int | None = None,
+    group_size: int = 50,
+    window: int | None = None,
+    seed: int = 0,
+    bins: int = 20,
+    plans: Sequence[str] = PLAN_NAMES,
+) -> dict[str, Any]:
+    """Length statistics and one epoch of each plan (see the module docstring).
+
+    Args:
+        lengths: per-sample lengths (negative: rejected).
+        max_length: the longest sample fed, and the row length of packed plans.
+        batch_size: samples (packed: rows) per batch per rank.
+        world_size: ranks.
+        overflow: samples over ``max_length``: ``"truncate"`` or ``"drop"``.
+        max_tokens: the ``budget`` plan's padded tokens per batch (default ``batch_size x
+            max_length``).
+        group_size: optimizer steps per mega-batch of ``grouped`` and ``budget``.
+        window: the ``packed`` plan's packing window (``None``: whole epoch).
+        seed: the shuffle's seed (epoch 0 is planned).
+        bins: histogram bins.
+        plans: which plans to report.
+    """
+    max_length = check_positive("max_length", max_length)
+    if overflow not in ("truncate", "drop"):
+        raise ConfigError(f"overflow must be 'truncate' or 'drop', got {overflow!r}")
+    unknown = sorted(set(plans) - set(PLAN_NAMES))
+    if unknown:
+        raise ConfigError(f"plans must be among {list(PLAN_NAMES)}, got {unknown}")
+    raw = lengths.length
+    valid = raw >= 0
+    over = valid & (raw > max_length)
+    fed = np.where(valid, np.minimum(raw, max_length), -1).astype(np.int32)
+    dropped = truncated = 0
+    if overflow == "drop":
+        fed[over] = -1
+        dropped = int(np.count_nonzero(over))
+    else:
+        truncated = int(np.count_nonzero(over))
+    truncated += lengths.num_truncated  # cut by the recipe's own max_length
+    kept = fed[fed >= 0].astype(np.int64)
+    tokens = int(kept.sum())
+    out: dict[str, Any] = {
+        "records": len(lengths),
+        "samples": int(kept.size),
+        "tokens": tokens,
+        "rejected": lengths.rejected,
+        "dropped": dropped,
+        "truncated": truncated,
+        "max_length": max_length,
+        "batch_size": batch_size,
+        "world_size": world_size,
+        "lengths": _describe(raw[valid]),
+        "histogram": _histogram(raw[valid], bins, max_length),
+    }
+    bound = packing_bound(kept, max_length) if kept.size else 0
+    out["packing_bound"] = {
+        "rows": bound,
+        "efficiency": round(tokens / (bound * max_length), 6) if bound else 1.0,
+    }
+    fed_lengths = Lengths(fed)
+    reports: dict[str, Any] = {}
+    for name in plans:
+        t0 = time.perf_counter()
+        plan = _plan(
+            name,
+            fed_lengths,
+            batch_size,
+            world_size,
+            max_length,
+            max_tokens,
+            group_size,
+            window,
+            seed,
+        )
+        report = padding_report(plan, fed, max_length=max_length).to_json()
+        report["dropped"] += dropped
+        report["truncated"] = truncated
+        report["seconds"] = round(time.perf_counter() - t0, 4)
+        reports[name] = report
+    out["plans"] = reports
+    out["efficiency"] = {name: r["efficiency"] for name, r in reports.items()}
+    out["warnings"] = _warnings(out)
+    return out
+
+
+def _plan(
+    name: str,
+    lengths: Lengths,
+    batch_size: int,
+    world_size: int,
+    max_length: int,
+    max_tokens: int | None,
+    group_size: int,
+    window: int | None,
+    seed: int,
+) -> Any:
+    n = len(lengths)
+    if name == "random":
+        valid = lengths.valid_ids()
+        order = IdOrder(valid[Permutation(len(valid), seed, 0).materialize()])
+        return RandomPlanner(batch_size, seed=seed).build(
+            n, epoch=0, world_size=world_size, order=order
+        )
+    if name == "grouped":
+        planner: Any = GroupedPlanner(batch_size, group_size=group_size, seed=seed, lengths=lengths)
+    elif name == "budget":
+        planner = BudgetPlanner(
+            max_tokens,
+            batch_size=batch_size,
+            max_length=max_length,
+            group_size=group_size,
+            seed=seed,
+            lengths=lengths,
+        )
+    else:
+        planner = PackedPlanner(
+            max_length, batch_size=batch_size, window=window, seed=seed, lengths=lengths
+        )
+    return planner.build(n, epoch=0, world_size=world_size)
+
+
+def _describe(values: np.ndarray) -> dict[str, Any]:
+    if not values.size:
+        return {"min": None, **{f"p{p}": None for p in PERCENTILES}, "max": None, "mean": None}
+    pct = np.percentile(values, PERCENTILES, method="nearest")
+    return {
+        "min": int(values.min()),
+        **{f"p{p}": int(v) for p, v in zip(PERCENTILES, pct, strict=True)},
+        "max": int(values.max()),
+        "mean": round(float(values.mean()), 2),
+    }
+
+
+def _histogram(values: np.ndarray, bins: int, max_length: int) -> dict[str, Any]:
+    """Equal bins up to the longest sample or ``max_length``; longer samples counted in ``over``."""
+    if not values.size:
+        return {"edges": [], "counts": [], "over": 0}
+    top = min(int(values.max()), max_length)
+    width = max(1, -(-top // bins))
+    edges = np.arange(0, width * bins + 1, width)
+    counts, _ = np.histogram(values[values <= max_length], bins=edges)
+    over = int(np.count_nonzero(values > max_length))
+    return {"edges": edges.tolist(), "counts": counts.tolist(), "over": over}
+
+
+def _warnings(stats: dict[str, Any]) -> list[str]:
+    out = []
+    packed = stats["efficiency"].get("packed")
+    allowed = stats["packing_bound"]["efficiency"]
+    if packed is not None and packed < WARN_RATIO * allowed:
+        out.append(
+            f"packing reaches {packed:.1%} of each row, far below the {allowed:.1%} the lengths "
+            f"allow; raise --window (or leave it out to pack the whole epoch)"
+        )
+    if stats["records"] and stats["samples"] < 0.5 * stats["records"]:
+        out.append(
+            f"only {stats['samples']} of {stats['records']} records are usable; check the "
+            f"rejects (`chute validate ... --rejects FILE`) and --max-length/--overflow"
+        )
+    return out

@@ -1,0 +1,78 @@
+"""The PNG of ``chute stats --plot``: the length histogram and each plan's padding efficiency.
+
+matplotlib is an optional extra (``pip install 'chute[plot]'``); it is imported only here, with
+the non-interactive Agg backend, so servers without a display can draw.
+
+Example:
+    >>> from chute.stats import padding_stats
+    >>> from chute.lengths import Lengths
+    >>> stats = padding_stats(Lengths.of([5, 9, 3, 12]), max_length=10, batch_size=2)
+    >>> plot_stats(stats, "stats.png")  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+from typing import Any
+
+__all__ = ["plot_stats", "require_matplotlib"]
+
+
+def require_matplotlib() -> Any:
+    """``matplotlib.pyplot`` on the Agg backend, or an ImportError saying how to install it."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError as exc:
+        raise ImportError(
+            f"chute stats --plot draws with matplotlib, which is an optional extra: "
+            f"pip install 'chute[plot]' (import failed: {exc})"
+        ) from exc
+    return plt
+
+
+def plot_stats(stats: dict[str, Any], path: str | os.PathLike[str]) -> None:
+    """Draw ``padding_stats`` output to a PNG at ``path``: histogram left, efficiency right."""
+    plt = require_matplotlib()
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2), dpi=110)
+    hist = stats["histogram"]
+    if hist["counts"]:
+        edges = hist["edges"]
+        widths = [b - a for a, b in itertools.pairwise(edges)]
+        left.bar(edges[:-1], hist["counts"], width=widths, align="edge", color="#4c72b0")
+    left.axvline(stats["max_length"], color="#c44e52", linestyle="--", label="max_length")
+    left.set_xlabel("tokens per sample")
+    left.set_ylabel("samples")
+    over = hist.get("over", 0)
+    over_note = f"; {over:,} over max_length" if over else ""
+    left.set_title(f"{stats['samples']:,} samples, {stats['tokens']:,} tokens{over_note}")
+    left.legend()
+    names = list(stats["efficiency"])
+    values = [100 * stats["efficiency"][n] for n in names]
+    bars = right.bar(
+        names, values, color=["#8c8c8c", "#4c72b0", "#55a868", "#dd8452"][: len(names)]
+    )
+    for bar, value, name in zip(bars, values, names, strict=True):
+        steps = stats["plans"][name]["steps"]
+        right.annotate(
+            f"{value:.1f}%\n{steps:,} steps",
+            (bar.get_x() + bar.get_width() / 2, value),
+            ha="center",
+            va="bottom",
+            fontsize=8,
+        )
+    bound = 100 * stats["packing_bound"]["efficiency"]
+    right.axhline(bound, color="#c44e52", linestyle=":", label=f"packing bound {bound:.1f}%")
+    right.set_ylim(0, 110)
+    right.set_ylabel("padding efficiency (%)")
+    right.set_title(
+        f"max_length {stats['max_length']}, batch {stats['batch_size']} x "
+        f"{stats['world_size']} ranks"
+    )
+    right.legend(loc="center left", fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, format="png")
+    plt.close(fig)
