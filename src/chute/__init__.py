@@ -20,14 +20,20 @@ __version__ = "0.1.0"
 # public name -> module that defines it
 _EXPORTS: dict[str, str] = {
     "ErrorBudget": "chute.budget",
+    "Cache": "chute.cache",
+    "PreprocessConfig": "chute.cache",
+    "open_cache": "chute.cache",
+    "preprocess": "chute.cache",
     "Collate": "chute.collate",
     "PackedCollate": "chute.collate_packed",
     "Conversation": "chute.conversation",
     "Message": "chute.conversation",
     "Part": "chute.conversation",
+    "CacheError": "chute.errors",
     "ChuteError": "chute.errors",
     "ConfigError": "chute.errors",
     "ErrorBudgetExceeded": "chute.errors",
+    "FingerprintMismatch": "chute.errors",
     "LoaderTimeout": "chute.errors",
     "LockstepError": "chute.errors",
     "SampleError": "chute.errors",
@@ -66,6 +72,8 @@ _EXPORTS: dict[str, str] = {
 
 __all__ = [
     "BudgetPlanner",
+    "Cache",
+    "CacheError",
     "ChuteError",
     "Collate",
     "ConfigError",
@@ -75,6 +83,7 @@ __all__ = [
     "DynamicResolution",
     "ErrorBudget",
     "ErrorBudgetExceeded",
+    "FingerprintMismatch",
     "FixedImageTokens",
     "FormatSpec",
     "GroupedPlanner",
@@ -94,6 +103,7 @@ __all__ = [
     "PixelStore",
     "Plan",
     "Planner",
+    "PreprocessConfig",
     "RandomPlanner",
     "Recipe",
     "Record",
@@ -108,6 +118,8 @@ __all__ = [
     "get_template",
     "lengths_of",
     "load_tokenizer",
+    "open_cache",
+    "preprocess",
     "sniff_format",
 ]
 
@@ -127,13 +139,16 @@ def __dir__() -> list[str]:
 
 if TYPE_CHECKING:  # static analysers and IDEs see the real names
     from chute.budget import ErrorBudget
+    from chute.cache import Cache, PreprocessConfig, open_cache, preprocess
     from chute.collate import Collate
     from chute.collate_packed import PackedCollate
     from chute.conversation import Conversation, Message, Part
     from chute.errors import (
+        CacheError,
         ChuteError,
         ConfigError,
         ErrorBudgetExceeded,
+        FingerprintMismatch,
         LoaderTimeout,
         LockstepError,
         SampleError,

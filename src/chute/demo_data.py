@@ -1,4 +1,4 @@
-"""Generated data for the demo and the tests: instruction records with a few planted faults."""
+"""Generated data for the demo and the README: instruction records with planted faults, a tokenizer."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import orjson
 
-__all__ = ["write_demo_dataset"]
+__all__ = ["write_demo_dataset", "write_demo_tokenizer"]
 
 _TOPICS = ["rivers", "prime numbers", "bread", "volcanoes", "chess", "tides", "compilers", "bees"]
 _VERBS = ["Explain", "Summarise", "Describe", "List three facts about", "Write a haiku about"]
@@ -47,3 +47,34 @@ def write_demo_dataset(path: Path, records: int, seed: int = 0) -> tuple[Path, l
                 f.write(b"\n")
                 line += 1
     return path, planted
+
+
+def write_demo_tokenizer(folder: Path) -> Path:
+    """Train a small byte-level BPE tokenizer (1,000 ids, ChatML tokens) into ``folder``.
+
+    Real tokenizers are large downloads; this one takes a fraction of a second to train, is
+    deterministic, and encodes any text (byte level), so examples and demos run offline.
+
+    Returns:
+        ``folder``, holding ``tokenizer.json`` and ``tokenizer_config.json``.
+    """
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    specials = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+    trainer = trainers.BpeTrainer(
+        vocab_size=1000,
+        special_tokens=specials,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    corpus = [f"{v} {t}. {t}: {' '.join(_TOPICS)}" for v in _VERBS for t in _TOPICS]
+    tok.train_from_iterator(corpus * 4 + ["user assistant system"], trainer)
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    tok.save(str(folder / "tokenizer.json"))
+    config = {"eos_token": "<|im_end|>", "pad_token": "<|endoftext|>"}
+    (folder / "tokenizer_config.json").write_bytes(orjson.dumps(config))
+    return folder

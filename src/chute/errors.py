@@ -23,9 +23,11 @@ from typing import Any
 
 __all__ = [
     "SAMPLE_ERROR_KINDS",
+    "CacheError",
     "ChuteError",
     "ConfigError",
     "ErrorBudgetExceeded",
+    "FingerprintMismatch",
     "LoaderTimeout",
     "LockstepError",
     "RejectTally",
@@ -59,6 +61,25 @@ class ErrorBudgetExceeded(ChuteError):
     def __init__(self, message: str, tally: RejectTally | None = None):
         super().__init__(message)
         self.tally = tally
+
+
+class CacheError(ChuteError):
+    """A cache directory cannot be used: not a cache, incomplete, damaged, or built elsewhere."""
+
+
+class FingerprintMismatch(CacheError, ValueError):
+    """A cache was built from other sources, another recipe or another format version.
+
+    The message names each differing field with both values and the command that rebuilds the
+    cache; ``fields`` holds them as ``(dotted.name, cache_value, other_value)``.
+    """
+
+    def __init__(self, message: str, fields: list[tuple[str, Any, Any]] | None = None):
+        super().__init__(message)
+        self.fields = list(fields or [])
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (str(self), self.fields))
 
 
 class StateMismatch(ChuteError, ValueError):

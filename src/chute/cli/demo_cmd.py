@@ -9,7 +9,8 @@ from pathlib import Path
 import typer
 
 from chute.cli._output import guarded, table
-from chute.demo_data import write_demo_dataset
+from chute.demo_data import write_demo_dataset, write_demo_tokenizer
+from chute.errors import FingerprintMismatch
 from chute.sources import JsonlSource
 from chute.validate import validate_source
 
@@ -25,7 +26,7 @@ def demo(
     ),
     records: int = typer.Option(20_000, help="How many records to generate."),
 ) -> None:
-    """Generate a dataset with planted broken lines, index it, and validate it."""
+    """Generate a dataset with planted broken lines, index it, validate it, cache it."""
     root = out or Path(tempfile.mkdtemp(prefix="chute-demo-"))
     root.mkdir(parents=True, exist_ok=True)
     typer.secho("1. Generate a JSONL dataset with a few planted broken lines", bold=True)
@@ -53,3 +54,32 @@ def demo(
     typer.echo(f"   rejects with file:line and reason: {report.rejects_path}")
     if report.rejected != len(planted):
         raise typer.Exit(1)
+
+    typer.secho(
+        "\n4. Tokenize it once into a cache: chunks committed atomically, resumable", bold=True
+    )
+    from chute.cache import open_cache, preprocess
+
+    recipe = {
+        "tokenizer": str(write_demo_tokenizer(root / "tokenizer")),
+        "template": "chatml",
+        "max_length": 512,
+    }
+    built = preprocess(
+        sources=[str(path)], recipe=recipe, out=root / "token-cache", overwrite=True
+    ).to_json()
+    typer.echo(
+        f"   {built['samples']:,} samples, {built['rejected']} rejected, {built['tokens']:,} "
+        f"tokens in {built['chunks']} chunks ({built['bytes_per_token']} bytes/token), "
+        f"{built['seconds']:.2f} s"
+    )
+    cache = open_cache(root / "token-cache", recipe=recipe)
+    lengths = cache.lengths
+    typer.echo(
+        f"   lengths memory-mapped for the plans: mean {lengths.mean():.0f}, longest "
+        f"{lengths.max()}; sample 0 came from {cache[0]['path']}:{cache[0]['line']}"
+    )
+    try:
+        open_cache(root / "token-cache", recipe={**recipe, "max_length": 1024})
+    except FingerprintMismatch as exc:
+        typer.echo(f"   a stale cache is refused: {str(exc).splitlines()[1].strip()}")

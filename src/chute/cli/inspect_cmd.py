@@ -15,6 +15,7 @@ import numpy as np
 import typer
 
 from chute.cli import _recipe_opts as opts
+from chute.cli._cache_views import inspect_cache
 from chute.cli._output import emit_json, guarded
 from chute.errors import ConfigError, SampleError
 from chute.sources import JsonlSource
@@ -26,9 +27,15 @@ def register(app: typer.Typer) -> None:
 
 @guarded
 def inspect(
-    path: str = typer.Argument(..., help="A JSONL / JSON-array data file."),
-    index: int = typer.Option(0, "--index", "-i", help="Record number (0-based; -1 = last)."),
-    tokenizer: str = typer.Option(..., "--tokenizer", help=opts.TOKENIZER.help),
+    path: str = typer.Argument(..., help="A JSONL / JSON-array data file, or a cache directory."),
+    index: int = typer.Option(
+        0, "--index", "-i", help="Record number (0-based; -1 = last); in a cache: sample number."
+    ),
+    tokenizer: str | None = typer.Option(
+        None,
+        "--tokenizer",
+        help=f"{opts.TOKENIZER.help} Required for data files; a cache knows its own.",
+    ),
     template: str | None = opts.TEMPLATE,
     format: str = opts.FORMAT,
     max_length: int | None = opts.MAX_LENGTH,
@@ -45,7 +52,33 @@ def inspect(
         None, "--color/--no-color", help="Colour trained tokens (default: when on a terminal)."
     ),
 ) -> None:
-    """Show one record rendered and tokenized, trained spans marked, with token counts."""
+    """Show one record rendered and tokenized, trained spans marked, with token counts.
+
+    Given a cache directory, show one cached sample (decoded with the cache's tokenizer) and
+    the record it came from.
+    """
+    from chute.cache import is_cache_dir
+
+    if is_cache_dir(path):
+        given = {
+            "--template": template,
+            "--max-length": max_length,
+            "--media-root": media_root,
+            "--image-tokens": image_tokens,
+            "--columns": columns,
+            "--tags": tags,
+            "--system": system,
+        }
+        if any(v is not None for v in given.values()) or format != "auto":
+            raise ConfigError(
+                f"{path} is a cache: its samples were made by the recipe it was built with; "
+                f"recipe options other than --tokenizer do not apply (chute validate {path} "
+                f"--tokenizer ... checks a recipe against it)"
+            )
+        inspect_cache(path, index, tokenizer, as_json, color)
+        return
+    if tokenizer is None:
+        raise ConfigError(f"--tokenizer is required to inspect a data file ({path})")
     recipe = opts.build_recipe(
         tokenizer=tokenizer,
         template=template,

@@ -1,7 +1,7 @@
 """``chute stats PATH... --max-length L --batch-size B``: how much of each batch is padding.
 
 Gets every sample's length (the recipe with ``--tokenizer``, else pre-tokenized records'
-``input_ids``), cached by the lengths pass, then plans one epoch with every strategy and prints
+``input_ids``), cached by the lengths pass, or from a token cache directory, then plans one epoch with every strategy and prints
 length percentiles, a histogram and each plan's padding efficiency; ``--json`` prints one
 object (``samples``, ``tokens``, ``efficiency`` by plan, ...), ``--plot FILE.png`` draws it.
 """
@@ -33,7 +33,22 @@ def load_lengths(
     workers: int | None,
     show_progress: bool,
 ) -> Lengths:
-    """The lengths of the data named on the command line (one place to add other inputs)."""
+    """The lengths of the data named on the command line: data files, or one cache directory.
+
+    A cache (``chute preprocess``) holds its lengths already (memory-mapped, no tokenizing).
+    """
+    from chute.cache import is_cache_dir, open_cache
+
+    caches = [p for p in paths if is_cache_dir(p)]
+    if caches:
+        if len(paths) > 1:
+            raise ConfigError(f"give one cache directory, not with other paths: {caches[0]}")
+        if recipe is not None:
+            raise ConfigError(
+                f"{caches[0]} is a cache: its lengths come from the recipe that built it; leave "
+                f"out --tokenizer and the other recipe options"
+            )
+        return lengths_of(open_cache(caches[0], verify_sources=False))
     source = JsonlSource(paths, cache_dir=cache_dir)
     with progress_bar(len(source), "lengths", unit="rec", enabled=show_progress) as bar:
         return lengths_of(source, recipe, workers=workers, cache_dir=cache_dir, progress=bar.update)
@@ -41,7 +56,9 @@ def load_lengths(
 
 @guarded
 def stats(
-    paths: list[str] = typer.Argument(..., help="JSONL / JSON-array files or globs."),
+    paths: list[str] = typer.Argument(
+        ..., help="JSONL / JSON-array files or globs, or one cache directory."
+    ),
     max_length: int = typer.Option(
         ..., "--max-length", help="Longest sample fed, and the row length of packed plans."
     ),
@@ -87,6 +104,14 @@ def stats(
     trying other --max-length / --batch-size values is instant. The recipe runs without a
     max_length; --max-length and --overflow are applied here, to every plan alike.
     """
+    from chute.cache import is_cache_dir
+
+    cache = next((p for p in paths if is_cache_dir(p)), None)
+    if cache is not None and tokenizer is not None:
+        raise ConfigError(
+            f"{cache} is a cache: its lengths come from the recipe that built it; leave out "
+            f"--tokenizer and the other recipe options"
+        )
     recipe = None
     if tokenizer is None:
         given = {

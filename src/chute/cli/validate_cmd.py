@@ -1,5 +1,7 @@
 """``chute validate PATH...``: check every record in parallel; count rejects; write them out.
 
+Given a cache directory instead, it verifies the cache (see ``chute.cli._cache_views``).
+
 Without recipe options it checks that each record is a JSON object. With ``--format`` it also
 converts each record into a conversation; with ``--tokenizer`` it runs the whole recipe
 (template, tokenizer, media token counts, ``--max-length``) and reports every kind of bad sample.
@@ -13,6 +15,7 @@ from typing import Any
 import typer
 
 from chute.cli import _recipe_opts as opts
+from chute.cli._cache_views import validate_cache
 from chute.cli._output import emit_json, guarded, progress_bar, table
 from chute.errors import ConfigError
 from chute.formats import FormatReader, FormatSpec
@@ -38,7 +41,9 @@ class FormatCheck:
 
 @guarded
 def validate(
-    paths: list[str] = typer.Argument(..., help="JSONL / JSON-array files or globs."),
+    paths: list[str] = typer.Argument(
+        ..., help="JSONL / JSON-array files or globs, or one cache directory."
+    ),
     rejects: Path | None = typer.Option(
         None, help="Write every rejected record (location, reason, text) to this JSONL file."
     ),
@@ -75,7 +80,40 @@ def validate(
     --media-root ...) every record goes through the full recipe, and every image it references
     is decoded fully, so template, tokenizer, length and media errors (unsafe paths, URLs,
     missing, corrupt, truncated, too large) are reported too.
+
+    Given a cache directory (from chute preprocess): hash every file against its commit record,
+    check lengths and sources, summarise the build's rejects; with recipe options, check the
+    recipe is the one that built it. Exits with status 1 on any problem.
     """
+    from chute.cache import is_cache_dir
+
+    caches = [p for p in paths if is_cache_dir(p)]
+    if caches:
+        if len(paths) > 1:
+            raise ConfigError(
+                f"validate one cache directory at a time (not with other paths): {caches[0]}"
+            )
+        if format is not None and tokenizer is None:
+            raise ConfigError("--format with a cache needs --tokenizer (the recipe to check)")
+        recipe = None
+        if tokenizer is not None:
+            recipe = opts.build_recipe(
+                tokenizer=tokenizer,
+                template=template,
+                format=format or "auto",
+                max_length=max_length,
+                overflow=overflow,
+                train_on=train_on,
+                media_root=media_root,
+                image_tokens=image_tokens,
+                columns=columns,
+                tags=tags,
+                system=system,
+            )
+        validate_cache(
+            caches[0], recipe=recipe, rejects=rejects, strict=strict, as_json=as_json, quiet=quiet
+        )
+        return
     recipe_only = {
         "--template": template,
         "--max-length": max_length,

@@ -45,10 +45,12 @@ class Loader:
 
     Args:
         source: a ``JsonlSource``, a path / glob / list of paths (opened as one), a chute
-            cache, or any map-style dataset (``len`` and ``dataset[i]``).
+            cache (``open_cache(DIR)``, or its directory), or any map-style dataset (``len``
+            and ``dataset[i]``).
         recipe: ``recipe(record) -> sample`` (a dict with ``input_ids``, optional ``labels``);
             raises ``SampleError`` for a bad record. ``None``: records are pre-tokenized samples
-            (``{"input_ids": [...], "labels": [...]}``).
+            (``{"input_ids": [...], "labels": [...]}``). With a cache, the recipe is only
+            checked against the one that built it (``FingerprintMismatch`` if it differs).
         batch_size: samples per batch on each rank.
         shuffle: a new shuffle every epoch (``False``: source order).
         seed: the shuffle's seed; the same seed gives the same stream.
@@ -130,6 +132,11 @@ class Loader:
         if self.num_samples == 0:
             raise ConfigError(f"the source {self.source!r} has no samples; nothing to load")
         self.recipe = recipe
+        check_recipe = getattr(self.source, "check_recipe", None)
+        if recipe is not None and callable(check_recipe):
+            # A cache holds the recipe's samples already: check it is this recipe's, then read.
+            check_recipe(recipe)
+            recipe = None
         self.world = world if world is not None else World.detect()
         if not isinstance(self.world, World):
             raise ConfigError(f"world must be a chute.World, got {type(world).__name__}")
@@ -144,7 +151,7 @@ class Loader:
             seed=seed,
             drop_last=drop_last,
             wrap=wrap,
-            pad_id=pad_id_from(recipe, pad_id),
+            pad_id=pad_id_from(self.recipe, pad_id),
             pad_to_multiple_of=pad_to_multiple_of,
             local_rank=self.world.local_rank,
         )
@@ -160,7 +167,8 @@ class Loader:
         self.multiprocessing_context = multiprocessing_context
         check_packed_collate(setup, collate)
         self.collate = collate or setup.collate
-        self.media, self.collate = media_stage_for(media, recipe, self.collate)
+        # bound to the recipe itself (also for a cache, whose samples it made)
+        self.media, self.collate = media_stage_for(media, self.recipe, self.collate)
         self.rejects_path = rejects_path_for(rejects, self.world) if rejects is not None else None
         self.books = Accounting(
             ErrorBudget(max_bad_fraction, max_consecutive_bad, budget_min_samples),

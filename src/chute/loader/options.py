@@ -26,7 +26,12 @@ PathLike = str | os.PathLike[str]
 
 
 def as_source(source: Any) -> Any:
-    """``source`` itself, or a ``JsonlSource`` over a path, glob or list of paths."""
+    """``source`` itself, a cache (a cache directory), or a ``JsonlSource`` over paths."""
+    if isinstance(source, str | os.PathLike):
+        from chute.cache import is_cache_dir, open_cache
+
+        if is_cache_dir(source):
+            return open_cache(source)
     if isinstance(source, str | os.PathLike) or (
         isinstance(source, list | tuple)
         and source

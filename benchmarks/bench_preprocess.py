@@ -1,0 +1,333 @@
+"""Offline preprocessing: ``chute preprocess`` vs the XTuner-style ``datasets.map`` path.
+
+Usage: ``.venv/bin/python benchmarks/bench_preprocess.py [--records 200000] [--rounds 2]
+[--quick]`` (needs the ``bench`` extra: ``datasets``).
+
+Data: real instruction data from ../shared/data, repeated to ``--records`` records, written as
+two JSONL files: LLaMA-Factory's ``alpaca_en_demo.json`` + ``alpaca_zh_demo.json`` (alpaca,
+English and Chinese) and FastChat's ``dummy_conversation.json`` (ShareGPT, 2-6 turns), 4:1.
+Same tokenizer (Qwen3 ``tokenizer.json``), same ChatML formatting, ``max_length`` 2048 with
+truncation, the same 2 processes, each side in a fresh interpreter (imports counted):
+
+* **chute**: ``chute preprocess CONFIG --out DIR --workers 2`` (template ``chatml``).
+* **XTuner-style**: what ``xtuner.dataset.process_hf_dataset`` does: ``load_dataset("json")``,
+  then ``.map`` with ``num_proc=2`` of the dataset map function (alpaca / ShareGPT into
+  XTuner's ``conversation`` turns), of ``template_map_fn`` (Qwen chat template strings) and of
+  ``encode_fn`` (``tokenizer.encode`` of each turn's input and output, labels ``-100`` on
+  inputs, truncation), then ``save_to_disk``. The tokenizer is ``transformers``'
+  ``AutoTokenizer`` over the same files, as in XTuner.
+
+Rounds alternate chute and the baseline; the fastest of each is kept. Then training-time
+reads: random-access samples/s from the chute cache (``cache[i]``: ``input_ids`` and
+``labels`` arrays) vs ``datasets.load_from_disk(...)[i]`` on the baseline's output (python
+lists, the default format; and ``with_format("numpy")``), and bytes on disk per token.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import DATA_DIR, SHARED_DATA, save
+
+TOKENIZER = SHARED_DATA / "tokenizers/qwen3/tokenizer.json"
+MAX_LENGTH = 2048
+
+# -- the XTuner-style baseline (runs in a child process) ------------------------------------
+
+QWEN_CHAT = {  # xtuner.utils.templates.PROMPT_TEMPLATE.qwen_chat
+    "SYSTEM": "<|im_start|>system\n{system}<|im_end|>\n",
+    "INSTRUCTION": "<|im_start|>user\n{input}<|im_end|>\n<|im_start|>assistant\n",
+    "SUFFIX": "<|im_end|>",
+    "SUFFIX_AS_EOS": True,
+    "SEP": "\n",
+}
+
+
+def alpaca_map_fn(example: dict[str, Any]) -> dict[str, Any]:
+    text = example["instruction"]
+    if example.get("input"):
+        text = f"{text}\n{example['input']}"
+    return {"conversation": [{"input": text, "output": example["output"]}]}
+
+
+def sharegpt_map_fn(example: dict[str, Any]) -> dict[str, Any]:
+    turns, pending = [], None
+    for msg in example["conversations"]:
+        if msg["from"] == "human":
+            pending = msg["value"]
+        elif msg["from"] == "gpt" and pending is not None:
+            turns.append({"input": pending, "output": msg["value"]})
+            pending = None
+    return {"conversation": turns}
+
+
+def template_map_fn(example: dict[str, Any]) -> dict[str, Any]:
+    out = []
+    for i, turn in enumerate(example["conversation"]):
+        text = QWEN_CHAT["INSTRUCTION"].format(input=turn["input"], round=i + 1)
+        out.append(
+            {
+                "input": text,
+                "output": turn["output"] + QWEN_CHAT["SUFFIX"],
+                "need_eos_token": not QWEN_CHAT["SUFFIX_AS_EOS"],
+                "sep": QWEN_CHAT["SEP"],
+            }
+        )
+    return {"conversation": out}
+
+
+def encode_fn(example: dict[str, Any], tokenizer: Any, max_length: int) -> dict[str, Any]:
+    """xtuner.dataset.utils.encode_fn for a tokenizer without bos (Qwen)."""
+    eos = [tokenizer.eos_token_id]
+    input_ids: list[int] = []
+    labels: list[int] = []
+    for turn in example["conversation"]:
+        enc = tokenizer.encode(turn["input"], add_special_tokens=False)
+        input_ids += enc
+        labels += [-100] * len(enc)
+        out = tokenizer.encode(turn["output"], add_special_tokens=False)
+        input_ids += out
+        labels += list(out)
+        if turn.get("need_eos_token", True):
+            input_ids += eos
+            labels += eos
+        if turn.get("sep"):
+            sep = tokenizer.encode(turn["sep"], add_special_tokens=False)
+            input_ids += sep
+            labels += [-100] * len(sep)
+    input_ids, labels = input_ids[:max_length], labels[:max_length]
+    return {"input_ids": input_ids, "labels": labels, "length": len(input_ids)}
+
+
+def xtuner_child(alpaca: str, sharegpt: str, out: str, num_proc: int) -> dict[str, Any]:
+    t0 = time.perf_counter()
+    import datasets
+    from transformers import AutoTokenizer
+
+    datasets.disable_caching()
+    datasets.disable_progress_bars()
+    tokenizer = AutoTokenizer.from_pretrained(str(TOKENIZER.parent), local_files_only=True)
+    parts = []
+    for path, map_fn in ((alpaca, alpaca_map_fn), (sharegpt, sharegpt_map_fn)):
+        ds = datasets.load_dataset("json", data_files=path, split="train")
+        ds = ds.map(map_fn, num_proc=num_proc, remove_columns=ds.column_names)
+        ds = ds.map(template_map_fn, num_proc=num_proc)
+        ds = ds.map(
+            encode_fn,
+            num_proc=num_proc,
+            fn_kwargs={"tokenizer": tokenizer, "max_length": MAX_LENGTH},
+            remove_columns=["conversation"],
+        )
+        parts.append(ds)
+    ds = datasets.concatenate_datasets(parts)
+    ds.save_to_disk(out)
+    seconds = time.perf_counter() - t0
+    return {"seconds": seconds, "samples": len(ds), "tokens": int(sum(ds["length"]))}
+
+
+# -- the driver ------------------------------------------------------------------------------
+
+
+def make_data(records: int) -> tuple[Path, Path, int]:
+    rows_a: list[Any] = []
+    for name in ("llama-factory/alpaca_en_demo.json", "llama-factory/alpaca_zh_demo.json"):
+        rows_a += orjson.loads((SHARED_DATA / name).read_bytes())
+    rows_s = orjson.loads((SHARED_DATA / "fastchat/dummy_conversation.json").read_bytes())
+    n_a, n_s = records * 4 // 5, records - records * 4 // 5
+    DATA_DIR.mkdir(parents=True, exist_ok=True)
+    out = []
+    for rows, n, name in ((rows_a, n_a, "alpaca"), (rows_s, n_s, "sharegpt")):
+        path = DATA_DIR / f"instruct_{name}_{n}.jsonl"
+        if not path.is_file():
+            rng = random.Random(0)
+            with open(path, "wb") as f:
+                for i in range(n):
+                    row = dict(rows[i % len(rows)])
+                    if name == "sharegpt":
+                        row = {"conversations": row["conversations"]}
+                    else:
+                        row = {k: row[k] for k in ("instruction", "input", "output")}
+                    row["id"] = rng.randrange(10**9)
+                    f.write(orjson.dumps(row) + b"\n")
+        out.append(path)
+    return out[0], out[1], records
+
+
+def du(path: Path) -> int:
+    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
+
+
+def run_chute(paths: list[Path], out: Path, workers: int) -> dict[str, Any]:
+    config = {
+        "sources": [str(p) for p in paths],
+        "recipe": {"tokenizer": str(TOKENIZER), "template": "chatml", "max_length": MAX_LENGTH},
+        "cache": {"chunk_size": 10_000},
+    }
+    cfg = out.parent / "chute.yaml"
+    cfg.write_text(json.dumps(config))
+    chute = Path(sys.executable).with_name("chute")
+    cmd = [str(chute), "preprocess", str(cfg), "--out", str(out), "--workers", str(workers)]
+    t0 = time.perf_counter()
+    proc = subprocess.run([*cmd, "--json", "--quiet"], capture_output=True, text=True, check=False)
+    seconds = time.perf_counter() - t0
+    if proc.returncode:
+        raise RuntimeError(proc.stderr[-3000:])
+    report = json.loads(proc.stdout)
+    chunks = sum(p.stat().st_size for p in (out / "chunks").glob("*.arrow"))
+    return {
+        "seconds": seconds,
+        "samples": report["samples"],
+        "tokens": report["tokens"],
+        "bytes": chunks,
+        "command": " ".join(cmd),
+    }
+
+
+def run_xtuner(alpaca: Path, sharegpt: Path, out: Path, num_proc: int) -> dict[str, Any]:
+    env = {**os.environ, "HF_DATASETS_CACHE": str(out.parent / "hf-cache")}
+    args = ["--child", str(alpaca), str(sharegpt), str(out), str(num_proc)]
+    t0 = time.perf_counter()
+    proc = subprocess.run(
+        [sys.executable, __file__, *args], capture_output=True, text=True, env=env, check=False
+    )
+    seconds = time.perf_counter() - t0
+    if proc.returncode:
+        raise RuntimeError(proc.stderr[-3000:])
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    arrow = sum(p.stat().st_size for p in out.glob("*.arrow"))
+    return {**result, "seconds": seconds, "inner_seconds": result["seconds"], "bytes": arrow}
+
+
+def reads(chute_dir: Path, hf_dir: Path, n: int, rounds: int) -> dict[str, Any]:
+    import datasets
+
+    from chute import open_cache
+
+    cache = open_cache(chute_dir)
+    ds = datasets.load_from_disk(str(hf_dir))
+    ds_np = ds.with_format("numpy")
+    rng = random.Random(1)
+    idx = [rng.randrange(len(cache)) for _ in range(n)]
+    hf_idx = [rng.randrange(len(ds)) for _ in range(n)]
+
+    def chute_read() -> None:
+        for i in idx:
+            s = cache[i]
+            s["input_ids"], s["labels"]
+
+    def hf_read() -> None:
+        for i in hf_idx:
+            row = ds[i]
+            row["input_ids"], row["labels"]
+
+    def hf_np_read() -> None:
+        for i in hf_idx:
+            row = ds_np[i]
+            row["input_ids"], row["labels"]
+
+    best = {"chute": float("inf"), "datasets": float("inf"), "datasets_numpy": float("inf")}
+    for _ in range(rounds):
+        for name, fn in (
+            ("chute", chute_read),
+            ("datasets", hf_read),
+            ("datasets_numpy", hf_np_read),
+        ):
+            t0 = time.perf_counter()
+            fn()
+            best[name] = min(best[name], time.perf_counter() - t0)
+    rates = {name: round(n / t) for name, t in best.items()}
+    return {
+        "reads": n,
+        "samples_per_s": rates,
+        "chute_vs_datasets": round(rates["chute"] / rates["datasets"], 2),
+        "chute_vs_datasets_numpy": round(rates["chute"] / rates["datasets_numpy"], 2),
+    }
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--records", type=int, default=200_000)
+    ap.add_argument("--rounds", type=int, default=2, help="alternating runs; fastest kept")
+    ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--reads", type=int, default=20_000)
+    ap.add_argument("--quick", action="store_true", help="20k records, 1 round (smoke test)")
+    ap.add_argument("--child", nargs=4, help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.child:
+        alpaca, sharegpt, out, num_proc = args.child
+        print(json.dumps(xtuner_child(alpaca, sharegpt, out, int(num_proc))))
+        return 0
+    if args.quick:
+        args.records, args.rounds, args.reads = 20_000, 1, 5_000
+    if not TOKENIZER.is_file():
+        print(f"needs {TOKENIZER} (set CHUTE_SHARED_DATA)", file=sys.stderr)
+        return 2
+    alpaca, sharegpt, n = make_data(args.records)
+    work = Path(tempfile.mkdtemp(prefix="bench-preprocess-"))
+    try:
+        runs: dict[str, list[dict[str, Any]]] = {"chute": [], "xtuner": []}
+        for r in range(args.rounds):
+            for name in ("chute", "xtuner"):
+                out = work / f"{name}{r}"
+                out.parent.mkdir(exist_ok=True)
+                if name == "chute":
+                    runs[name].append(run_chute([alpaca, sharegpt], out, args.workers))
+                else:
+                    runs[name].append(run_xtuner(alpaca, sharegpt, out, args.workers))
+                print(name, r, runs[name][-1], flush=True)
+                if r < args.rounds - 1:
+                    shutil.rmtree(out)
+                shutil.rmtree(work / "hf-cache", ignore_errors=True)
+        best = {name: min(v, key=lambda x: x["seconds"]) for name, v in runs.items()}
+        last = args.rounds - 1
+        read = reads(work / f"chute{last}", work / f"xtuner{last}", args.reads, 3)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    c, x = best["chute"], best["xtuner"]
+    speedup = round(x["seconds"] / c["seconds"], 2)
+    save(
+        "preprocess",
+        {
+            "data": f"{n:,} records: alpaca_en_demo + alpaca_zh_demo (alpaca) and "
+            "dummy_conversation (ShareGPT) from ../shared/data, repeated, 4:1, as JSONL",
+            "tokenizer": "Qwen3 tokenizer.json",
+            "max_length": MAX_LENGTH,
+            "processes": args.workers,
+            "chute_command": c["command"],
+            "preprocess": {
+                "chute": {**c, "records_per_s": round(n / c["seconds"])},
+                "xtuner_style": {**x, "records_per_s": round(n / x["seconds"])},
+                "all_runs_seconds": {
+                    k: [round(r["seconds"], 2) for r in v] for k, v in runs.items()
+                },
+                "speedup": speedup,
+                "bytes_per_token": {
+                    "chute": round(c["bytes"] / c["tokens"], 3),
+                    "xtuner_style": round(x["bytes"] / x["tokens"], 3),
+                },
+            },
+            "random_reads": read,
+            "targets": {
+                "preprocess >= 2x": speedup >= 2,
+                "reads >= 5x": read["chute_vs_datasets"] >= 5,
+            },
+        },
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,321 @@
+"""``preprocess``: the recipe over every record, into a cache, in parallel, resumable, many nodes.
+
+The job is cut into chunks of ``chunk_size`` records. Rank ``i`` of ``N`` (``--shard i/N``, or
+``RANK``/``WORLD_SIZE`` from torchrun and other launchers) builds chunks ``k`` with
+``k % N == i``, with a pool of processes, skipping chunks already committed (a resumed run
+starts at the first uncommitted chunk). Ranks share nothing but the output directory:
+
+1. every rank computes the plan (fingerprint and chunking) and publishes ``plan.json`` (the
+   same bytes from every rank) or finds it there and checks it is the same job;
+2. each rank commits its chunks, each atomically, its commit record last;
+3. a rank that finds every chunk committed writes the global files and the manifest; the others
+   poll the directory until the manifest appears (``wait_timeout``), finalizing themselves if
+   every chunk is committed but nobody wrote it (the last rank died first).
+
+No collective, no broadcast: ranks can start at different times, on nodes that cannot talk to
+each other, and a failed rank is re-run alone with the same command.
+
+Example:
+    >>> report = preprocess({"sources": ["train.jsonl"],
+    ...                      "recipe": {"tokenizer": "qwen3/", "template": "qwen3"}},
+    ...                     out="cache/")  # doctest: +SKIP
+    >>> report.samples, report.finalized  # doctest: +SKIP
+    (99_870, True)
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import orjson
+
+from chute.cache.config import PreprocessConfig, load_config
+from chute.cache.fingerprint import build_fingerprint, sources_fingerprint
+from chute.cache.layout import CACHE_FORMAT, FORMAT_VERSION, Layout, sweep_temps
+from chute.cache.pool import run_chunks
+from chute.cache.schema import token_dtype
+from chute.cache.stages import ChunkStage, make_stages
+from chute.cache.workdir import committed_record, establish, finish, prepare_dir
+from chute.cache.writer import ChunkJob
+from chute.errors import (
+    ConfigError,
+    ErrorBudgetExceeded,
+    RejectTally,
+)
+from chute.sources import JsonlSource
+from chute.world import World
+
+__all__ = ["PreprocessReport", "parse_shard", "preprocess"]
+
+log = logging.getLogger("chute.cache")
+
+_MIN_BUDGET_RECORDS = 1000
+
+
+@dataclass
+class PreprocessReport:
+    """What ``preprocess`` did on this rank, and the cache's totals once it is complete.
+
+    Attributes:
+        path: the cache directory.
+        shard: ``(i, n)``: this rank's share of the chunks.
+        chunks: chunks in the whole cache.
+        built: chunks this call built; ``reused``: this rank's chunks already committed.
+        records_built: records this call ran the recipe over (for records/s).
+        finalized: whether this call wrote the manifest.
+        manifest: the cache's manifest (totals, rejects by reason), once complete.
+        seconds: wall time of this call.
+    """
+
+    path: str
+    shard: tuple[int, int]
+    chunks: int
+    built: int = 0
+    reused: int = 0
+    records_built: int = 0
+    finalized: bool = False
+    manifest: dict[str, Any] = field(default_factory=dict)
+    seconds: float = 0.0
+
+    @property
+    def samples(self) -> int:
+        return int(self.manifest.get("samples", 0))
+
+    @property
+    def rejected(self) -> int:
+        return int(self.manifest.get("rejected", 0))
+
+    def to_json(self) -> dict[str, Any]:
+        m = self.manifest
+        tokens = m.get("tokens", 0)
+        return {
+            "path": self.path,
+            "shard": list(self.shard),
+            "chunks": self.chunks,
+            "chunks_built": self.built,
+            "chunks_reused": self.reused,
+            "finalized": self.finalized,
+            "records": m.get("records"),
+            "samples": m.get("samples"),
+            "rejected": m.get("rejected"),
+            "by_reason": m.get("by_reason", {}),
+            "examples": m.get("examples", {}),
+            "tokens": tokens,
+            "trained_tokens": m.get("trained_tokens"),
+            "image_tokens": m.get("image_tokens"),
+            "truncated": m.get("truncated"),
+            "bytes": m.get("bytes"),
+            "bytes_per_token": round(m["bytes"] / tokens, 3) if tokens else None,
+            "seconds": round(self.seconds, 3),
+            "records_per_s": round(self.records_built / self.seconds) if self.seconds else None,
+        }
+
+
+def parse_shard(value: str | tuple[int, int] | None) -> World | None:
+    """``"i/N"`` (or ``(i, N)``) as a ``World``; ``None`` stays ``None`` (detect it).
+
+    Example:
+        >>> parse_shard("1/4").rank, parse_shard("1/4").world_size
+        (1, 4)
+    """
+    if value is None:
+        return None
+    if isinstance(value, str):
+        left, sep, right = value.partition("/")
+        try:
+            i, n = int(left), int(right)
+        except ValueError:
+            i = n = -1
+        if not sep or n < 1 or not 0 <= i < n:
+            raise ConfigError(f"--shard: expected i/N with 0 <= i < N (e.g. 0/4), got {value!r}")
+        return World(rank=i, world_size=n)
+    i, n = value
+    return World(rank=int(i), world_size=int(n))
+
+
+def preprocess(
+    config: PreprocessConfig | Mapping[str, Any] | str | os.PathLike[str] | None = None,
+    *,
+    out: str | os.PathLike[str] | None = None,
+    overrides: Sequence[str] = (),
+    workers: int | None = None,
+    shard: str | tuple[int, int] | None = None,
+    full_hash: bool | None = None,
+    wait_timeout: float | None = None,
+    overwrite: bool = False,
+    stages: Sequence[ChunkStage] = (),
+    progress: Callable[[int, int], None] | None = None,
+    **sections: Any,
+) -> PreprocessReport:
+    """Run the recipe over every record of the sources and write (or finish) a cache.
+
+    Args:
+        config: a ``PreprocessConfig``, its mapping, or a YAML file; or leave it out and pass
+            the sections as keywords (``sources=[...], recipe={...}, cache={...}``).
+        out: the cache directory (default: the config's ``out``).
+        overrides: dotted ``key=value`` settings applied to the config.
+        workers: set ``cache.workers`` (processes on this rank).
+        full_hash: set ``cache.full_hash``.
+        wait_timeout: set ``cache.wait_timeout``.
+        shard: ``"i/N"``: build the i-th of N shares (default: ``RANK``/``WORLD_SIZE``, else
+            everything).
+        overwrite: delete a cache already in ``out`` (one built from another config) first.
+        stages: extra stage objects (besides those named in the config's ``stages:``).
+        progress: called as ``progress(records_done, records_total)`` for this rank's chunks.
+        **sections: ``sources=``, ``recipe=``, ``cache=``, ``stages=`` when ``config`` is not
+            given.
+
+    Returns:
+        What this rank did and, once the cache is complete, its totals.
+
+    Raises:
+        ConfigError: invalid config (every problem named), or ``out`` is not usable.
+        FingerprintMismatch: ``out`` holds a cache of another config (use ``overwrite``).
+        ErrorBudgetExceeded: more than ``cache.max_bad_fraction`` of the records are bad.
+        CacheError: other ranks did not finish within ``wait_timeout``.
+    """
+    t0 = time.perf_counter()
+    if config is None:
+        config = sections
+    elif sections:
+        raise ConfigError(f"pass a config or keyword sections, not both ({', '.join(sections)})")
+    cfg = load_config(config, overrides)
+    for name, value in (("workers", workers), ("full_hash", full_hash)):
+        if value is not None:
+            cfg = load_config(cfg, [f"cache.{name}={orjson.dumps(value).decode()}"])
+    if wait_timeout is not None:
+        cfg = load_config(cfg, [f"cache.wait_timeout={float(wait_timeout)!r}"])
+    target = out if out is not None else cfg.out
+    if target is None:
+        raise ConfigError("out: no output directory; pass --out DIR (or out: in the config)")
+    cfg = cfg.resolved()
+    world = parse_shard(shard) or World.detect()
+    layout = Layout(os.path.abspath(target))
+    recipe = cfg.recipe.build()
+    all_stages = [*make_stages(cfg.stages, recipe), *stages]
+    names = [s.name for s in all_stages]
+    for name in names:
+        if not isinstance(name, str) or not name.isidentifier() or name == "chunks":
+            raise ConfigError(
+                f"stages: a stage's name must be an identifier other than 'chunks', got {name!r}"
+            )
+    if len(set(names)) != len(names):
+        raise ConfigError(f"stages: names must be unique, got {names}")
+    source = JsonlSource(cfg.sources)
+    if len(source) == 0:
+        raise ConfigError(f"sources: {', '.join(cfg.sources)} hold no records; nothing to cache")
+    dtype = token_dtype(recipe.tokenizer.vocab_size, [recipe.media.image_token_id])
+    chunk_size = cfg.cache.chunk_size
+    plan = {
+        "format": CACHE_FORMAT,
+        "format_version": FORMAT_VERSION,
+        "records": len(source),
+        "chunk_size": chunk_size,
+        "chunks": -(-len(source) // chunk_size),
+        "fingerprint": build_fingerprint(
+            sources_fingerprint(source, whole=cfg.cache.full_hash),
+            recipe.fingerprint(),
+            {s.name: s.fingerprint() for s in all_stages},
+            {"chunk_size": chunk_size, "token_dtype": dtype.name},
+        ),
+    }
+    plan = orjson.loads(orjson.dumps(plan))  # as it reads back from plan.json
+    prepare_dir(layout, overwrite, world)  # only now: --overwrite never loses a cache to a typo
+    establish(layout, plan, cfg)
+    sweep_temps(layout.root)
+    sweep_temps(layout.chunks)
+    report = PreprocessReport(str(layout.root), (world.rank, world.world_size), plan["chunks"])
+    mine = list(range(world.rank, plan["chunks"], world.world_size))
+    committed = {k: r for k in mine if (r := committed_record(layout, k)) is not None}
+    todo = [k for k in mine if k not in committed]
+    report.reused = len(committed)
+    if committed:
+        log.info(
+            "%s: %d of this rank's %d chunks already committed",
+            layout.root,
+            len(committed),
+            len(mine),
+        )
+    job = ChunkJob(
+        source=source,
+        recipe=recipe,
+        root=str(layout.root),
+        chunk_size=chunk_size,
+        dtype=dtype.name,
+        file_starts=np.cumsum([0] + [len(f) for f in source.files[:-1]]).tolist(),
+        stages=all_stages,
+    )
+    budget = _Budget(cfg.cache.max_bad_fraction, committed.values())
+    total = sum(job.bounds(k)[1] - job.bounds(k)[0] for k in todo)
+    done = [0]
+
+    def moved(n: int) -> None:
+        done[0] += n
+        if progress is not None:
+            progress(done[0], total)
+
+    def on_done(k: int, record: dict[str, Any]) -> None:
+        report.built += 1
+        report.records_built += record["records"][1] - record["records"][0]
+        budget.add(record, where=f" on shard {world.rank}/{world.world_size}")
+
+    workers_n = cfg.cache.workers or default_workers()
+    run_chunks(job, todo, workers=workers_n, on_done=on_done, progress=moved)
+    budget.check(f" on shard {world.rank}/{world.world_size}")  # small data: all records seen
+    report.manifest, report.finalized = finish(
+        layout, plan, world, cfg.cache.wait_timeout, all_stages
+    )
+    report.seconds = time.perf_counter() - t0
+    return report
+
+
+def default_workers() -> int:
+    """This machine's usable cores, divided among the ranks launched on it."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:
+        cores = os.cpu_count() or 1
+    local = os.environ.get("LOCAL_WORLD_SIZE", "1")
+    return max(1, cores // max(1, int(local) if local.isdigit() else 1))
+
+
+class _Budget:
+    """``max_bad_fraction`` over this rank's chunks (committed before, and built now).
+
+    Checked as chunks complete once 1,000 records were seen, and over all of them at the end.
+    """
+
+    def __init__(self, fraction: float | None, committed: Any):
+        self.fraction = fraction
+        self.records = 0
+        self.tally = RejectTally()
+        for record in committed:
+            self.add(record, where="", check=False)
+
+    def add(self, record: dict[str, Any], *, where: str, check: bool = True) -> None:
+        lo, hi = record["records"]
+        self.records += hi - lo
+        for kind, n in record["by_reason"].items():
+            self.tally.counts[kind] += n
+            shown = self.tally.examples.setdefault(kind, [])
+            shown.extend(record["examples"].get(kind, [])[: max(0, 5 - len(shown))])
+        if check and self.records >= _MIN_BUDGET_RECORDS:
+            self.check(where)
+
+    def check(self, where: str) -> None:
+        bad, f = self.tally.total, self.fraction
+        if f is not None and self.records and bad > f * self.records:
+            raise ErrorBudgetExceeded(
+                f"error budget exceeded{where}: {bad:,} of {self.records:,} records were "
+                f"rejected ({bad / self.records:.1%}), above cache.max_bad_fraction={f}.\n"
+                f"By reason:\n{self.tally.summary()}\nFix the data or the recipe (`chute "
+                f"validate` lists every bad record), or raise cache.max_bad_fraction; the "
+                f"chunks built so far are kept and the next run resumes.",
+                self.tally,
+            )

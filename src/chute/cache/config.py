@@ -1,0 +1,357 @@
+"""The preprocessing config: typed sections, YAML as their serialised form, dotted overrides.
+
+A config names the sources, the recipe and the cache options::
+
+    sources: [data/train-*.jsonl]      # paths or globs, in order
+    recipe:                            # the Recipe's arguments (see docs/recipe.md)
+      tokenizer: models/qwen3
+      template: qwen3
+      max_length: 4096
+    cache:                             # how the cache is built (see docs/cache.md)
+      chunk_size: 10000
+      workers: 8
+
+Every key can be set from the command line as a dotted override (``recipe.max_length=4096``,
+``sources=[a.jsonl,b.jsonl]``; values are read as YAML). Construction checks every field and
+reports every problem at once, each naming its dotted key, the value and what is expected.
+
+Example:
+    >>> cfg = PreprocessConfig.from_dict(
+    ...     {"sources": ["a.jsonl"], "recipe": {"tokenizer": "tok.json"}},
+    ...     overrides=["recipe.max_length=4096", "cache.chunk_size=500"])
+    >>> cfg.recipe.max_length, cfg.cache.chunk_size
+    (4096, 500)
+    >>> PreprocessConfig.from_dict({"sources": [], "recipe": {"tokenizer": "t", "max_lenght": 9}})
+    Traceback (most recent call last):
+    ...
+    chute.errors.ConfigError: invalid preprocessing config:
+      sources: expected a non-empty list of paths or globs, got []
+      recipe.max_lenght: unknown key (did you mean max_length?)
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any, ClassVar
+
+import yaml
+
+from chute.cache.config_checks import (
+    Problems,
+    apply_overrides,
+    check_fields,
+    choice,
+    raise_problems,
+    unknown_keys,
+)
+from chute.errors import ConfigError
+from chute.formats.spec import FORMAT_NAMES
+from chute.media.images import DEFAULT_MAX_PIXELS
+from chute.recipe import OVERFLOW
+from chute.templates.base import TRAIN_ON
+
+__all__ = ["CacheOptions", "PreprocessConfig", "RecipeConfig", "apply_overrides", "load_config"]
+
+# -- sections -------------------------------------------------------------------------------
+
+
+@dataclass
+class RecipeConfig:
+    """The ``Recipe``'s arguments as plain data (see ``chute.Recipe`` for each one).
+
+    Example:
+        >>> RecipeConfig(tokenizer="models/qwen3", max_length=0)
+        Traceback (most recent call last):
+        ...
+        chute.errors.ConfigError: invalid preprocessing config:
+          max_length: expected a positive integer or null, got 0
+    """
+
+    tokenizer: str
+    format: str = "auto"
+    template: str | None = None
+    max_length: int | None = None
+    overflow: str = "truncate"
+    train_on: str = "assistant"
+    columns: dict[str, str] = field(default_factory=dict)
+    tags: dict[str, str] = field(default_factory=dict)
+    placeholders: dict[str, str | None] = field(default_factory=dict)
+    system: str | None = None
+    template_vars: dict[str, Any] = field(default_factory=dict)
+    special_tokens: dict[str, str | None] = field(default_factory=dict)
+    media_root: str | dict[str, str] | None = None
+    image_tokens: Any = None
+    image_token: str | None = None
+    image_token_id: int | None = None
+    video_tokens: int | dict[str, Any] | None = None
+    audio_tokens: int | dict[str, Any] | None = None
+    check_images: bool = True
+    allow_urls: bool = False
+    max_image_pixels: int = DEFAULT_MAX_PIXELS
+    media_allowed_roots: list[str] = field(default_factory=list)
+    tiktoken_pattern: str | None = None
+
+    KINDS: ClassVar[dict[str, Any]] = {
+        "tokenizer": "str",
+        "format": choice(FORMAT_NAMES),
+        "template": "str?",
+        "max_length": "int+?",
+        "overflow": choice(OVERFLOW),
+        "train_on": choice(TRAIN_ON),
+        "columns": "map[str]",
+        "tags": "map[str]",
+        "placeholders": "map[str?]",
+        "system": "str?",
+        "template_vars": "map",
+        "special_tokens": "map[str?]",
+        "media_root": "root",
+        "image_tokens": "image_tokens",
+        "image_token": "str?",
+        "image_token_id": "int?",
+        "video_tokens": "count_or_rule",
+        "audio_tokens": "count_or_rule",
+        "check_images": "bool",
+        "allow_urls": "bool",
+        "max_image_pixels": "int+",
+        "media_allowed_roots": "paths",
+        "tiktoken_pattern": "str?",
+    }
+
+    def __post_init__(self) -> None:
+        raise_problems(check_fields(self.KINDS, vars(self)))
+
+    def build(self) -> Any:
+        """The ``Recipe`` (loads the tokenizer); its errors name ``recipe.<field>``."""
+        from chute.recipe import Recipe
+
+        args = asdict(self)
+        for name, module, cls in (
+            ("video_tokens", "chute.media.video", "VideoFrames"),
+            ("audio_tokens", "chute.media.audio", "AudioClips"),
+        ):
+            if isinstance(args[name], Mapping):  # a rule counted from each file's header
+                rule = getattr(importlib.import_module(module), cls)
+                try:
+                    args[name] = rule(**args[name])
+                except TypeError as exc:
+                    raise ConfigError(f"recipe.{name}: {exc} (fields of {cls})") from None
+        try:
+            return Recipe(**args)
+        except ConfigError as exc:
+            raise ConfigError(f"recipe.{exc}") from None
+
+    def resolved(self) -> RecipeConfig:
+        """A copy whose paths (tokenizer, template file, media_root) are absolute."""
+        template = self.template
+        if template is not None and "{" not in template and os.path.exists(template):
+            template = os.path.abspath(template)
+        root: Any = self.media_root
+        if isinstance(root, Mapping):  # data file (or glob) -> folder
+            root = {os.path.abspath(k): os.path.abspath(v) for k, v in sorted(root.items())}
+        elif root:
+            root = os.path.abspath(root)
+        return RecipeConfig(
+            **{
+                **asdict(self),
+                "tokenizer": os.path.abspath(self.tokenizer),
+                "template": template,
+                "media_root": root,
+                "media_allowed_roots": [os.path.abspath(p) for p in self.media_allowed_roots],
+            }
+        )
+
+
+@dataclass
+class CacheOptions:
+    """How the cache is built. Only ``chunk_size`` and ``full_hash`` shape its files.
+
+    Args:
+        chunk_size: records per chunk: the unit of parallel work, of atomic commits and of
+            resumption (independent of workers and ranks, so the cache is the same however it
+            was run).
+        workers: processes per rank (default: the cores of this machine divided by the ranks
+            on it, ``LOCAL_WORLD_SIZE``).
+        full_hash: hash every source file whole into the fingerprint (default: size, mtime and
+            a hash of both ends), and check it on open.
+        wait_timeout: seconds a rank that finished its chunks waits for the other ranks'.
+        max_bad_fraction: stop when more than this share of records is rejected (``null``:
+            never), checked once 1,000 records were seen.
+    """
+
+    chunk_size: int = 10_000
+    workers: int | None = None
+    full_hash: bool = False
+    wait_timeout: float = 3600.0
+    max_bad_fraction: float | None = 0.25
+
+    KINDS: ClassVar[dict[str, Any]] = {
+        "chunk_size": "int+",
+        "workers": "int+?",
+        "full_hash": "bool",
+        "wait_timeout": "seconds",
+        "max_bad_fraction": "fraction?",
+    }
+    SHAPING: ClassVar[tuple[str, ...]] = ("chunk_size", "full_hash")
+
+    def __post_init__(self) -> None:
+        raise_problems(check_fields(self.KINDS, vars(self)))
+
+
+@dataclass
+class PreprocessConfig:
+    """Everything ``chute preprocess`` needs: sources, recipe, cache options, extra stages.
+
+    Args:
+        sources: data files or globs, in order (record ids follow this order).
+        recipe: the recipe (a ``RecipeConfig`` or its mapping).
+        cache: the cache options (a ``CacheOptions`` or its mapping).
+        stages: extra per-chunk stages by name with their options (see
+            ``chute.cache.stages``), e.g. a pre-decoded media stage.
+        out: the output directory (the ``--out`` option wins).
+    """
+
+    sources: list[str]
+    recipe: RecipeConfig
+    cache: CacheOptions = field(default_factory=CacheOptions)
+    stages: dict[str, dict[str, Any]] = field(default_factory=dict)
+    out: str | None = None
+
+    def __post_init__(self) -> None:
+        if isinstance(self.sources, str | os.PathLike):
+            self.sources = [os.fspath(self.sources)]
+        problems = _top_problems(vars(self))
+        raise_problems(problems)
+        if isinstance(self.recipe, Mapping):
+            self.recipe = RecipeConfig(**self.recipe)
+        if isinstance(self.cache, Mapping):
+            self.cache = CacheOptions(**self.cache)
+        self.sources = [os.fspath(s) for s in self.sources]
+        if not isinstance(self.recipe, RecipeConfig) or not isinstance(self.cache, CacheOptions):
+            raise ConfigError("recipe and cache must be a RecipeConfig and a CacheOptions")
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any], overrides: Sequence[str] = ()) -> PreprocessConfig:
+        """Build and check a config from a mapping (the YAML's shape), after ``overrides``."""
+        if not isinstance(data, Mapping):
+            raise ConfigError(
+                f"a preprocessing config is a mapping with sources, recipe and cache, got "
+                f"{type(data).__name__}"
+            )
+        data = apply_overrides(data, overrides)
+        problems = unknown_keys(data, _TOP_KEYS, "")
+        problems += _top_problems(data)
+        sections = {"recipe": RecipeConfig, "cache": CacheOptions}
+        for name, section in sections.items():
+            value = data.get(name, {})
+            if not isinstance(value, Mapping):
+                continue  # reported by _top_problems
+            known = [f.name for f in fields(section)]
+            problems += unknown_keys(value, known, f"{name}.")
+            problems += [(f"{name}.{k}", m) for k, m in check_fields(section.KINDS, value)]
+        recipe = data.get("recipe")
+        if isinstance(recipe, Mapping) and "tokenizer" not in recipe:
+            problems.append(("recipe.tokenizer", "required (a tokenizer.json, folder or file)"))
+        raise_problems(problems)
+        return cls(
+            sources=data["sources"],
+            recipe=RecipeConfig(**data["recipe"]),
+            cache=CacheOptions(**data.get("cache", {})),
+            stages={k: dict(v or {}) for k, v in (data.get("stages") or {}).items()},
+            out=data.get("out"),
+        )
+
+    def to_dict(self, *, shaping_only: bool = False) -> dict[str, Any]:
+        """Plain data in the YAML's shape (``shaping_only``: cache options that shape output)."""
+        out = {
+            "sources": list(self.sources),
+            "recipe": asdict(self.recipe),
+            "cache": asdict(self.cache),
+        }
+        if shaping_only:
+            out["cache"] = {k: out["cache"][k] for k in CacheOptions.SHAPING}
+        if self.stages:
+            out["stages"] = {k: dict(v) for k, v in sorted(self.stages.items())}
+        if self.out is not None and not shaping_only:
+            out["out"] = self.out
+        return out
+
+    def to_yaml(self, *, shaping_only: bool = False) -> str:
+        return yaml.safe_dump(
+            self.to_dict(shaping_only=shaping_only), sort_keys=False, allow_unicode=True
+        )
+
+    def resolved(self) -> PreprocessConfig:
+        """A copy with absolute paths, so it means the same from any working directory."""
+        return PreprocessConfig(
+            sources=[os.path.abspath(os.path.expanduser(s)) for s in self.sources],
+            recipe=self.recipe.resolved(),
+            cache=CacheOptions(**asdict(self.cache)),
+            stages={k: dict(v) for k, v in self.stages.items()},
+            out=os.path.abspath(self.out) if self.out else None,
+        )
+
+
+_TOP_KEYS = ["sources", "recipe", "cache", "stages", "out"]
+
+
+def _top_problems(data: Mapping[str, Any]) -> Problems:
+    out: Problems = []
+    sources = data.get("sources")
+    if isinstance(sources, str):
+        sources = [sources]
+    if "sources" not in data:
+        out.append(("sources", "required: a list of data files or globs"))
+    elif (
+        not isinstance(sources, list | tuple)
+        or not sources
+        or not all(isinstance(s, str | os.PathLike) and os.fspath(s) for s in sources)
+    ):
+        out.append(("sources", f"expected a non-empty list of paths or globs, got {sources!r}"))
+    if "recipe" not in data:
+        out.append(("recipe", "required: a mapping with at least a tokenizer"))
+    elif not isinstance(data["recipe"], Mapping | RecipeConfig):
+        out.append(("recipe", f"expected a mapping, got {data['recipe']!r}"))
+    if not isinstance(data.get("cache", {}), Mapping | CacheOptions):
+        out.append(("cache", f"expected a mapping, got {data['cache']!r}"))
+    stages = data.get("stages") or {}
+    if not isinstance(stages, Mapping) or not all(
+        isinstance(k, str) and (v is None or isinstance(v, Mapping)) for k, v in stages.items()
+    ):
+        out.append(("stages", f"expected a mapping of stage names to options, got {stages!r}"))
+    if data.get("out") is not None and not isinstance(data["out"], str | os.PathLike):
+        out.append(("out", f"expected a directory path, got {data['out']!r}"))
+    return out
+
+
+# -- loading ----------------------------------------------------------------------------------
+
+
+def load_config(
+    config: PreprocessConfig | Mapping[str, Any] | str | os.PathLike[str],
+    overrides: Sequence[str] = (),
+) -> PreprocessConfig:
+    """A ``PreprocessConfig`` from a config object, a mapping or a YAML file, plus overrides.
+
+    Raises:
+        ConfigError: the file is missing or not YAML, or fields are invalid (all named).
+    """
+    if isinstance(config, PreprocessConfig):
+        if not overrides:
+            return config
+        return PreprocessConfig.from_dict(config.to_dict(), overrides)
+    if isinstance(config, str | os.PathLike):
+        path = Path(config)
+        if not path.is_file():
+            raise ConfigError(f"config: {path}: no such file (a YAML preprocessing config)")
+        try:
+            data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"config: {path} is not valid YAML: {exc}") from None
+        if data is None:
+            raise ConfigError(f"config: {path} is empty; it needs sources and recipe")
+        return PreprocessConfig.from_dict(data, overrides)
+    return PreprocessConfig.from_dict(config, overrides)

@@ -1,0 +1,185 @@
+"""The last step of a build: merge the chunks' records into the manifest and the global files.
+
+Whoever sees every chunk committed runs it (the last rank to finish, or a waiting rank when
+the last one died before finishing). It reads only the commit records and the chunks'
+``length`` columns, and writes, each atomically and deterministically (no times, no hosts, so
+every run of the same build writes the same bytes, and two ranks finalizing at once agree)::
+
+    lengths.npy, image_tokens.npy      one int32 per sample, memory-mapped by readers
+    rejects.jsonl                      the chunks' rejects, in source order
+    state.json, dataset_info.json      for datasets.load_from_disk(DIR)
+    manifest.json                      last: the cache is complete
+
+Example:
+    >>> manifest = finalize(Layout("/data/cache"), plan)  # doctest: +SKIP
+    >>> manifest["samples"], manifest["by_reason"]  # doctest: +SKIP
+    (199_871, {'too_long': 129})
+"""
+
+from __future__ import annotations
+
+import io
+import os
+from collections import Counter
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import numpy as np
+import orjson
+import pyarrow as pa
+
+from chute.cache.fingerprint import digest
+from chute.cache.layout import CACHE_FORMAT, FORMAT_VERSION, Layout, publish, publish_parts
+from chute.cache.stages import ChunkStage
+from chute.errors import CacheError, RejectTally
+
+__all__ = ["finalize", "read_chunk", "tally_of"]
+
+_JSON = orjson.OPT_SORT_KEYS | orjson.OPT_INDENT_2
+
+
+def read_chunk(path: str | os.PathLike[str]) -> pa.RecordBatch:
+    """The record batch of a chunk file, memory-mapped (zero copy; no file descriptor kept)."""
+    try:
+        with pa.memory_map(os.fspath(path)) as source:
+            batches = list(pa.ipc.open_stream(source))
+    except (OSError, pa.ArrowInvalid) as exc:
+        raise CacheError(f"{path}: not a readable cache chunk ({exc})") from None
+    if len(batches) != 1:
+        raise CacheError(f"{path}: a cache chunk holds one record batch, this one {len(batches)}")
+    return batches[0]
+
+
+def tally_of(records: list[dict[str, Any]]) -> RejectTally:
+    """The rejects of many chunks, merged in chunk order."""
+    tally = RejectTally()
+    for r in records:
+        tally.merge(RejectTally(counts=Counter(r["by_reason"]), examples=r["examples"]))
+    return tally
+
+
+def finalize(
+    layout: Layout, plan: dict[str, Any], stages: Sequence[ChunkStage] = ()
+) -> dict[str, Any]:
+    """Write the global files and the manifest from the committed chunks; returns the manifest.
+
+    Extra stages' ``finish`` runs after the global files, before the manifest.
+
+    Raises:
+        CacheError: a chunk's commit record is missing or unreadable.
+    """
+    records = []
+    for k in range(plan["chunks"]):
+        try:
+            records.append(orjson.loads(layout.record(k).read_bytes()))
+        except (FileNotFoundError, orjson.JSONDecodeError) as exc:
+            raise CacheError(
+                f"cannot finalize {layout.root}: chunk {k} is not committed ({exc}); run the "
+                f"same chute preprocess command again to build it"
+            ) from None
+    samples = [r["samples"] for r in records]
+    total = int(sum(samples))
+    _write_npy(layout.lengths, total, (_column(layout, k, "length") for k in range(len(records))))
+    _write_npy(
+        layout.image_tokens,
+        total,
+        (_column(layout, k, "num_image_tokens") for k in range(len(records))),
+    )
+    publish_parts(layout.rejects, _rejects(layout, records))
+    tally = tally_of(records)
+    hashes = [r["files"][name]["blake2b"] for r in records for name in sorted(r["files"])]
+    data_digest = digest(hashes)
+    files = [f"chunks/{r['files']['arrow']['name']}" for r in records]
+    publish(layout.hf_state, orjson.dumps(_hf_state(files, data_digest), option=_JSON))
+    publish(layout.hf_info, orjson.dumps(_hf_info(plan), option=_JSON))
+    outputs = {}
+    for stage in stages:
+        folder = layout.root / stage.name
+        folder.mkdir(exist_ok=True)
+        n = len(records)
+        info = stage.finish(folder, lambda n=n: (read_chunk(layout.chunk(k)) for k in range(n)))
+        if info is not None:
+            outputs[stage.name] = orjson.loads(orjson.dumps(info))
+    manifest = {
+        "format": CACHE_FORMAT,
+        "format_version": FORMAT_VERSION,
+        "fingerprint": plan["fingerprint"],
+        "build_digest": digest(plan["fingerprint"]),
+        "data_digest": data_digest,
+        "records": plan["records"],
+        "chunk_size": plan["chunk_size"],
+        "samples": total,
+        "rejected": tally.total,
+        "by_reason": dict(sorted(tally.counts.items())),
+        "examples": {kind: tally.examples[kind] for kind in sorted(tally.examples)},
+        "tokens": sum(r["tokens"] for r in records),
+        "trained_tokens": sum(r["trained_tokens"] for r in records),
+        "image_tokens": sum(r["image_tokens"] for r in records),
+        "truncated": sum(r["truncated"] for r in records),
+        "longest": max((r["longest"] for r in records), default=0),
+        "bytes": sum(f["bytes"] for r in records for n, f in r["files"].items() if n != "rejects"),
+        "chunks": [
+            {"records": r["records"], "samples": r["samples"], "files": r["files"]} for r in records
+        ],
+        "stage_outputs": outputs,
+    }
+    publish(layout.manifest, orjson.dumps(manifest, option=_JSON) + b"\n")
+    return manifest
+
+
+def _column(layout: Layout, k: int, name: str) -> np.ndarray:
+    batch = read_chunk(layout.chunk(k))
+    return batch.column(name).to_numpy().astype(np.int32, copy=False)
+
+
+def _write_npy(path: os.PathLike[str], total: int, parts: Iterator[np.ndarray]) -> None:
+    """A ``.npy`` of ``total`` int32 values written part by part (never all in memory)."""
+    header = io.BytesIO()
+    np.lib.format.write_array_header_1_0(
+        header, {"descr": np.dtype(np.int32).str, "fortran_order": False, "shape": (total,)}
+    )
+    written = 0
+
+    def chunks() -> Iterator[bytes]:
+        nonlocal written
+        yield header.getvalue()
+        for part in parts:
+            written += len(part)
+            yield part.tobytes()
+
+    publish_parts(path, chunks())
+    if written != total:
+        raise CacheError(f"{path}: wrote {written} values, the commit records say {total}")
+
+
+def _rejects(layout: Layout, records: list[dict[str, Any]]) -> Iterator[bytes]:
+    for k, r in enumerate(records):
+        if "rejects" in r["files"]:
+            with open(layout.rejects_part(k), "rb") as f:
+                while block := f.read(1 << 22):
+                    yield block
+
+
+def _hf_state(files: list[str], fingerprint: str) -> dict[str, Any]:
+    return {
+        "_data_files": [{"filename": name} for name in files],
+        "_fingerprint": fingerprint,
+        "_format_columns": None,
+        "_format_kwargs": {},
+        "_format_type": None,
+        "_output_all_columns": False,
+        "_split": None,
+    }
+
+
+def _hf_info(plan: dict[str, Any]) -> dict[str, Any]:
+    recipe = plan["fingerprint"]["recipe"]
+    return {
+        "description": (
+            "A chute token cache (https://github.com/chute-ml/chute, docs/cache.md). labels are "
+            "input_ids inside each [start, end) pair of label_spans, -100 elsewhere."
+        ),
+        "builder_name": "chute",
+        "config_name": f"{recipe.get('template', {}).get('name')}-{recipe.get('max_length')}",
+        "version": {"version_str": f"{FORMAT_VERSION}.0.0"},
+    }

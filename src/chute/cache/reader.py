@@ -1,0 +1,332 @@
+"""``open_cache``: a finished cache as a map-style dataset of samples, checked before use.
+
+Opening reads the manifest, refuses an incomplete cache, another format version, missing or
+resized chunk files, source files that changed since the build and (with ``recipe=``) a recipe
+other than the one that built it, each time naming the field, both values and the command that
+rebuilds the cache. Samples are then read from memory-mapped Arrow files: ``input_ids`` is a
+zero-copy (read-only) view, ``labels`` is rebuilt from the trained runs, and the per-sample
+``lengths`` are one memory-mapped array, so plans that need lengths tokenize nothing.
+
+A ``Cache`` pickles as its directory and a few numbers: DataLoader workers map the same files,
+they never receive copies of arrays.
+
+Example:
+    >>> cache = open_cache("cache/", recipe=recipe)  # doctest: +SKIP
+    >>> len(cache), cache.lengths[:3]  # doctest: +SKIP
+    (99870, memmap([212, 87, 1304], dtype=int32))
+    >>> sample = cache[7]  # doctest: +SKIP
+    >>> sample["input_ids"][:4], sample["path"], sample["line"]  # doctest: +SKIP
+    (array([151644, 872, 198, 5501], dtype=int32), '/data/train.jsonl', 8)
+"""
+
+from __future__ import annotations
+
+import bisect
+import os
+import shlex
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from chute.cache.finalize import read_chunk
+from chute.cache.fingerprint import differences, mismatch, source_changes
+from chute.cache.layout import CACHE_FORMAT, FORMAT_VERSION, Layout, read_json
+from chute.cache.rows import ChunkRows
+from chute.errors import CacheError, ConfigError
+
+__all__ = ["Cache", "is_cache_dir", "open_cache"]
+
+
+def is_cache_dir(path: Any) -> bool:
+    """Whether ``path`` is a directory holding a chute cache (complete or not)."""
+    if not isinstance(path, str | os.PathLike):
+        return False
+    layout = Layout(path)
+    return layout.root.is_dir() and (layout.manifest.is_file() or layout.plan.is_file())
+
+
+def open_cache(
+    path: str | os.PathLike[str], recipe: Any = None, *, verify_sources: bool = True
+) -> Cache:
+    """Open the cache in ``path`` after checking it is complete and still valid.
+
+    Args:
+        path: the directory ``chute preprocess --out`` wrote.
+        recipe: also check the cache was built by this recipe: a ``Recipe``, a
+            ``RecipeConfig`` / its mapping, or a ``PreprocessConfig`` (recipe and sources).
+        verify_sources: check the source files are unchanged (size, mtime, edge hash; the whole
+            file when the cache was built with ``full_hash``). ``False`` uses the cache as built,
+            e.g. on a machine without the raw data.
+
+    Raises:
+        CacheError: not a cache, not complete, or a chunk file is missing or damaged.
+        FingerprintMismatch: another format version, changed sources, or another recipe.
+    """
+    layout = Layout(os.path.abspath(path))
+    manifest = read_json(layout.manifest)
+    if not isinstance(manifest, dict):
+        raise CacheError(_not_ready(layout))
+    _check_version(layout, manifest)
+    _check_files(layout, manifest)
+    if verify_sources:
+        diffs = source_changes(manifest["fingerprint"]["sources"])
+        if diffs:
+            raise mismatch(
+                layout.root,
+                "was built from source files that changed since",
+                diffs,
+                "now",
+                fix="or open_cache(..., verify_sources=False) to use the cache as it was built",
+            )
+    cache = Cache(layout.root, manifest)
+    if recipe is not None:
+        cache.check_recipe(recipe)
+    return cache
+
+
+def _not_ready(layout: Layout) -> str:
+    if not layout.root.is_dir():
+        return f"{layout.root}: no such cache directory (build it with chute preprocess)"
+    plan = read_json(layout.plan)
+    if isinstance(plan, dict) and "chunks" in plan:
+        done = len(layout.recorded())
+        return (
+            f"the cache at {layout.root} is not complete: {done} of {plan['chunks']} chunks are "
+            f"committed and no manifest was written. Run the same chute preprocess command again "
+            f"(it resumes), or wait for the ranks still building it"
+        )
+    return f"{layout.root} is not a chute cache (no manifest.json)"
+
+
+def _check_version(layout: Layout, manifest: dict[str, Any]) -> None:
+    if manifest.get("format") != CACHE_FORMAT:
+        raise CacheError(
+            f"{layout.manifest} is not a chute cache manifest (format {manifest.get('format')!r})"
+        )
+    version = manifest.get("format_version")
+    if version == FORMAT_VERSION:
+        return
+    newer = isinstance(version, int) and version > FORMAT_VERSION
+    why = (
+        "was written by a newer chute; upgrade chute to read it"
+        if newer
+        else "was written by an older chute, in a format this one no longer reads"
+    )
+    raise mismatch(layout.root, why, [("format_version", version, FORMAT_VERSION)], "this chute")
+
+
+def _check_files(layout: Layout, manifest: dict[str, Any]) -> None:
+    for k, chunk in enumerate(manifest["chunks"]):
+        for entry in chunk["files"].values():
+            path = layout.chunks / entry["name"]
+            try:
+                size = path.stat().st_size
+            except FileNotFoundError:
+                size = None
+            if size != entry["bytes"]:
+                found = "missing" if size is None else f"{size} bytes"
+                raise CacheError(
+                    f"the cache at {layout.root} is damaged: {path} is {found}, the manifest "
+                    f"says {entry['bytes']} bytes (chunk {k}). Run the chute preprocess command "
+                    f"again: it rebuilds damaged chunks"
+                )
+    for path in (layout.lengths, layout.image_tokens):
+        if not path.is_file():
+            raise CacheError(f"the cache at {layout.root} is damaged: {path.name} is missing")
+
+
+class Cache:
+    """A finished cache: ``len(cache)``, ``cache[i]`` -> sample dict, ``cache.lengths``.
+
+    Samples carry the recipe's keys: ``input_ids`` (a read-only view, ``uint16`` or ``int32``),
+    ``labels`` (``int32``, ``-100`` where not trained), ``length``, provenance ``index``,
+    ``path``, ``line``, ``images`` / ``videos`` / ``audios`` (each with its token ``span``),
+    ``num_image_tokens``, ``truncated``, and the columns of extra stages.
+
+    Use ``open_cache`` to make one (it checks the cache first).
+    """
+
+    def __init__(self, root: str | os.PathLike[str], manifest: dict[str, Any]):
+        self.root = str(root)
+        self._manifest: dict[str, Any] | None = manifest
+        counts = [c["samples"] for c in manifest["chunks"]]
+        self._starts = [0, *np.cumsum(counts, dtype=np.int64).tolist()]
+        fp = manifest["fingerprint"]
+        self._paths = [f["path"] for f in fp["sources"]["files"]]
+        self._fingerprint = {
+            "kind": "chute.cache",
+            "format_version": manifest["format_version"],
+            "samples": self._starts[-1],
+            "data_digest": manifest["data_digest"],
+        }
+        self._enter()
+
+    def _enter(self) -> None:
+        self._pid = os.getpid()
+        self._views: dict[int, ChunkRows] = {}
+        self._lengths: np.ndarray | None = None
+        self._image_tokens: np.ndarray | None = None
+
+    # -- identity and metadata ---------------------------------------------------------------
+
+    @property
+    def layout(self) -> Layout:
+        return Layout(self.root)
+
+    @property
+    def manifest(self) -> dict[str, Any]:
+        """The manifest: fingerprint, totals, rejects by reason, chunks (read once)."""
+        if self._manifest is None:
+            self._manifest = read_json(self.layout.manifest)
+        return self._manifest  # type: ignore[return-value]
+
+    def fingerprint(self) -> dict[str, Any]:
+        """The content identity of the cache (for the loader's resume state): no paths, no times."""
+        return dict(self._fingerprint)
+
+    @property
+    def summary(self) -> dict[str, Any]:
+        """Records, samples, rejects by reason, tokens and bytes of the build."""
+        keys = ("records", "samples", "rejected", "by_reason", "examples", "tokens")
+        more = ("trained_tokens", "image_tokens", "truncated", "longest", "bytes")
+        return {k: self.manifest[k] for k in (*keys, *more)}
+
+    @property
+    def num_chunks(self) -> int:
+        return len(self._starts) - 1
+
+    @property
+    def source_paths(self) -> list[str]:
+        return list(self._paths)
+
+    def recipe_config(self) -> Any:
+        """The ``PreprocessConfig`` the cache was built from (``config.yaml``)."""
+        from chute.cache.config import load_config
+
+        return load_config(self.layout.config)
+
+    def check_recipe(self, recipe: Any) -> None:
+        """Raise ``FingerprintMismatch`` unless ``recipe`` makes the samples this cache holds.
+
+        ``recipe``: a ``Recipe``, a ``RecipeConfig`` or its mapping, or a ``PreprocessConfig``.
+        """
+        from chute.cache.config import PreprocessConfig, RecipeConfig
+
+        built = self.manifest["fingerprint"]
+        overrides: list[str] = []
+        sources: list[tuple[str, Any, Any]] = []
+        if isinstance(recipe, PreprocessConfig):
+            from chute.sources import expand_paths
+
+            cfg = recipe.resolved()
+            paths = [os.path.abspath(p) for p in expand_paths(cfg.sources)]
+            sources = differences(self._paths, paths, "sources")
+            recipe = cfg.recipe
+        if isinstance(recipe, Mapping):
+            recipe = RecipeConfig(**recipe)
+        if isinstance(recipe, RecipeConfig):
+            overrides = self._overrides(recipe.resolved())
+            recipe = recipe.build()
+        if not callable(getattr(recipe, "fingerprint", None)):
+            raise ConfigError(
+                f"recipe: expected a Recipe, a RecipeConfig or a PreprocessConfig, got "
+                f"{type(recipe).__name__}"
+            )
+        diffs = sources + differences(built["recipe"], recipe.fingerprint())
+        if diffs:
+            raise mismatch(
+                self.root, "was built for a different recipe", diffs, "recipe", overrides=overrides
+            )
+
+    def _overrides(self, wanted: Any) -> list[str]:
+        import yaml
+
+        try:
+            stored = self.recipe_config().recipe
+        except (ConfigError, OSError):
+            return []
+        out = []
+        for name, value in vars(wanted).items():
+            if getattr(stored, name, None) != value:
+                text = yaml.safe_dump(value, default_flow_style=True).strip()
+                text = text.removesuffix("\n...").strip()
+                out.append(shlex.quote(f"recipe.{name}={text}"))
+        return out
+
+    # -- arrays ------------------------------------------------------------------------------
+
+    def _here(self) -> None:
+        if self._pid != os.getpid():
+            self._enter()
+
+    @property
+    def lengths(self) -> np.ndarray:
+        """Tokens per sample (``int32``, memory-mapped, read-only): for length-aware plans."""
+        self._here()
+        if self._lengths is None:
+            self._lengths = np.load(self.layout.lengths, mmap_mode="r")
+        return self._lengths
+
+    @property
+    def image_tokens(self) -> np.ndarray:
+        """Image tokens per sample (``int32``, memory-mapped, read-only)."""
+        self._here()
+        if self._image_tokens is None:
+            self._image_tokens = np.load(self.layout.image_tokens, mmap_mode="r")
+        return self._image_tokens
+
+    def chunk(self, k: int) -> pa.RecordBatch:
+        """Chunk ``k``'s Arrow record batch (memory-mapped, zero copy)."""
+        return read_chunk(self.layout.chunk(k))
+
+    def locate(self, index: int) -> tuple[int, int]:
+        """``(chunk, row)`` of sample ``index``."""
+        n = self._starts[-1]
+        if not -n <= index < n:
+            raise IndexError(f"sample index {index} out of range for a cache of {n} samples")
+        index %= n
+        k = bisect.bisect_right(self._starts, index) - 1
+        return k, index - self._starts[k]
+
+    # -- the dataset -------------------------------------------------------------------------
+
+    def __len__(self) -> int:
+        return self._starts[-1]
+
+    def __getitem__(self, key: int | slice) -> Any:
+        if type(key) is not int:
+            if isinstance(key, slice):
+                return [self[i] for i in range(*key.indices(len(self)))]
+            if not isinstance(key, int | np.integer):
+                raise TypeError(f"samples are indexed by int or slice, not {type(key).__name__}")
+            key = int(key)
+        starts = self._starts
+        n = starts[-1]
+        index = key + n if key < 0 else key
+        if not 0 <= index < n:
+            raise IndexError(f"sample index {key} out of range for a cache of {n} samples")
+        k = bisect.bisect_right(starts, index) - 1
+        if self._pid != os.getpid():
+            self._enter()
+        view = self._views.get(k)
+        if view is None:
+            view = self._views[k] = ChunkRows(self.chunk(k), self._paths)
+        return view.sample(index - starts[k])
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        for i in range(len(self)):
+            yield self[i]
+
+    def __getstate__(self) -> dict[str, Any]:
+        keep = ("root", "_starts", "_paths", "_fingerprint")
+        return {k: self.__dict__[k] for k in keep}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._manifest = None
+        self._enter()
+
+    def __repr__(self) -> str:
+        return f"Cache({self.root!r}, samples={len(self)}, chunks={self.num_chunks})"

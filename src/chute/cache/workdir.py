@@ -1,0 +1,176 @@
+"""The output directory of a build: prepared, its plan established, chunks checked, completed.
+
+* ``prepare_dir`` refuses a directory that holds something other than a cache, and deletes only
+  chute's own files on ``--overwrite``;
+* ``establish`` publishes ``plan.json`` (every rank publishes the same bytes) or checks that the
+  one there is the same job, naming each differing field;
+* ``committed_record`` says whether a chunk's commit record and every file it lists are in place;
+* ``finish`` waits for the other ranks' chunks through the filesystem and writes the manifest
+  when every chunk is committed (or returns the one another rank wrote).
+
+Example:
+    >>> layout = Layout(tempfile.mkdtemp())  # doctest: +SKIP
+    >>> prepare_dir(layout, overwrite=False, world=World())  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from chute.cache.config import PreprocessConfig
+from chute.cache.finalize import finalize
+from chute.cache.fingerprint import differences, digest
+from chute.cache.layout import Layout, publish, read_json
+from chute.cache.stages import ChunkStage
+from chute.errors import CacheError, ConfigError, FingerprintMismatch
+from chute.world import World
+
+__all__ = ["committed_record", "establish", "finish", "prepare_dir"]
+
+log = logging.getLogger("chute.cache")
+
+_POLL_SECONDS = 0.5
+# A waiting rank that sees every chunk committed gives the last rank this long to write the
+# manifest before it writes it itself (the last rank may have died right after its last chunk).
+_FINALIZE_GRACE = 30.0
+
+
+def prepare_dir(layout: Layout, overwrite: bool, world: World) -> None:
+    root = layout.root
+    if root.exists() and not root.is_dir():
+        raise ConfigError(f"out: {root} exists and is not a directory")
+    foreign = not layout.is_empty_or_absent() and not layout.looks_like_cache()
+    if foreign:
+        raise ConfigError(
+            f"out: {root} is not empty and holds no chute cache; choose a new or empty "
+            f"directory (chute never deletes files it did not write)"
+        )
+    if overwrite and layout.looks_like_cache():
+        if world.world_size > 1:
+            raise ConfigError(
+                "overwrite: not with several ranks (each would delete what the others write); "
+                f"delete {root} once before launching them, or run one rank with --overwrite"
+            )
+        _delete(layout)
+    if not layout.plan.is_file() and _has_chunks(layout):
+        raise ConfigError(
+            f"out: {root} holds chunk files but no plan.json (an interrupted --overwrite?); "
+            f"they cannot be trusted: run again with --overwrite"
+        )
+    layout.chunks.mkdir(parents=True, exist_ok=True)
+
+
+def _has_chunks(layout: Layout) -> bool:
+    return layout.chunks.is_dir() and any(layout.chunks.iterdir())
+
+
+def _delete(layout: Layout) -> None:
+    plan = read_json(layout.plan)
+    stages = plan.get("fingerprint", {}).get("stages", {}) if isinstance(plan, dict) else {}
+    for name in ("plan.json", "manifest.json", *Layout.FILES):  # the plan first: see above
+        Path(layout.root, name).unlink(missing_ok=True)
+    for name in [*stages, "chunks"]:
+        if str(name).isidentifier() or name == "chunks":
+            shutil.rmtree(layout.root / name, ignore_errors=True)
+
+
+def establish(layout: Layout, plan: dict[str, Any], cfg: PreprocessConfig) -> None:
+    """Publish the plan, or check that the one there is this job's."""
+    config_yaml = cfg.to_yaml(shaping_only=True).encode()
+    blob = orjson.dumps(plan, option=orjson.OPT_SORT_KEYS | orjson.OPT_INDENT_2) + b"\n"
+    existing = read_json(layout.plan)
+    if existing is None:
+        publish(layout.plan, blob)
+        existing = read_json(layout.plan)  # another rank may have published at the same time
+    diffs = differences(existing, plan)
+    if diffs:
+        lines = "\n".join(
+            f"  {name.removeprefix('fingerprint.')} differs: in {layout.root} {a!r}, this run {b!r}"
+            for name, a, b in diffs[:12]
+        )
+        more = f"\n  ... and {len(diffs) - 12} more" if len(diffs) > 12 else ""
+        raise FingerprintMismatch(
+            f"out: {layout.root} holds a cache (complete or partial) built for another job:\n"
+            f"{lines}{more}\nUse another --out, or pass --overwrite to delete it and build this "
+            f"one (or run with the config in {layout.config} to resume or reuse it)",
+            diffs,
+        )
+    try:
+        current = layout.config.read_bytes()
+    except FileNotFoundError:
+        current = None
+    if current != config_yaml:
+        publish(layout.config, config_yaml)
+
+
+def committed_record(layout: Layout, k: int) -> dict[str, Any] | None:
+    """Chunk ``k``'s commit record when it and every file it lists are in place."""
+    record = read_json(layout.record(k))
+    if not isinstance(record, dict) or not isinstance(record.get("files"), dict):
+        return None
+    for entry in record["files"].values():
+        try:
+            if (layout.chunks / entry["name"]).stat().st_size != entry["bytes"]:
+                raise FileNotFoundError
+        except (FileNotFoundError, KeyError, TypeError):
+            log.warning("%s: chunk %d is damaged; building it again", layout.root, k)
+            layout.record(k).unlink(missing_ok=True)
+            return None
+    return record
+
+
+def finish(
+    layout: Layout,
+    plan: dict[str, Any],
+    world: World,
+    wait_timeout: float,
+    stages: Sequence[ChunkStage],
+) -> tuple[dict[str, Any], bool]:
+    """The manifest, written here or by another rank; ``(manifest, written_here)``."""
+    build = digest(plan["fingerprint"])
+    deadline = time.monotonic() + wait_timeout
+    first, all_seen_at = True, None
+    while True:
+        recorded = layout.recorded()
+        missing = [k for k in range(plan["chunks"]) if k not in recorded]
+        if not missing:
+            manifest = read_json(layout.manifest)
+            if _complete(layout, manifest, build):
+                return manifest, False
+            now = time.monotonic()
+            # Every chunk committed when this rank finished its own: it is the last finisher.
+            # A rank that waited gives the last finisher time to write the manifest first.
+            if first or (all_seen_at is not None and now - all_seen_at >= _FINALIZE_GRACE):
+                return finalize(layout, plan, stages), True
+            all_seen_at = all_seen_at or now
+        elif time.monotonic() > deadline:
+            raise CacheError(_waited_message(layout, missing, world, wait_timeout))
+        first = False
+        time.sleep(_POLL_SECONDS)
+
+
+def _complete(layout: Layout, manifest: Any, build: str) -> bool:
+    if not isinstance(manifest, dict) or manifest.get("build_digest") != build:
+        return False
+    return all(
+        p.is_file() for p in (layout.lengths, layout.image_tokens, layout.rejects, layout.hf_state)
+    )
+
+
+def _waited_message(layout: Layout, missing: list[int], world: World, timeout: float) -> str:
+    owners = sorted({k % world.world_size for k in missing})
+    shown = ", ".join(str(k) for k in missing[:10]) + (", ..." if len(missing) > 10 else "")
+    shards = ", ".join(f"{r}/{world.world_size}" for r in owners[:10])
+    return (
+        f"waited {timeout:g} s (cache.wait_timeout) for {len(missing)} chunk(s) of other ranks "
+        f"to be committed in {layout.root}: chunk(s) {shown}, of shard(s) {shards}. Those ranks "
+        f"may have failed: run the same command with --shard i/{world.world_size} for each, "
+        f"or raise --wait-timeout. This rank's chunks are committed."
+    )

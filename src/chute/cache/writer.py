@@ -1,0 +1,200 @@
+"""One chunk of a cache: run the recipe over its records, write its files, commit it.
+
+A chunk is records ``[k * chunk_size, (k + 1) * chunk_size)`` of the sources, whatever the
+number of workers or ranks, so its bytes depend on its records and the recipe only. Its files
+are committed in this order, each atomically (``layout.publish``)::
+
+    chunks/000007.rejects.jsonl   (only when records were rejected)
+    chunks/000007.<suffix>        (files of extra stages, if any)
+    chunks/000007.arrow           the samples (Arrow IPC stream, one record batch)
+    chunks/000007.json            the commit record: counts, file sizes and hashes
+
+The commit record comes last, so a chunk whose record exists has all its files; a run killed
+before that leaves at most temporary files (or files the next run rewrites with equal bytes).
+
+Example:
+    >>> job = ChunkJob(source, recipe, "/data/cache", chunk_size=10_000, dtype="uint16",
+    ...                file_starts=[0])  # doctest: +SKIP
+    >>> job.run(0)["samples"]  # doctest: +SKIP
+    9987
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import orjson
+import pyarrow as pa
+
+from chute.cache.layout import Layout, publish
+from chute.cache.schema import chunk_batch
+from chute.cache.stages import ChunkStage
+from chute.errors import RejectTally, SampleError, as_sample_error
+from chute.sources.record import Record
+from chute.validate import reject_entry
+
+__all__ = ["ChunkJob", "file_entry", "serialize"]
+
+# Records handed to ``recipe.batch`` at once: the tokenizer then encodes back to back.
+BATCH_RECORDS = 256
+
+
+def serialize(batch: pa.RecordBatch) -> pa.Buffer:
+    """A record batch as an Arrow IPC stream (what ``datasets`` memory-maps), in memory."""
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, batch.schema) as writer:
+        writer.write_batch(batch)
+    return sink.getvalue()
+
+
+def file_entry(name: str, data: Any) -> dict[str, Any]:
+    """What a commit record says about one file: name, size and blake2b of its bytes."""
+    view = memoryview(data)
+    return {
+        "name": name,
+        "bytes": view.nbytes,
+        "blake2b": hashlib.blake2b(view, digest_size=16).hexdigest(),
+    }
+
+
+@dataclass
+class ChunkJob:
+    """Everything a worker needs to build any chunk; picklable (sources and recipes are).
+
+    Args:
+        source: the ``JsonlSource`` over the config's files.
+        recipe: the ``Recipe``.
+        root: the cache directory.
+        chunk_size: records per chunk.
+        dtype: the token id dtype name (``uint16`` or ``int32``).
+        file_starts: the global index of each source file's first record.
+        stages: extra stages (columns and files per chunk).
+    """
+
+    source: Any
+    recipe: Any
+    root: str
+    chunk_size: int
+    dtype: str
+    file_starts: Sequence[int]
+    stages: list[ChunkStage] = field(default_factory=list)
+
+    def bounds(self, k: int) -> tuple[int, int]:
+        lo = k * self.chunk_size
+        return lo, min(len(self.source), lo + self.chunk_size)
+
+    def run(self, k: int, progress: Callable[[int], None] | None = None) -> dict[str, Any]:
+        """Build, write and commit chunk ``k``; returns its commit record."""
+        layout = Layout(self.root)
+        lo, hi = self.bounds(k)
+        samples: list[dict[str, Any]] = []
+        rejects: list[bytes] = []
+        tally = RejectTally()
+        flags: list[bool] = []
+        batch: list[Record] = []
+        for record in self.source.records_between(lo, hi):
+            batch.append(record)
+            if len(batch) == BATCH_RECORDS:
+                self._take(batch, samples, rejects, tally, flags)
+                if progress is not None:
+                    progress(len(batch))
+                batch = []
+        if batch:
+            self._take(batch, samples, rejects, tally, flags)
+            if progress is not None:
+                progress(len(batch))
+        extra: dict[str, Any] = {}
+        files: dict[str, Any] = {}
+        for stage in self.stages:
+            extra.update(stage.columns(samples))
+            files.update(stage.files(k, samples))
+        arrow = serialize(
+            chunk_batch(samples, np.dtype(self.dtype), np.asarray(self.file_starts), extra)
+        )
+        entries: dict[str, Any] = {}
+        if rejects:
+            blob = b"".join(rejects)
+            publish(layout.rejects_part(k), blob)
+            entries["rejects"] = file_entry(layout.rejects_part(k).name, blob)
+        for suffix, data in sorted(files.items()):
+            publish(layout.extra(k, suffix), data)
+            entries[suffix] = file_entry(layout.extra(k, suffix).name, data)
+        publish(layout.chunk(k), arrow)
+        entries["arrow"] = file_entry(layout.chunk(k).name, arrow)
+        record = self._record(k, lo, hi, samples, tally, flags, entries)
+        publish(layout.record(k), orjson.dumps(record, option=orjson.OPT_SORT_KEYS) + b"\n")
+        return record
+
+    def _take(
+        self,
+        records: list[Record],
+        samples: list[dict[str, Any]],
+        rejects: list[bytes],
+        tally: RejectTally,
+        flags: list[bool],
+    ) -> None:
+        for record, out in zip(records, self._process(records), strict=True):
+            if isinstance(out, SampleError):
+                error = out.with_location(record.path, record.line)
+                tally.add(error)
+                rejects.append(orjson.dumps(reject_entry(record, error)) + b"\n")
+                flags.append(False)
+            else:
+                samples.append(out)
+                flags.append(True)
+
+    def _process(self, records: list[Record]) -> list[Any]:
+        try:
+            return self.recipe.batch(records)
+        except SampleError:
+            pass
+        except Exception as exc:
+            as_sample_error(exc, None, None)  # re-raises job-level errors (ChuteError)
+        # Something raised outside the per-record guards: find the record, one at a time.
+        out: list[Any] = []
+        for record in records:
+            try:
+                out.append(self.recipe(record))
+            except Exception as exc:
+                out.append(as_sample_error(exc, record.path, record.line))
+        return out
+
+    def _record(
+        self,
+        k: int,
+        lo: int,
+        hi: int,
+        samples: list[dict[str, Any]],
+        tally: RejectTally,
+        flags: list[bool],
+        files: dict[str, Any],
+    ) -> dict[str, Any]:
+        lengths = np.fromiter((s["length"] for s in samples), dtype=np.int64, count=len(samples))
+        trained = sum(int((s["labels"] != -100).sum()) for s in samples)
+        return {
+            "chunk": k,
+            "records": [lo, hi],
+            "samples": len(samples),
+            "rejected": tally.total,
+            "by_reason": dict(sorted(tally.counts.items())),
+            "examples": {kind: tally.examples[kind] for kind in sorted(tally.examples)},
+            "longest_bad_run": _longest_run(flags),
+            "tokens": int(lengths.sum()),
+            "trained_tokens": trained,
+            "image_tokens": sum(int(s["num_image_tokens"]) for s in samples),
+            "truncated": sum(bool(s["truncated"]) for s in samples),
+            "longest": int(lengths.max(initial=0)),
+            "files": files,
+        }
+
+
+def _longest_run(flags: list[bool]) -> int:
+    longest = run = 0
+    for ok in flags:
+        run = 0 if ok else run + 1
+        longest = max(longest, run)
+    return longest

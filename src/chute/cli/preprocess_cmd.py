@@ -1,0 +1,118 @@
+"""``chute preprocess CONFIG.yaml --out DIR [key=value ...]``: build (or finish) a token cache.
+
+Runs the config's recipe over every record with a pool of processes, one chunk at a time, each
+committed atomically; running the same command again after a crash resumes at the first
+uncommitted chunk. Under torchrun (``RANK``/``WORLD_SIZE``) or with ``--shard i/N`` each rank
+builds its share into the same directory; the last to finish writes the manifest.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import typer
+
+from chute.cli._output import emit_json, guarded, progress_bar, table
+
+
+def register(app: typer.Typer) -> None:
+    app.command("preprocess")(preprocess)
+
+
+class _Bar:
+    """A progress bar created on the first report (the total is known only then)."""
+
+    def __init__(self, enabled: bool):
+        self.enabled = enabled
+        self.bar: Any = None
+
+    def __call__(self, done: int, total: int) -> None:
+        if self.bar is None:
+            self.bar = progress_bar(total, "preprocessing", unit="rec", enabled=self.enabled)
+        self.bar.update(done - self.bar.n)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
+@guarded
+def preprocess(
+    config: Path = typer.Argument(..., help="YAML config: sources, recipe, cache options."),
+    overrides: list[str] | None = typer.Argument(
+        None, help="Dotted overrides of config keys, e.g. recipe.max_length=4096."
+    ),
+    out: Path | None = typer.Option(
+        None, "--out", "-o", help="The cache directory (default: the config's out)."
+    ),
+    workers: int | None = typer.Option(
+        None, help="Processes on this rank (default: this machine's cores / ranks on it)."
+    ),
+    shard: str | None = typer.Option(
+        None, help="Build share i of N (e.g. 0/4); default: RANK/WORLD_SIZE, else everything."
+    ),
+    full_hash: bool | None = typer.Option(
+        None, "--full-hash/--no-full-hash", help="Hash every source file whole (slower, exact)."
+    ),
+    wait_timeout: float | None = typer.Option(
+        None, help="Seconds to wait for other ranks' chunks after this rank's (default 3600)."
+    ),
+    overwrite: bool = typer.Option(
+        False, "--overwrite", help="Delete a cache of another config in --out first."
+    ),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar."),
+) -> None:
+    """Tokenize every record once, into a fingerprinted, memory-mappable cache.
+
+    Open it with chute.open_cache(DIR) or train from it with Loader(open_cache(DIR)); a
+    changed source, tokenizer, template or max_length is refused there, naming the field.
+    """
+    from chute.cache import preprocess as run
+
+    bar = _Bar(enabled=not (quiet or as_json))
+    try:
+        report = run(
+            config,
+            out=out,
+            overrides=overrides or [],
+            workers=workers,
+            shard=shard,
+            full_hash=full_hash,
+            wait_timeout=wait_timeout,
+            overwrite=overwrite,
+            progress=bar,
+        )
+    finally:
+        bar.close()
+    if as_json:
+        emit_json(report.to_json())
+        return
+    _print(report.to_json())
+
+
+def _print(r: dict[str, Any]) -> None:
+    i, n = r["shard"]
+    who = "this run wrote the manifest" if r["finalized"] else "complete"
+    typer.echo(f"cache: {r['path']} ({who})")
+    typer.echo(
+        f"{r['records']:,} records -> {r['samples']:,} samples, {r['rejected']:,} rejected; "
+        f"{r['tokens']:,} tokens ({r['trained_tokens']:,} trained), {r['bytes'] / 1e6:,.1f} MB "
+        f"({r['bytes_per_token']} bytes/token)"
+    )
+    rate = f", {r['records_per_s']:,} records/s" if r["records_per_s"] and r["chunks_built"] else ""
+    typer.echo(
+        f"shard {i}/{n}: built {r['chunks_built']} chunk(s), reused {r['chunks_reused']} already "
+        f"committed, in {r['seconds']:.2f} s{rate}; {r['chunks']} chunks in all"
+    )
+    if r["rejected"]:
+        rows = [
+            [kind, count] for kind, count in sorted(r["by_reason"].items(), key=lambda x: -x[1])
+        ]
+        typer.echo("\n" + table(["reason", "records"], rows))
+        for kind, _ in rows:
+            typer.echo(f"\n{kind}:")
+            for example in r["examples"].get(kind, []):
+                typer.echo(f"  {example}")
+        typer.echo(f"\nrejected records: {Path(r['path']) / 'rejects.jsonl'}")

@@ -1,0 +1,130 @@
+"""Real processes: SIGKILL the CLI at several points and resume; concurrent shards; a lost rank.
+
+Every launch has a hard timeout and is killed when it runs out, so a hang fails the test.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import orjson
+import pytest
+import yaml
+
+from cache_helpers import tree_digest, write_alpaca, write_tokenizer
+from chute import CacheError, open_cache, preprocess
+from chute.cache.layout import Layout
+
+pytestmark = pytest.mark.timeout(240)
+
+LAUNCH_TIMEOUT = 120
+CLI = [sys.executable, "-c", "from chute.cli import main; main()", "preprocess"]
+
+
+@pytest.fixture(scope="module")
+def job(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    root = tmp_path_factory.mktemp("crash")
+    tok = write_tokenizer(root / "tok")
+    data = write_alpaca(root / "d.jsonl", 3000, broken=(17, 1500, 2999))
+    config = {
+        "sources": [str(data)],
+        "recipe": {"tokenizer": str(tok), "template": "chatml", "max_length": 128},
+        "cache": {"chunk_size": 75},
+    }
+    (root / "cfg.yaml").write_text(yaml.safe_dump(config))
+    preprocess(config, out=root / "reference", workers=1)
+    return {"root": root, "cfg": root / "cfg.yaml", "config": config}
+
+
+def _launch(args: list[str], env: dict[str, str] | None = None) -> subprocess.Popen:
+    return subprocess.Popen(
+        [*CLI, *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env={**os.environ, **(env or {})},
+    )
+
+
+def _finish(proc: subprocess.Popen) -> tuple[int, str, str]:
+    try:
+        out, err = proc.communicate(timeout=LAUNCH_TIMEOUT)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        out, err = proc.communicate()
+        pytest.fail(f"chute preprocess hung for {LAUNCH_TIMEOUT} s:\n{err.decode()[-3000:]}")
+    return proc.returncode, out.decode(), err.decode()
+
+
+def _kill_when(proc: subprocess.Popen, ready, what: str) -> None:
+    deadline = time.monotonic() + LAUNCH_TIMEOUT
+    while not ready():
+        if proc.poll() is not None:
+            pytest.fail(f"the run ended (rc {proc.returncode}) before {what}")
+        if time.monotonic() > deadline:
+            proc.kill()
+            pytest.fail(f"never reached {what}")
+        time.sleep(0.002)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=30)
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_sigkill_at_several_points_then_resume_gives_identical_bytes(job: dict, workers: int):
+    out = job["root"] / f"killed{workers}"
+    layout = Layout(out)
+    args = [str(job["cfg"]), "--out", str(out), "--workers", str(workers), "--quiet"]
+    points = [
+        ("the plan is written", lambda: layout.plan.exists()),
+        ("3 chunks are committed", lambda: len(layout.recorded()) >= 3),
+        ("21 chunks are committed", lambda: len(layout.recorded()) >= 21),
+    ]
+    seen = []
+    for what, ready in points:
+        proc = _launch(args)
+        _kill_when(proc, ready, what)
+        seen.append(len(layout.recorded()))
+        assert not layout.manifest.exists()
+    time.sleep(0.3)  # workers die with their parent: nothing is committed after the kill
+    assert len(layout.recorded()) == seen[-1] < 40
+    with pytest.raises(CacheError, match="not complete"):
+        open_cache(out)
+    rc, stdout, stderr = _finish(_launch([*args, "--json"]))
+    assert rc == 0, stderr
+    report = orjson.loads(stdout)
+    assert report["chunks_reused"] == seen[-1] and report["chunks_built"] == 40 - seen[-1]
+    assert report["finalized"] and report["rejected"] == 3
+    assert tree_digest(out) == tree_digest(job["root"] / "reference")
+
+
+def test_concurrent_shards_build_the_same_cache(job: dict) -> None:
+    out = job["root"] / "shards"
+    common = [str(job["cfg"]), "--out", str(out), "--workers", "1", "--json", "--quiet"]
+    procs = [
+        _launch([*common, "--shard", "0/3"]),
+        _launch([*common, "--shard", "1/3"]),
+        _launch(common, env={"RANK": "2", "WORLD_SIZE": "3"}),  # as torchrun sets it
+    ]
+    results = [_finish(p) for p in procs]
+    assert all(rc == 0 for rc, _, _ in results), [err[-2000:] for _, _, err in results]
+    reports = [orjson.loads(o) for _, o, _ in results]
+    assert [r["shard"] for r in reports] == [[0, 3], [1, 3], [2, 3]]
+    assert [r["chunks_built"] for r in reports] == [14, 13, 13]
+    assert any(r["finalized"] for r in reports)
+    assert all(r["samples"] == reports[0]["samples"] == 2997 for r in reports)
+    assert tree_digest(out) == tree_digest(job["root"] / "reference")
+
+
+def test_a_lost_rank_times_out_the_others_then_runs_alone(job: dict) -> None:
+    out = job["root"] / "lost"
+    with pytest.raises(CacheError) as info:
+        preprocess(job["config"], out=out, shard="0/2", workers=1, wait_timeout=0.5)
+    message = str(info.value)
+    assert "waited 0.5 s (cache.wait_timeout) for 20 chunk(s)" in message
+    assert "chunk(s) 1, 3, 5" in message and "of shard(s) 1/2" in message
+    report = preprocess(job["config"], out=out, shard="1/2", workers=1)
+    assert report.built == 20 and report.finalized
+    assert tree_digest(out) == tree_digest(job["root"] / "reference")
