@@ -18,6 +18,7 @@ gives exactly the ``input_ids`` and ``labels`` of ``chute.Recipe(template="qwen3
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -159,3 +160,14 @@ def check_same_tokens() -> dict[str, Any]:
         ids, labels = tokenize_messages(messages, tok)
         same += sample["input_ids"].tolist() == ids and sample["labels"].tolist() == labels
     return {"records": len(base), "equal_ids_and_labels": same}
+
+
+@dataclass
+class Ctx:
+    """What a tool needs: the data file, its work folder, and the loader settings."""
+
+    data: Path
+    work: Path
+    batch_size: int
+    workers: int
+    seed: int = 0

@@ -26,19 +26,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from _loaders_common import TOKENIZER, load_tokenizer, pad_collate, tokenize_record
-
-
-@dataclass
-class Ctx:
-    """What a tool needs: the data file, its work folder, and the loader settings."""
-
-    data: Path
-    work: Path
-    batch_size: int
-    workers: int
-    seed: int = 0
-
+from _loaders_chute import (
+    chute_cache_loader,
+    chute_cache_packed_loader,
+    chute_cache_packed_prepare,
+    chute_cache_prepare,
+    chute_loader,
+    chute_packed_loader,
+    chute_packed_prepare,
+)
+from _loaders_common import Ctx, load_tokenizer, pad_collate, tokenize_record
 
 # -- (a) the naive IterableDataset -----------------------------------------------------------
 
@@ -243,63 +240,6 @@ def litdata_loader(ctx: Ctx, rank: int, world_size: int) -> Any:
     )
 
 
-# -- chute -----------------------------------------------------------------------------------
-
-
-def chute_recipe(max_length: int | None = None) -> Any:
-    from chute import Recipe
-
-    return Recipe(
-        tokenizer=str(TOKENIZER), template="qwen3", format="messages", max_length=max_length
-    )
-
-
-def chute_loader(ctx: Ctx, rank: int, world_size: int) -> Any:
-    """Loader(JsonlSource, Recipe(template="qwen3")): the raw JSONL, tokenized in the workers."""
-    from chute import JsonlSource, Loader, World
-
-    return Loader(
-        JsonlSource(ctx.data),
-        chute_recipe(),
-        batch_size=ctx.batch_size,
-        num_workers=ctx.workers,
-        seed=ctx.seed,
-        world=World(rank=rank, world_size=world_size, local_rank=_local_rank()),
-    )
-
-
-# Packed rows: 1,024 tokens (the longest sample is 665), 6 rows a batch: 6,144 tokens per step,
-# about what a random batch of 16 padded to its longest holds here (~6,000).
-PACKED_LENGTH, PACKED_ROWS = 1024, 6
-
-
-def chute_packed_prepare(ctx: Ctx) -> None:
-    """The lengths pass a packed plan needs, once (cached by source and recipe fingerprint)."""
-    from chute import JsonlSource
-    from chute.lengths import lengths_of
-
-    lengths_of(JsonlSource(ctx.data), chute_recipe(PACKED_LENGTH), workers=max(1, ctx.workers))
-
-
-def chute_packed_loader(ctx: Ctx, rank: int, world_size: int) -> Any:
-    """Loader(..., plan="packed"): rows of 1,024 tokens, no sample split, 6 rows a batch."""
-    from chute import JsonlSource, Loader, World
-
-    return Loader(
-        JsonlSource(ctx.data),
-        chute_recipe(PACKED_LENGTH),
-        batch_size=PACKED_ROWS,
-        num_workers=ctx.workers,
-        seed=ctx.seed,
-        plan="packed",
-        world=World(rank=rank, world_size=world_size, local_rank=_local_rank()),
-    )
-
-
-def _local_rank() -> int:
-    return int(os.environ.get("LOCAL_RANK", "0"))
-
-
 @dataclass(frozen=True)
 class Tool:
     """One loader to compare.
@@ -330,6 +270,7 @@ class Tool:
 
 
 CHUTE_IMPORTS = ("chute.loader", "chute.recipe", "chute.sources")
+CACHE_IMPORTS = ("chute.loader", "chute.cache")
 
 
 def _naive_unsharded(ctx: Ctx, rank: int, world_size: int) -> Any:
@@ -353,6 +294,24 @@ TOOLS: dict[str, Tool] = {
             chute_packed_prepare,
             "chute",
             CHUTE_IMPORTS,
+            offline=True,
+        ),
+        Tool(
+            "chute_cache",
+            "chute preprocess; Loader(open_cache(DIR))",
+            chute_cache_loader,
+            chute_cache_prepare,
+            "chute",
+            CACHE_IMPORTS,
+            offline=True,
+        ),
+        Tool(
+            "chute_cache_packed",
+            "chute preprocess; Loader(open_cache(DIR), plan='packed')",
+            chute_cache_packed_loader,
+            chute_cache_packed_prepare,
+            "chute",
+            CACHE_IMPORTS,
             offline=True,
         ),
         Tool("naive", "naive IterableDataset, i % (world x workers)", naive_loader),
@@ -402,6 +361,8 @@ OUTPUTS = {
     "mosaic": "mds",
     "litdata": "litdata",
     "chute_packed": "chute_cache/lengths",  # the lengths cache (CHUTE_CACHE_DIR, per data file)
+    "chute_cache": "chute_tc",
+    "chute_cache_packed": "chute_tc_packed",
 }
 
 

@@ -98,6 +98,8 @@ def prepare(tools: list[str], args: argparse.Namespace, data: Path) -> dict[str,
         if not TOOLS[name].offline:
             continue
         shutil.rmtree(data.parent / data.stem / OUTPUTS[name], ignore_errors=True)
+        if name == "xtuner":  # datasets caches load_dataset and map results: start cold
+            shutil.rmtree(WORK / "hf_home", ignore_errors=True)
         print(f"prepare {name} ({data.name}) ...", flush=True)
         results[name] = finish(*run_tool("prepare", name, args, data))
         print(f"  {results[name]['prepare_s']:.1f} s", flush=True)

@@ -183,3 +183,27 @@ def test_bench_packed_needs_a_row_length(data: Path, tok: Path) -> None:
     assert result.exit_code == 2 and "--plan packed needs the row length" in result.output
     ok = runner.invoke(app, [*args, "--plan", "packed", "--plan-option", "max_length=128"])
     assert ok.exit_code == 0, ok.output
+
+
+def test_bench_reads_a_token_cache(data: Path, tok: Path, tmp_path: Path) -> None:
+    from chute.cache import preprocess
+
+    recipe = {"tokenizer": str(tok), "template": "chatml", "max_length": 128}
+    preprocess(sources=[str(data)], recipe=recipe, cache={"workers": 1}, out=tmp_path / "tc")
+    args = ["bench", str(tmp_path / "tc"), "-b", "4", "--workers", "0", "--steps", "50", "--json"]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    out = json.loads(result.stdout)
+    # the cache holds the 54 valid samples; nothing is tokenized while training
+    assert out["samples"] == 54 and out["runs"][0]["samples"] == 54
+    assert "Cache(" in out["source"] and out["profile"]["seconds"]["recipe"] < 0.05
+    assert "preprocess" not in {a["rule"] for a in out["advice"]}
+    packed = runner.invoke(app, [*args, "--plan", "packed", "--plan-option", "max_length=128"])
+    assert packed.exit_code == 0, packed.output
+    assert json.loads(packed.stdout)["runs"][0]["samples"] == 54
+    # the recipe is checked against the one that built the cache
+    other = ["--tokenizer", str(tok), "--template", "chatml", "--max-length", "64"]
+    result = runner.invoke(app, [*args, *other])
+    assert result.exit_code == 2 and "max_length" in result.output
+    result = runner.invoke(app, [*args[:2], str(data), *args[2:]])
+    assert result.exit_code == 2 and "give one cache directory" in result.output

@@ -58,12 +58,16 @@ def stage_for_recipe(
 
 
 def has_media(source: Any, recipe: Any, ids: Iterable[int]) -> bool:
-    """Whether any of the samples ``ids`` refers to an image (bad records are passed over)."""
+    """Whether any of the samples ``ids`` refers to an image (bad records are passed over).
+
+    ``recipe`` ``None``: ``source`` holds samples already (a token cache).
+    """
     for i in ids:
         try:
-            sample = recipe(source[int(i)])
+            item = source[int(i)]
+            sample = recipe(item) if recipe is not None else item
         except Exception:  # a bad record says nothing about media; the loader counts it
             continue
-        if sample.get("images"):
+        if isinstance(sample, dict) and sample.get("images"):
             return True
     return False

@@ -24,6 +24,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from chute._torch import require_torch
 from chute.bench.advice import Advice, Facts, advise
 from chute.bench.measure import WorkerRun, measure_run
 from chute.bench.memory import PSUTIL_HINT, psutil_or_none
@@ -206,6 +207,7 @@ def bench_loader(
             **options,
         )
 
+    require_torch()  # imported here, so the setup time is the loader's own
     say("setting up the plan (a length pass of the recipe, once, for length-aware plans)")
     t0 = time.perf_counter()
     probe = make(0)
@@ -227,7 +229,7 @@ def bench_loader(
         profile=profile,
         plan=config.plan,
         plans=available_plans(),
-        pretokenized=recipe is None,
+        pretokenized=_reads_samples(probe),
         has_preprocess=importlib.util.find_spec("chute.cache") is not None,
         media_store=getattr(getattr(probe, "media", None), "store", None) is not None,
     )
@@ -264,12 +266,17 @@ def _profile(loader: Any, config: BenchConfig) -> StageProfile:
         k += 1
     return profile_stages(
         loader.source,
-        loader.recipe,
+        None if _reads_samples(loader) else loader.recipe,
         loader.collate,
         ids=ids[: config.profile_samples],
         batch_size=config.batch_size,
         media=_media_stage(loader),
     )
+
+
+def _reads_samples(loader: Any) -> bool:
+    """Whether the loader's workers read samples as they are (no recipe runs: a token cache)."""
+    return loader.recipe is None or callable(getattr(loader.source, "check_recipe", None))
 
 
 def _media_stage(loader: Any) -> Callable[[dict[str, Any]], dict[str, Any]] | None:

@@ -72,7 +72,9 @@ def parse_plan_options(text: str | None) -> dict[str, Any] | None:
 
 @guarded
 def bench(
-    paths: list[str] = typer.Argument(..., help="JSONL / JSON-array files or globs."),
+    paths: list[str] = typer.Argument(
+        ..., help="JSONL / JSON-array files or globs, or one cache directory (chute preprocess)."
+    ),
     batch_size: int = typer.Option(..., "--batch-size", "-b", help="Samples per batch (per rank)."),
     workers: str = typer.Option("0,1,2", "--workers", help="Worker counts to try: '0,1,2', '0-4'."),
     plan: str = typer.Option(
@@ -138,7 +140,6 @@ def bench(
     --workers 0,1,2 --step-ms 300
     """
     from chute.bench import BenchConfig, bench_loader
-    from chute.sources import JsonlSource
 
     config = BenchConfig(
         batch_size=batch_size,
@@ -183,12 +184,16 @@ def bench(
                 f"{', '.join(named)} need --tokenizer (they configure the recipe); pass "
                 f"--tokenizer, or drop them to bench pre-tokenized records"
             )
-    if plan == "packed" and max_length is None and "max_length" not in (config.plan_options or {}):
+    if plan in ("packed", "budget") and max_length is not None:
+        # rows (packed) or the length cap (budget) of --max-length, also over a cache, whose
+        # recipe the loader does not run
+        config.plan_options = {"max_length": max_length, **(config.plan_options or {})}
+    if plan == "packed" and "max_length" not in (config.plan_options or {}):
         raise ConfigError(
             "--plan packed needs the row length: pass --max-length L (the recipe's, also "
             "used for rows) or --plan-option max_length=L"
         )
-    source = JsonlSource(paths, cache_dir=cache_dir)
+    source = open_source(paths, cache_dir)
     options: dict[str, Any] = {}
     if pad_to_multiple_of is not None:
         options["pad_to_multiple_of"] = pad_to_multiple_of
@@ -207,6 +212,22 @@ def bench(
     typer.echo(render(report, recipe))
 
 
+def open_source(paths: list[str], cache_dir: Path | None) -> Any:
+    """One token cache directory (``chute preprocess --out``), or the data files as one source."""
+    from chute.cache import is_cache_dir, open_cache
+    from chute.sources import JsonlSource
+
+    caches = [p for p in paths if is_cache_dir(p)]
+    if not caches:
+        return JsonlSource(paths, cache_dir=cache_dir)
+    if len(paths) > 1:
+        raise ConfigError(
+            f"give one cache directory, or data files; got the cache {caches[0]} with "
+            f"{len(paths) - 1} more path(s)"
+        )
+    return open_cache(caches[0])
+
+
 def media_stage(
     source: Any, recipe: Any, media: str, image_size: int, pixel_store: Path | None
 ) -> Any:
@@ -215,14 +236,15 @@ def media_stage(
 
     if media not in ("auto", "on", "off"):
         raise ConfigError(f"--media must be auto, on or off, got {media!r}")
-    if recipe is None or media == "off":
+    if recipe is None or media == "off":  # a cache's media rule is its recipe's: --tokenizer
         if pixel_store is not None or media == "on":
             raise ConfigError(
                 "--media on and --pixel-store need --tokenizer (the recipe finds the images) "
                 "and not --media off"
             )
         return None
-    if media == "auto" and not has_media(source, recipe, range(min(64, len(source)))):
+    convert = None if callable(getattr(source, "check_recipe", None)) else recipe
+    if media == "auto" and not has_media(source, convert, range(min(64, len(source)))):
         if pixel_store is not None:
             raise ConfigError(
                 f"--pixel-store {pixel_store}: the first records have no images; pass "
