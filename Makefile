@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: venv demo test lint format bench clean
+.PHONY: venv demo test lint format bench bench-deps clean
 
 # torch is pinned exactly: any other spelling (plain `torch`, a range) makes pip fetch the newest
 # CUDA build, several GB. With torch==2.13.0 installed first, nothing below pulls another one.
@@ -31,9 +31,23 @@ format: $(STAMP)
 test: lint
 	$(BIN)/python -m pytest; rc=$$?; if [ $$rc -eq 5 ]; then exit 0; else exit $$rc; fi
 
-bench: $(STAMP)
+# mosaicml-streaming and litdata declare torch/torchvision as dependencies: pip would replace
+# torch 2.13.0 with a multi-GB CUDA build of the newest torch (and streaming pins numpy < 2.2).
+# So they are installed without dependencies, then the runtime modules they import, which pull
+# no torch (docs/benchmarks.md explains it, and the torchvision stand-in streaming needs).
+BENCH_NODEPS := mosaicml-streaming==0.13.0 litdata==0.2.76
+BENCH_RUNTIME := brotli python-snappy zstd catalogue lightning-utilities boto3
+BENCH_ARGS ?=
+
+bench-deps: $(STAMP)
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[dev,bench]'
-	$(BIN)/python benchmarks/run_all.py
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check --no-deps $(BENCH_NODEPS)
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check $(BENCH_RUNTIME)
+	$(BIN)/python -c "import torch; assert torch.__version__.startswith('2.13.0'), torch.__version__"
+
+# `make bench BENCH_ARGS="--quick --only loaders"` for a smoke run of one comparison.
+bench: bench-deps
+	$(BIN)/python benchmarks/run_all.py $(BENCH_ARGS)
 
 clean:
 	rm -rf $(VENV) build dist .pytest_cache .ruff_cache src/*.egg-info

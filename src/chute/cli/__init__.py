@@ -21,7 +21,7 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 
-_COMMANDS = ["index", "validate", "inspect", "stats", "preprocess", "demo"]
+_COMMANDS = ["index", "validate", "inspect", "stats", "preprocess", "bench", "demo"]
 
 for _name in _COMMANDS:
     importlib.import_module(f"chute.cli.{_name}_cmd").register(app)
