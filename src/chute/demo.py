@@ -193,7 +193,14 @@ def _stats(
         say(f"histogram and efficiencies drawn to {result.plot}")
     except ImportError as exc:
         say(f"(no plot: {exc})")
-    say("proves: packing wastes almost nothing where random batches pad heavily")
+    packed, random = result.efficiency.get("packed", 0.0), result.efficiency.get("random", 0.0)
+    if packed > random:
+        say(
+            f"proves: packed rows carry {100 * packed:.1f}% real tokens where random batches carry "
+            f"{100 * random:.1f}%: {packed / max(random, 1e-9):.1f}x the useful work per step"
+        )
+    else:
+        say(f"(only {stats['samples']} samples: too few to fill packed rows better than batches)")
 
 
 def _preprocess(
@@ -253,7 +260,7 @@ def _loader(cache: Any, recipe: Any, *, batch_size: int, max_length: int, worker
         world=World(),
         media=media,
         plan_options={"max_length": max_length},
-        persistent_workers=False,
+        persistent_workers=workers > 0,  # many short epochs on small data: start workers once
     )
 
 
@@ -306,33 +313,34 @@ def _train_and_resume(
     optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3)
     lengths = np.asarray(cache.lengths)  # memory-mapped: the real tokens of every sample
     per_epoch = len(loader)
-    # Stop 60% of the way through the run, but never on an epoch boundary: "mid-epoch" is the
-    # hard case (a checkpoint at a boundary is just set_epoch).
+    # Stop 60% of the way through the run, mid-epoch where the epoch has more than one batch (a
+    # checkpoint at an epoch boundary is the easy case). The comparison covers the rest of the
+    # stop's epoch, or the whole next epoch when the stop falls on a boundary.
     stop = max(1, (steps * 3) // 5)
     if stop % per_epoch == 0 and per_epoch > 1:
         stop -= per_epoch // 2
-    stop_epoch = (stop - 1) // per_epoch
+    compare_until = -(-stop // per_epoch) * per_epoch  # the end of the stop's epoch
+    if compare_until == stop:
+        compare_until += per_epoch
     state: dict[str, Any] | None = None
-    # The rest of the stop's epoch as the uninterrupted run saw it (read to the epoch's end even
-    # past the last training step, so the comparison covers the whole remainder).
-    after_stop: list[list[int]] = []
+    after_stop: list[list[int]] = []  # what the uninterrupted run saw after the stop
     window: list[float] = []
     real = padded = samples = 0
     t0 = time.perf_counter()
     step = 0
     epoch = 0
-    while step < steps or epoch <= stop_epoch:
+    while step < max(steps, compare_until):
         loader.set_epoch(epoch)
         for batch in loader:
             step += 1
             if step == stop:
                 state = json.loads(json.dumps(loader.state_dict()))  # what a checkpoint stores
-            elif step > stop and epoch == stop_epoch:
+            elif stop < step <= compare_until:
                 after_stop.append(batch["sample_ids"].tolist())
-            if step > steps:
-                if epoch > stop_epoch:
+            if step > steps:  # training is over; reading on to the end of the comparison window
+                if step >= compare_until:
                     break
-                continue  # training is over; only finishing the stop's epoch for the comparison
+                continue
             loss = model.loss(batch)
             optimizer.zero_grad()
             loss.backward()
@@ -351,22 +359,33 @@ def _train_and_resume(
                     f"padding efficiency {100 * real / max(1, padded):.1f}%"
                 )
                 window = []
-            if step == steps and epoch > stop_epoch:
+            if step >= max(steps, compare_until):
                 break
         epoch += 1
     result.train_rejected = dict(loader.stats)  # counted over the whole run
     say(
         f"loss {result.losses[0]:.3f} -> {result.losses[-1]:.3f}; samples skipped while training: "
-        f"{result.train_rejected or 'none'} (the corrupt image only shows when pixels are decoded)"
+        f"{result.train_rejected or 'none'}"
+        + (
+            " (a truncated image only shows when its pixels are decoded)"
+            if result.train_rejected
+            else ""
+        )
     )
 
     say.step(f"Resume: a fresh loader restored from the state saved at step {stop}")
     resumed = _loader(cache, recipe, batch_size=batch_size, max_length=max_length, workers=workers)
     assert state is not None
     resumed.load_state_dict(state)
-    again = []
-    for batch in resumed:  # the rest of the epoch it stopped in, nothing more
-        again.append(batch["sample_ids"].tolist())
+    again: list[list[int]] = []
+    epoch = int(state["epoch"])
+    while len(again) < len(after_stop):  # the usual epoch loop; set_epoch keeps a resumed position
+        resumed.set_epoch(epoch)
+        for batch in resumed:
+            again.append(batch["sample_ids"].tolist())
+            if len(again) == len(after_stop):
+                break
+        epoch += 1
     result.resumed_batches = len(again)
     result.resumed_equal = again == after_stop
     verdict = "identical to" if result.resumed_equal else "DIFFERENT from"

@@ -61,7 +61,11 @@ class TinyVLM(nn.Module):
     """Embeddings, ``layers`` pre-norm transformer blocks, a tied output head.
 
     Args:
-        vocab_size: token ids the model knows.
+        vocab_size: token ids the data uses (the tokenizer's vocabulary).
+        buckets: the model's own vocabulary. A real tokenizer has 32k-150k ids, which would make
+            the embedding (and the logits of every step) far bigger than a tiny demo model, so
+            ids are folded into ``buckets`` rows (``id % buckets``) for the inputs and the
+            targets alike. A toy, not a technique for real models.
         image_token_id: the id whose positions take image features (``None``: text only).
         tokens_per_image: image features per image (a grid of patches of the image).
         max_length: the longest row (positions).
@@ -77,11 +81,13 @@ class TinyVLM(nn.Module):
         dim: int = 96,
         layers: int = 2,
         heads: int = 4,
+        buckets: int = 4096,
     ):
         super().__init__()
         self.image_token_id = image_token_id
+        self.vocab = min(vocab_size, buckets)
         self.grid = _grid(tokens_per_image)
-        self.embed = nn.Embedding(vocab_size, dim)
+        self.embed = nn.Embedding(self.vocab, dim)
         self.positions = nn.Embedding(max_length, dim)
         self.patch = nn.Linear(3 * 4, dim)  # each image feature: a 2x2 RGB cell of its patch
         self.blocks = nn.ModuleList(_Block(dim, heads) for _ in range(layers))
@@ -100,7 +106,7 @@ class TinyVLM(nn.Module):
 
     def forward(self, batch: dict[str, Any]) -> torch.Tensor:
         ids, positions = batch["input_ids"], batch["position_ids"]
-        x = self.embed(ids)
+        x = self.embed(ids % self.vocab)
         if self.image_token_id is not None and "pixel_values" in batch:
             slots = ids == self.image_token_id
             features = self.image_features(batch["pixel_values"])
@@ -116,6 +122,7 @@ class TinyVLM(nn.Module):
         """Mean next-token loss over trained labels (0 for a batch without any)."""
         logits = self(batch)[:, :-1]
         labels = batch["labels"][:, 1:]
+        labels = torch.where(labels == -100, labels, labels % self.vocab)
         total = F.cross_entropy(
             logits.reshape(-1, logits.shape[-1]),
             labels.reshape(-1),
