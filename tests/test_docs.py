@@ -12,13 +12,16 @@ Blocks run in document order, sharing one namespace, as in ``test_readme.py``:
 
 from __future__ import annotations
 
+import json
 import re
 import shlex
 from pathlib import Path
+from typing import Any
 
 import pytest
 from typer.testing import CliRunner
 
+from chute import Recipe
 from chute.cli import app
 from conftest import REPO
 
@@ -85,3 +88,57 @@ def test_console_parsing() -> None:
     block = "$ chute a\nout 1\n...\n$ chute b --x\n"
     assert console_commands(block) == [("chute a", ["out 1", "..."]), ("chute b --x", [])]
     assert normalise("in 0.91 s, 2,439 records/s") == "in N s, N records/s"
+
+
+# --- rendered examples in formats.md and templates.md ------------------------------------------
+
+EXAMPLE = re.compile(r"<!-- example: (.*?) -->\n(?:```json\n(.*?)```.*?)?```text\n(.*?)```", re.S)
+RECORD = re.compile(r"<!-- example-record -->\n```json\n(.*?)```", re.S)
+
+
+def llama2_style_tokenizer(folder: Path) -> Path:
+    """A byte-level BPE whose bos/eos are ``<s>``/``</s>`` (rendering needs only their text)."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=300,
+        special_tokens=["<unk>", "<s>", "</s>", "<|begin_of_text|>"],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tok.train_from_iterator(["hello world"], trainer)
+    folder.mkdir()
+    tok.save(str(folder / "tokenizer.json"))
+    config = {"bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>"}
+    (folder / "tokenizer_config.json").write_text(json.dumps(config))
+    return folder
+
+
+def marked(rendered: Any) -> str:
+    """The rendered text with each trained span between ``[[`` and ``]]``."""
+    out, k = [], 0
+    for a, b in rendered.spans:
+        out += [rendered.text[k:a], "[[", rendered.text[a:b], "]]"]
+        k = b
+    return "".join([*out, rendered.text[k:]])
+
+
+@pytest.mark.parametrize("doc", ["formats.md", "templates.md"])
+def test_rendered_examples_are_what_chute_renders(doc: str, tmp_path: Path) -> None:
+    tokenizer = llama2_style_tokenizer(tmp_path / "tok")
+    text = (REPO / "docs" / doc).read_text()
+    shared = RECORD.search(text)
+    examples = EXAMPLE.findall(text)
+    assert len(examples) == text.count("<!-- example: ") >= 6
+    for options, record_text, shown in examples:
+        opts = dict(kv.split("=", 1) for kv in options.split())
+        record = json.loads(record_text or shared.group(1))  # type: ignore[union-attr]
+        if opts.get("drop_system") == "true":
+            record = {"messages": [m for m in record["messages"] if m["role"] != "system"]}
+        special = {"bos": opts["bos"]} if "bos" in opts else None  # Llama 3's own bos
+        recipe = Recipe(tokenizer=tokenizer, template=opts["template"], special_tokens=special)
+        # compared without the final newline (ChatML ends with one; a block cannot show it)
+        assert marked(recipe.render(record)).rstrip("\n") == shown.rstrip("\n"), options
