@@ -102,3 +102,11 @@ def test_stats_reads_a_cache(setup: dict) -> None:
     tok = setup["cfg"]["recipe"]["tokenizer"]
     result = CliRunner().invoke(app, [*args, "--tokenizer", tok])
     assert result.exit_code == 2 and "is a cache" in result.output
+
+
+def test_packed_plan_over_a_cache_takes_the_caches_max_length(setup: dict) -> None:
+    cache = open_cache(setup["out"])
+    assert cache.max_length == 200
+    loader = Loader(cache, batch_size=4, seed=0, plan="packed")  # no plan_options needed
+    assert loader.planner.max_length == 200
+    assert next(iter(loader))["input_ids"].shape == (4, 200)

@@ -207,6 +207,11 @@ class Cache:
 
         return load_config(self.layout.config)
 
+    @property
+    def max_length(self) -> int | None:
+        """The ``max_length`` of the recipe that built the cache (plans default to it)."""
+        return getattr(self.recipe_config().recipe, "max_length", None)
+
     def check_recipe(self, recipe: Any) -> None:
         """Raise ``FingerprintMismatch`` unless ``recipe`` makes the samples this cache holds.
 

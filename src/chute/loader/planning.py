@@ -85,7 +85,8 @@ def resolve_plan(
             f"{sorted(k for k, c in PLANNERS.items() if getattr(c, 'needs_lengths', False))}"
         )
     if isinstance(plan, str) and needs:
-        max_length = getattr(recipe, "max_length", None)
+        # the recipe's max_length; reading a cache (no recipe runs), the cache's recipe's
+        max_length = getattr(recipe, "max_length", None) or getattr(source, "max_length", None)
         if plan in ("packed", "budget") and max_length is not None:
             options.setdefault("max_length", max_length)
         if plan == "budget" and pad_to_multiple_of is not None:
