@@ -13,7 +13,7 @@ import typer
 
 from chute.errors import ConfigError
 
-__all__ = ["build_recipe", "parse_pairs"]
+__all__ = ["build_recipe", "parse_pairs", "refuse_without_tokenizer"]
 
 TOKENIZER = typer.Option(
     None, "--tokenizer", help="tokenizer.json, tokenizer folder, or tiktoken BPE file."
@@ -66,6 +66,23 @@ def parse_pairs(text: str | None, option: str) -> dict[str, str]:
             )
         out[key.strip()] = value.strip()
     return out
+
+
+def refuse_without_tokenizer(given: dict[str, Any], instead: str) -> None:
+    """Raise ``ConfigError`` naming the recipe options in ``given`` that were set.
+
+    They configure a recipe, which needs ``--tokenizer``; ``instead`` says what the command
+    does without one.
+
+    Example:
+        >>> refuse_without_tokenizer({"--template": None, "--system": None}, "")  # nothing set
+    """
+    named = [name for name, value in given.items() if value is not None]
+    if named:
+        raise ConfigError(
+            f"{', '.join(named)} need --tokenizer (they configure the recipe); pass "
+            f"--tokenizer, or {instead}"
+        )
 
 
 def build_recipe(

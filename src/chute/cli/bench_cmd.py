@@ -178,12 +178,7 @@ def bench(
             "--columns": columns,
             "--tags": tags,
         }
-        named = [name for name, value in given.items() if value is not None]
-        if named:
-            raise ConfigError(
-                f"{', '.join(named)} need --tokenizer (they configure the recipe); pass "
-                f"--tokenizer, or drop them to bench pre-tokenized records"
-            )
+        opts.refuse_without_tokenizer(given, "drop them to bench pre-tokenized records")
     if plan in ("packed", "budget") and max_length is not None:
         # rows (packed) or the length cap (budget) of --max-length, also over a cache, whose
         # recipe the loader does not run

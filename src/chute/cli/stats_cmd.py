@@ -123,12 +123,9 @@ def stats(
             "--columns": columns,
             "--tags": tags,
         }
-        named = [name for name, value in given.items() if value is not None]
-        if named:
-            raise ConfigError(
-                f"{', '.join(named)} need --tokenizer (they configure the recipe); pass "
-                f'--tokenizer, or leave them out for pre-tokenized records ({{"input_ids": ...}})'
-            )
+        opts.refuse_without_tokenizer(
+            given, 'leave them out for pre-tokenized records ({"input_ids": ...})'
+        )
     else:
         recipe = opts.build_recipe(
             tokenizer=tokenizer,
