@@ -66,13 +66,14 @@ def plot_stats(stats: dict[str, Any], path: str | os.PathLike[str]) -> None:
         )
     bound = 100 * stats["packing_bound"]["efficiency"]
     right.axhline(bound, color="#c44e52", linestyle=":", label=f"packing bound {bound:.1f}%")
-    right.set_ylim(0, 110)
+    right.set_ylim(0, 122)  # room above the bars for their labels and the legend
+    right.set_yticks(range(0, 101, 20))
     right.set_ylabel("padding efficiency (%)")
     right.set_title(
         f"max_length {stats['max_length']}, batch {stats['batch_size']} x "
         f"{stats['world_size']} ranks"
     )
-    right.legend(loc="center left", fontsize=8)
+    right.legend(loc="upper left", fontsize=8)
     fig.tight_layout()
     fig.savefig(path, format="png")
     plt.close(fig)
