@@ -213,10 +213,11 @@ def predecode_media(f: Facts) -> Advice | None:
     return Advice(
         "predecode_media",
         f"Decoding and transforming images takes {100 * share:.0f}% of each sample's time "
-        f"({us:,.0f} us per sample): decode them once into a pre-decoded pixel store "
-        f"(chute.media.build_pixel_store(image_paths, transform, DIR), then "
-        f"MediaStage(transform, store=PixelStore(DIR))) so training reads no JPEG; measure it "
-        f"with chute bench --pixel-store DIR.",
+        f"({us:,.0f} us per sample): decode them once, with chute preprocess CONFIG --out DIR "
+        f"--pixels (then Loader(open_cache(DIR)) reads no JPEG), or a standalone store "
+        f"(chute.media.build_pixel_store(image_paths, transform, DIR) and "
+        f"MediaStage(transform, store=PixelStore(DIR))); measure it with chute bench "
+        f"--pixel-store DIR.",
         {"media_share": share, "media_us_per_sample": us},
     )
 

@@ -114,6 +114,7 @@ class PreprocessReport:
             "bytes_per_token": round(m["bytes"] / tokens, 3) if tokens else None,
             "seconds": round(self.seconds, 3),
             "records_per_s": round(self.records_built / self.seconds) if self.seconds else None,
+            "stage_outputs": m.get("stage_outputs", {}),
         }
 
 
@@ -150,6 +151,7 @@ def preprocess(
     wait_timeout: float | None = None,
     overwrite: bool = False,
     stages: Sequence[ChunkStage] = (),
+    pixels: bool | Mapping[str, Any] | None = None,
     progress: Callable[[int, int], None] | None = None,
     **sections: Any,
 ) -> PreprocessReport:
@@ -167,6 +169,9 @@ def preprocess(
             everything).
         overwrite: delete a cache already in ``out`` (one built from another config) first.
         stages: extra stage objects (besides those named in the config's ``stages:``).
+        pixels: also store every image pre-decoded (the ``pixels`` stage,
+            ``chute.cache.pixels``): ``True``, or its options (``{"size": 336}``), merged
+            over the config's ``stages.pixels``.
         progress: called as ``progress(records_done, records_total)`` for this rank's chunks.
         **sections: ``sources=``, ``recipe=``, ``cache=``, ``stages=`` when ``config`` is not
             given.
@@ -191,6 +196,10 @@ def preprocess(
             cfg = load_config(cfg, [f"cache.{name}={orjson.dumps(value).decode()}"])
     if wait_timeout is not None:
         cfg = load_config(cfg, [f"cache.wait_timeout={float(wait_timeout)!r}"])
+    if pixels:
+        given = dict(pixels) if isinstance(pixels, Mapping) else {}
+        merged = {**(cfg.stages.get("pixels") or {}), **given}
+        cfg = load_config(cfg, [f"stages.pixels={orjson.dumps(merged).decode()}"])
     target = out if out is not None else cfg.out
     if target is None:
         raise ConfigError("out: no output directory; pass --out DIR (or out: in the config)")

@@ -75,6 +75,7 @@ class Layout:
         "rejects.jsonl",
         "state.json",
         "dataset_info.json",
+        "finalizing",
     )
 
     def __init__(self, root: str | os.PathLike[str]):
@@ -88,6 +89,8 @@ class Layout:
         self.rejects = self.root / "rejects.jsonl"
         self.hf_state = self.root / "state.json"
         self.hf_info = self.root / "dataset_info.json"
+        # touched every few seconds while a rank finalizes (stages may take minutes)
+        self.finalizing = self.root / "finalizing"
 
     def name(self, k: int) -> str:
         return f"{k:06d}"

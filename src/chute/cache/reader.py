@@ -135,6 +135,12 @@ def _check_files(layout: Layout, manifest: dict[str, Any]) -> None:
     for path in (layout.lengths, layout.image_tokens):
         if not path.is_file():
             raise CacheError(f"the cache at {layout.root} is damaged: {path.name} is missing")
+    stages = manifest["fingerprint"].get("stages", {})
+    if "pixels" in stages and not (layout.root / "pixels" / "manifest.json").is_file():
+        raise CacheError(
+            f"the cache at {layout.root} is damaged: pixels/manifest.json is missing (the "
+            f"pre-decoded images). Run the chute preprocess command again: it rebuilds them"
+        )
 
 
 class Cache:
@@ -168,6 +174,7 @@ class Cache:
         self._views: dict[int, ChunkRows] = {}
         self._lengths: np.ndarray | None = None
         self._image_tokens: np.ndarray | None = None
+        self._pixels: Any = None
 
     # -- identity and metadata ---------------------------------------------------------------
 
@@ -211,6 +218,35 @@ class Cache:
     def max_length(self) -> int | None:
         """The ``max_length`` of the recipe that built the cache (plans default to it)."""
         return getattr(self.recipe_config().recipe, "max_length", None)
+
+    @property
+    def pixels(self) -> Any:
+        """The pre-decoded images: a ``chute.media.PixelStore``, or ``None`` (no ``--pixels``).
+
+        A Loader over the cache reads images from it.
+        """
+        self._here()
+        if self._pixels is None and "pixels" in self._stages():
+            from chute.media.store import PixelStore
+
+            self._pixels = PixelStore(os.path.join(self.root, "pixels"))
+        return self._pixels
+
+    def media_stage(self) -> Any:
+        """The ``MediaStage`` the cache's pixels were made for, reading them; ``None`` without.
+
+        Its transform is the one named at ``chute preprocess`` (``stages.pixels``), so training
+        gives the model the same inputs it would decoding every image itself.
+        """
+        store = self.pixels
+        if store is None:
+            return None
+        from chute.cache.pixels import media_stage_from_options
+
+        return media_stage_from_options(self._stages()["pixels"]["options"], store)
+
+    def _stages(self) -> dict[str, Any]:
+        return self.manifest["fingerprint"].get("stages", {})
 
     def check_recipe(self, recipe: Any) -> None:
         """Raise ``FingerprintMismatch`` unless ``recipe`` makes the samples this cache holds.

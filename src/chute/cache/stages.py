@@ -8,11 +8,12 @@ other stage options is a mismatch, named field by field). Once every chunk is co
 ``finish`` may write what spans the whole cache into ``DIR/<name>/`` (e.g. a pixel store keyed
 by image path), before the manifest.
 
-A pre-decoded media cache (resized pixels, so training decodes no JPEG) is such a stage.
-Stages are named in the config's ``stages:`` section and looked up in ``STAGES``::
+The pre-decoded media cache (resized pixels, so training decodes no JPEG) is such a stage,
+built in: ``pixels`` (``chute.cache.pixels``, ``chute preprocess --pixels``). Stages are named in
+the config's ``stages:`` section and looked up in ``STAGES``::
 
     stages:
-      my_stage: {size: 336}
+      pixels: {size: 336}
 
 Example:
     >>> import pyarrow as pa
@@ -86,7 +87,14 @@ class ChunkStage:
 
 StageFactory = Callable[[Mapping[str, Any], Any], ChunkStage]
 
-STAGES: dict[str, StageFactory] = {}
+
+def _pixels(options: Mapping[str, Any], recipe: Any) -> ChunkStage:
+    from chute.cache.pixels import PixelsStage  # imports the media package only when used
+
+    return PixelsStage.from_options(options, recipe)
+
+
+STAGES: dict[str, StageFactory] = {"pixels": _pixels}
 
 
 def register_stage(name: str, factory: StageFactory) -> None:

@@ -15,10 +15,12 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import shutil
+import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +42,7 @@ _POLL_SECONDS = 0.5
 # A waiting rank that sees every chunk committed gives the last rank this long to write the
 # manifest before it writes it itself (the last rank may have died right after its last chunk).
 _FINALIZE_GRACE = 30.0
+_HEARTBEAT_SECONDS = 5.0
 
 
 def prepare_dir(layout: Layout, overwrite: bool, world: World) -> None:
@@ -147,8 +150,11 @@ def finish(
             now = time.monotonic()
             # Every chunk committed when this rank finished its own: it is the last finisher.
             # A rank that waited gives the last finisher time to write the manifest first.
-            if first or (all_seen_at is not None and now - all_seen_at >= _FINALIZE_GRACE):
-                return finalize(layout, plan, stages), True
+            if _finalizing_elsewhere(layout):
+                all_seen_at = now  # a live rank is finalizing (a long stage): wait for it
+            elif first or (all_seen_at is not None and now - all_seen_at >= _FINALIZE_GRACE):
+                with _heartbeat(layout.finalizing):
+                    return finalize(layout, plan, stages), True
             all_seen_at = all_seen_at or now
         elif time.monotonic() > deadline:
             raise CacheError(_waited_message(layout, missing, world, wait_timeout))
@@ -159,9 +165,45 @@ def finish(
 def _complete(layout: Layout, manifest: Any, build: str) -> bool:
     if not isinstance(manifest, dict) or manifest.get("build_digest") != build:
         return False
-    return all(
-        p.is_file() for p in (layout.lengths, layout.image_tokens, layout.rejects, layout.hf_state)
-    )
+    files = [layout.lengths, layout.image_tokens, layout.rejects, layout.hf_state]
+    if "pixels" in manifest["fingerprint"].get("stages", {}):
+        files.append(layout.root / "pixels" / "manifest.json")
+    return all(p.is_file() for p in files)
+
+
+def _finalizing_elsewhere(layout: Layout) -> bool:
+    """Whether another rank's heartbeat says it is finalizing now (touched within the grace)."""
+    try:
+        age = time.time() - layout.finalizing.stat().st_mtime
+    except OSError:
+        return False
+    return age < _FINALIZE_GRACE
+
+
+@contextlib.contextmanager
+def _heartbeat(path: Path, every: float = _HEARTBEAT_SECONDS) -> Iterator[None]:
+    """Touch ``path`` every ``every`` seconds while the block runs; remove it after.
+
+    Waiting ranks read its mtime: a fresh one means "finalizing, wait"; a stale one (the rank
+    died) lets them take over after the grace period.
+    """
+    stop = threading.Event()
+    with contextlib.suppress(OSError):
+        path.touch()  # before the block: waiting ranks see it from the start
+
+    def beat() -> None:
+        while not stop.wait(every):
+            with contextlib.suppress(OSError):
+                path.touch()
+
+    thread = threading.Thread(target=beat, name="chute-finalize-heartbeat", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join()
+        path.unlink(missing_ok=True)
 
 
 def _waited_message(layout: Layout, missing: list[int], world: World, timeout: float) -> str:

@@ -61,6 +61,22 @@ def preprocess(
     overwrite: bool = typer.Option(
         False, "--overwrite", help="Delete a cache of another config in --out first."
     ),
+    pixels: bool = typer.Option(
+        False,
+        "--pixels",
+        help="Also store every image decoded and resized (uint8), so training reads no JPEG.",
+    ),
+    image_size: int | None = typer.Option(
+        None,
+        "--image-size",
+        help="With --pixels: resize images to this (shorter side, then a square center crop).",
+    ),
+    image_transform: str | None = typer.Option(
+        None,
+        "--image-transform",
+        help="With --pixels: fixed (one size) or dynamic (Qwen2-VL; default when the recipe "
+        "counts image tokens from image sizes).",
+    ),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar."),
 ) -> None:
@@ -70,7 +86,15 @@ def preprocess(
     changed source, tokenizer, template or max_length is refused there, naming the field.
     """
     from chute.cache import preprocess as run
+    from chute.errors import ConfigError
 
+    options: dict[str, Any] = {}
+    if image_transform is not None:
+        options["transform"] = image_transform
+    if image_size is not None:
+        options["size"] = image_size
+    if options and not pixels:
+        raise ConfigError("--image-size and --image-transform set up --pixels; add --pixels")
     bar = _Bar(enabled=not (quiet or as_json))
     try:
         report = run(
@@ -82,6 +106,7 @@ def preprocess(
             full_hash=full_hash,
             wait_timeout=wait_timeout,
             overwrite=overwrite,
+            pixels=options or pixels,
             progress=bar,
         )
     finally:
@@ -106,6 +131,14 @@ def _print(r: dict[str, Any]) -> None:
         f"shard {i}/{n}: built {r['chunks_built']} chunk(s), reused {r['chunks_reused']} already "
         f"committed, in {r['seconds']:.2f} s{rate}; {r['chunks']} chunks in all"
     )
+    px = r.get("stage_outputs", {}).get("pixels")
+    if px:
+        failed = sum((px.get("failures") or {}).values())
+        how = "kept from an earlier run" if px.get("reused") else f"in {px['seconds']:.1f} s"
+        typer.echo(
+            f"pixels: {px['images']:,} images pre-decoded ({px['bytes'] / 1e6:,.1f} MB of uint8), "
+            f"{how}" + (f"; {failed:,} could not be (see pixels/failures.jsonl)" if failed else "")
+        )
     if r["rejected"]:
         rows = [
             [kind, count] for kind, count in sorted(r["by_reason"].items(), key=lambda x: -x[1])

@@ -168,7 +168,7 @@ class Loader:
         check_packed_collate(setup, collate)
         self.collate = collate or setup.collate
         # bound to the recipe itself (also for a cache, whose samples it made)
-        self.media, self.collate = media_stage_for(media, self.recipe, self.collate)
+        self.media, self.collate = media_stage_for(media, self.recipe, self.collate, self.source)
         self.rejects_path = rejects_path_for(rejects, self.world) if rejects is not None else None
         self.books = Accounting(
             ErrorBudget(max_bad_fraction, max_consecutive_bad, budget_min_samples),

@@ -73,18 +73,37 @@ def pad_id_from(recipe: Any, pad_id: int | None) -> int:
     return 0
 
 
-def media_stage_for(media: Any, recipe: Any, collate: Any) -> tuple[Any, Any]:
+def media_stage_for(media: Any, recipe: Any, collate: Any, source: Any = None) -> tuple[Any, Any]:
     """``(stage, collate)`` for ``Loader(media=...)``.
 
     The stage is bound to the recipe, the collate wrapped in ``MediaCollate``; without media,
-    ``(None, collate)``.
+    ``(None, collate)``. Over a cache built with ``--pixels`` the stage reads the cache's
+    pre-decoded images: without ``media`` it is the cache's own (``Cache.media_stage()``), and a
+    given stage without a ``store`` gets the cache's (``ConfigError`` if its geometry differs;
+    ``MediaStage(store=False)`` decodes instead).
     """
+    pixels = getattr(source, "pixels", None)
+    if media is None and pixels is not None:
+        media = source.media_stage()
     if media is None:
         return None, collate
+    import dataclasses
+
     from chute.media.collate import MediaCollate
     from chute.media.stage import as_media_stage
 
-    stage = as_media_stage(media).bind(recipe)
+    stage = as_media_stage(media)
+    if pixels is not None and stage.store is None and hasattr(stage.image, "prepare"):
+        try:
+            stage = dataclasses.replace(stage, store=pixels)
+        except ConfigError as exc:
+            raise ConfigError(
+                f"media: the cache {source.root} holds images pre-decoded for another transform "
+                f"than this media stage's. Leave media= out to use the cache's transform, pass "
+                f"MediaStage(..., store=False) to decode every image with this one, or rebuild "
+                f"the cache with its options. ({exc})"
+            ) from None
+    stage = stage.bind(recipe)
     return stage, collate if isinstance(collate, MediaCollate) else MediaCollate(collate)
 
 

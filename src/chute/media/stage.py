@@ -61,6 +61,8 @@ class MediaStage:
         video: a ``VideoFrames`` (``pip install 'chute[video]'``), for samples with videos.
         audio: an ``AudioClips`` (``pip install 'chute[audio]'``), for samples with audio.
         store: a ``PixelStore`` of pre-decoded pixels; images it holds are not decoded.
+            ``None`` (default): a Loader over a cache built with ``--pixels`` fills in the
+            cache's store; ``False``: decode every image even then.
         fetch: ``fetch(url) -> bytes`` for URL references (with ``Recipe(allow_urls=True)``);
             chute itself never fetches.
         token_ids: kind -> the token id marking that kind in ``input_ids``; filled in from the
@@ -90,13 +92,18 @@ class MediaStage:
             raise ConfigError(
                 f"decode: expected chute.media.DecodeOptions, got {type(self.decode).__name__}"
             )
-        if self.store is not None and not hasattr(self.image, "prepare"):
+        if self.has_store and not hasattr(self.image, "prepare"):
             raise ConfigError(
                 "store: a pixel store keeps the output of a transform's geometry step; "
                 "ProcessorTransform has none, use ImageTransform or DynamicResolution"
             )
-        if self.store is not None:
+        if self.has_store:
             self.store.check_transform(self.image)
+
+    @property
+    def has_store(self) -> bool:
+        """Whether images are read from a pixel store (``store`` is neither ``None`` nor False)."""
+        return self.store is not None and self.store is not False
 
     # -- configuration -----------------------------------------------------------------------
 
@@ -154,7 +161,7 @@ class MediaStage:
         path = ref["path"]
         if kind != "image":
             return loader(path)
-        if self.store is not None:
+        if self.has_store:
             pixels = self.store.get(path)
             if pixels is not None:
                 return loader.finish(pixels)

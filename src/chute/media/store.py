@@ -90,6 +90,7 @@ def build_pixel_store(
     decode: DecodeOptions | None = None,
     workers: int | None = None,
     per_task: int = 512,
+    extra: dict[str, Any] | None = None,
 ) -> StoreReport:
     """Decode and prepare every image of ``paths`` once, into a store at ``out``.
 
@@ -101,6 +102,7 @@ def build_pixel_store(
         decode: decoding limits.
         workers: processes (default: all cores; 1 runs here).
         per_task: images per chunk file.
+        extra: more JSON-able facts for the manifest (e.g. what the store was built from).
 
     Returns:
         A ``StoreReport``; images that fail to decode are listed in ``failures.jsonl`` and
@@ -164,6 +166,8 @@ def build_pixel_store(
         "bytes": report.bytes,
         "chunks": len(tasks),
         "failures": report.failures,
+        "seconds": round(report.seconds, 3),
+        **(extra or {}),
     }
     with atomic_file(folder / "manifest.json") as f:
         f.write(json.dumps(manifest, indent=2).encode())
