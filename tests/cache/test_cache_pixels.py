@@ -276,3 +276,16 @@ def test_real_multimodal_data_with_pixels(shared_data: Path, tmp_path: Path) -> 
     for g, w in zip(got, want, strict=True):
         assert np.array_equal(g["pixel_values"].numpy(), w["pixel_values"].numpy())
         assert g["image_grid_thw"].tolist() == w["image_grid_thw"].tolist()
+
+
+def test_media_false_and_chute_bench_use_the_cache_pixels(tmp_path: Path, data: Path) -> None:
+    from chute.cli.bench_cmd import media_stage
+
+    preprocess(cfg(data), out=tmp_path / "c", pixels={"size": 48})
+    cache = open_cache(tmp_path / "c")
+    plain = Loader(cache, batch_size=6, shuffle=False, world=World(0, 1), media=False)
+    assert plain.media is None and "pixel_values" not in next(iter(plain))
+    # chute bench DIR: the cache's own stage (whatever --image-size says), or none with --media off
+    stage = media_stage(cache, None, "auto", 336, None)
+    assert stage.has_store and stage.image.output_size == (48, 48)
+    assert media_stage(cache, None, "off", 336, None) is False

@@ -213,8 +213,9 @@ def predecode_media(f: Facts) -> Advice | None:
     return Advice(
         "predecode_media",
         f"Decoding and transforming images takes {100 * share:.0f}% of each sample's time "
-        f"({us:,.0f} us per sample): decode them once, with chute preprocess CONFIG --out DIR "
-        f"--pixels (then Loader(open_cache(DIR)) reads no JPEG), or a standalone store "
+        f"({us:,.0f} us per sample): decode them once into pre-decoded pixels, with chute "
+        f"preprocess CONFIG --out DIR --pixels (then Loader(open_cache(DIR)) reads no JPEG), "
+        f"or a standalone store "
         f"(chute.media.build_pixel_store(image_paths, transform, DIR) and "
         f"MediaStage(transform, store=PixelStore(DIR))); measure it with chute bench "
         f"--pixel-store DIR.",

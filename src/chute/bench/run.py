@@ -231,7 +231,7 @@ def bench_loader(
         plans=available_plans(),
         pretokenized=_reads_samples(probe),
         has_preprocess=importlib.util.find_spec("chute.cache") is not None,
-        media_store=getattr(getattr(probe, "media", None), "store", None) is not None,
+        media_store=bool(getattr(getattr(probe, "media", None), "has_store", False)),
     )
     notes = []
     if psutil_or_none() is None:

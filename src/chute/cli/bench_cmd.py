@@ -231,6 +231,11 @@ def media_stage(
 
     if media not in ("auto", "on", "off"):
         raise ConfigError(f"--media must be auto, on or off, got {media!r}")
+    cache_pixels = getattr(source, "pixels", None) is not None
+    if media == "off" and cache_pixels:
+        return False  # the Loader would otherwise read the cache's pre-decoded images
+    if cache_pixels and pixel_store is None:
+        return source.media_stage()  # the cache's own images and transform (--pixels)
     if recipe is None or media == "off":  # a cache's media rule is its recipe's: --tokenizer
         if pixel_store is not None or media == "on":
             raise ConfigError(

@@ -87,7 +87,8 @@ class Loader:
             ``chute.media.MediaStage``, or a transform (``ImageTransform``,
             ``DynamicResolution``) used with default decoding. Bad media are counted skips;
             batches gain ``pixel_values``, ``image_counts`` (and ``image_grid_thw``); the
-            collate is wrapped in ``MediaCollate``. See docs/media.md.
+            collate is wrapped in ``MediaCollate``. See docs/media.md. Over a cache built
+            with ``--pixels`` the default is the cache's own stage (``False``: none).
 
     Example:
         >>> data = [{"input_ids": [i] * (1 + i % 3)} for i in range(10)]

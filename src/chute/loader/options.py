@@ -80,8 +80,10 @@ def media_stage_for(media: Any, recipe: Any, collate: Any, source: Any = None) -
     ``(None, collate)``. Over a cache built with ``--pixels`` the stage reads the cache's
     pre-decoded images: without ``media`` it is the cache's own (``Cache.media_stage()``), and a
     given stage without a ``store`` gets the cache's (``ConfigError`` if its geometry differs;
-    ``MediaStage(store=False)`` decodes instead).
+    ``MediaStage(store=False)`` decodes instead). ``media=False``: no media stage at all.
     """
+    if media is False:
+        return None, collate  # no media stage, even over a cache with pre-decoded images
     pixels = getattr(source, "pixels", None)
     if media is None and pixels is not None:
         media = source.media_stage()
