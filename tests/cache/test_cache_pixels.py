@@ -289,3 +289,27 @@ def test_media_false_and_chute_bench_use_the_cache_pixels(tmp_path: Path, data: 
     stage = media_stage(cache, None, "auto", 336, None)
     assert stage.has_store and stage.image.output_size == (48, 48)
     assert media_stage(cache, None, "off", 336, None) is False
+
+
+def test_two_ranks_at_once_build_one_store_equal_to_a_single_build(
+    tmp_path: Path, data: Path
+) -> None:
+    import subprocess
+    import sys
+
+    config = tmp_path / "cfg.yaml"
+    config.write_text(orjson.dumps(cfg(data)).decode())
+    out = tmp_path / "ranks"
+    cli = [sys.executable, "-c", "from chute.cli import main; main()", "preprocess"]
+    cmd = [*cli, str(config), "--out", str(out)]
+    cmd += ["--pixels", "--image-size", "48", "--json", "-q", "--workers", "1"]
+    procs = [subprocess.Popen([*cmd, "--shard", f"{i}/2"], stdout=subprocess.PIPE) for i in (0, 1)]
+    reports = [json.loads(p.communicate(timeout=120)[0]) for p in procs]
+    assert all(p.returncode == 0 for p in procs)
+    assert sum(r["finalized"] for r in reports) >= 1
+    assert {r["stage_outputs"]["pixels"]["images"] for r in reports} == {3}
+    preprocess(cfg(data), out=tmp_path / "one", pixels={"size": 48})
+    for name in ("index.npy", "paths.bin", "chunk-00000.bin", "failures.jsonl"):
+        assert (out / "pixels" / name).read_bytes() == (tmp_path / "one/pixels" / name).read_bytes()
+    assert not (out / "finalizing").exists() and not list(out.glob(".pixels.tmp-*"))
+    assert len(open_cache(out).pixels) == 3
