@@ -29,6 +29,8 @@ def test_demo_claims_hold(tmp_path: Path) -> None:
     # packing beats random batches; the cache holds every sample the recipe accepts
     assert result.efficiency["packed"] > 0.95 > result.efficiency["random"]
     assert result.cached_samples == 600 - 5  # the corrupt image is only caught when decoded
+    # ... which the cache's pixels phase does: every other image is pre-decoded
+    assert result.pre_decoded > 0 and result.pre_decode_failures == 1
     assert result.stale_cache_refused
     # the model learns, and the corrupt image is skipped (counted) at training time
     assert result.losses[-1] < 0.8 * result.losses[0]

@@ -36,6 +36,8 @@ class DemoResult:
     planted: dict[str, int] = field(default_factory=dict)
     efficiency: dict[str, float] = field(default_factory=dict)
     cached_samples: int = 0
+    pre_decoded: int = 0
+    pre_decode_failures: int = 0
     stale_cache_refused: bool = False
     losses: list[float] = field(default_factory=list)
     train_rejected: dict[str, int] = field(default_factory=dict)
@@ -219,14 +221,25 @@ def _preprocess(
 
     say.step("Tokenize once into a cache: parallel, atomic chunks, resumable, fingerprinted")
     config = {"tokenizer": str(tokenizer), "max_length": max_length, **options}
+    # Images the tiny model can take (a fixed token count) are also decoded once, into the cache.
+    pixels = _DEMO_IMAGE if _fixed_image_tokens(recipe) else None
     built = preprocess(
-        sources=[str(data)], recipe=config, out=out / "cache", overwrite=True
+        sources=[str(data)], recipe=config, out=out / "cache", overwrite=True, pixels=pixels
     ).to_json()
     result.cached_samples = built["samples"]
     say(
         f"{built['samples']:,} samples ({built['rejected']} rejected), {built['tokens']:,} tokens "
         f"in {built['chunks']} chunks, {built['bytes_per_token']} bytes/token, {built['seconds']:.2f} s"
     )
+    px = built["stage_outputs"].get("pixels")
+    if px:
+        result.pre_decoded = px["images"]
+        result.pre_decode_failures = sum(px["failures"].values())
+        say(
+            f"{px['images']:,} images decoded and resized once into the cache (training reads "
+            f"no image file); not decodable: {result.pre_decode_failures} (skipped and counted "
+            f"when training reaches them)"
+        )
     cache = open_cache(out / "cache", recipe=recipe)
     try:
         open_cache(out / "cache", recipe={**config, "max_length": 2 * max_length})
@@ -241,15 +254,18 @@ def _first_reason(exc: Exception) -> str:
     return lines[0] if lines else str(exc).splitlines()[0]
 
 
+# The tiny model's image input: 16x16 RGB, CLIP-normalised (``ImageTransform`` options).
+_DEMO_IMAGE: dict[str, Any] = {"size": (16, 16), "crop": None, "normalize": "clip"}
+
+
 def _loader(cache: Any, recipe: Any, *, batch_size: int, max_length: int, workers: int) -> Any:
     from chute import Loader, World
     from chute.media import ImageTransform
 
     media = None
     if _image_token_id(recipe) is not None and _fixed_image_tokens(recipe):
-        media = ImageTransform(
-            size=(16, 16), crop=None, normalize="clip", tokens_per_image=_fixed_image_tokens(recipe)
-        )
+        # the cache's pre-decoded images have this geometry: the Loader reads them
+        media = ImageTransform(**_DEMO_IMAGE, tokens_per_image=_fixed_image_tokens(recipe))
     return Loader(
         cache,
         recipe,
