@@ -92,6 +92,15 @@ class Layout:
         # touched every few seconds while a rank finalizes (stages may take minutes)
         self.finalizing = self.root / "finalizing"
 
+    def stage_files(self, fingerprint: dict[str, Any]) -> list[Path]:
+        """Files of finish-time stages a complete cache cannot be read without.
+
+        Only the built-in ``pixels`` stage has one (its store's manifest, written last); other
+        stages' outputs are the stage's own business.
+        """
+        stages = fingerprint.get("stages", {})
+        return [self.root / "pixels" / "manifest.json"] if "pixels" in stages else []
+
     def name(self, k: int) -> str:
         return f"{k:06d}"
 

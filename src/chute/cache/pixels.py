@@ -40,9 +40,11 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+import pyarrow.compute as pc
 
 from chute.cache.stages import ChunkStage
 from chute.errors import ConfigError
+from chute.media.transforms import DynamicResolution, ImageTransform
 
 __all__ = ["PixelsStage", "media_stage_from_options", "transform_from_options"]
 
@@ -66,6 +68,7 @@ _DYNAMIC_KEYS = (
     "normalize",
 )
 _OTHER_KEYS = ("transform", "max_image_pixels", "workers")
+_TRANSFORMS = {"fixed": ImageTransform, "dynamic": DynamicResolution}
 
 
 class PixelsStage(ChunkStage):
@@ -157,9 +160,10 @@ class PixelsStage(ChunkStage):
 
         paths: set[str] = set()
         for batch in chunks():
-            for refs in batch.column("images").to_pylist():
-                paths.update(r["path"] for r in refs or () if not is_remote(r["path"]))
-        ordered = sorted(paths)
+            # the chunk's image paths in Arrow (no Python object per sample), then unique ones
+            refs = pc.list_flatten(batch.column("images"))
+            paths.update(pc.unique(pc.struct_field(refs, "path")).to_pylist())
+        ordered = sorted(p for p in paths if not is_remote(p))
         digest = _paths_digest(ordered, self.fingerprint())
         done = _read_manifest(folder)
         if done.get("build") == digest:
@@ -185,18 +189,17 @@ class PixelsStage(ChunkStage):
 
 def transform_from_options(options: Mapping[str, Any]) -> Any:
     """The ``ImageTransform`` / ``DynamicResolution`` a pixels stage's options describe."""
-    from chute.media.transforms import DynamicResolution, ImageTransform
-
     spec = dict(options.get("transform") or {})
-    kind = spec.pop("kind", None)
+    return _make_transform(spec.pop("kind", None), spec)
+
+
+def _make_transform(kind: Any, fields: Mapping[str, Any]) -> Any:
+    if kind not in _TRANSFORMS:
+        raise ConfigError(f"transform: expected kind 'fixed' or 'dynamic', got {kind!r}")
     try:
-        if kind == "fixed":
-            return ImageTransform(**spec)
-        if kind == "dynamic":
-            return DynamicResolution(**spec)
+        return _TRANSFORMS[kind](**fields)
     except TypeError as exc:
         raise ConfigError(f"transform: {exc}") from None
-    raise ConfigError(f"transform: expected kind 'fixed' or 'dynamic', got {kind!r}")
 
 
 def media_stage_from_options(options: Mapping[str, Any], store: Any) -> Any:
@@ -213,13 +216,7 @@ def media_stage_from_options(options: Mapping[str, Any], store: Any) -> Any:
 
 def _spec(kind: str, opts: dict[str, Any]) -> dict[str, Any]:
     """Every field of the transform, JSON-able (defaults filled in), so fingerprints name them."""
-    from chute.media.transforms import DynamicResolution, ImageTransform
-
-    cls = ImageTransform if kind == "fixed" else DynamicResolution
-    try:
-        made = cls(**opts)
-    except TypeError as exc:
-        raise ConfigError(f"transform: {exc}") from None
+    made = _make_transform(kind, opts)
     fields = {f.name: getattr(made, f.name) for f in dataclasses.fields(made) if f.init}
     return {"kind": kind, **orjson.loads(orjson.dumps(fields))}
 

@@ -135,12 +135,13 @@ def _check_files(layout: Layout, manifest: dict[str, Any]) -> None:
     for path in (layout.lengths, layout.image_tokens):
         if not path.is_file():
             raise CacheError(f"the cache at {layout.root} is damaged: {path.name} is missing")
-    stages = manifest["fingerprint"].get("stages", {})
-    if "pixels" in stages and not (layout.root / "pixels" / "manifest.json").is_file():
-        raise CacheError(
-            f"the cache at {layout.root} is damaged: pixels/manifest.json is missing (the "
-            f"pre-decoded images). Run the chute preprocess command again: it rebuilds them"
-        )
+    for path in layout.stage_files(manifest["fingerprint"]):
+        if not path.is_file():
+            name = path.relative_to(layout.root)
+            raise CacheError(
+                f"the cache at {layout.root} is damaged: {name} is missing (the pre-decoded "
+                f"images). Run the chute preprocess command again: it rebuilds them"
+            )
 
 
 class Cache:

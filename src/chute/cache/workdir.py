@@ -166,9 +166,7 @@ def _complete(layout: Layout, manifest: Any, build: str) -> bool:
     if not isinstance(manifest, dict) or manifest.get("build_digest") != build:
         return False
     files = [layout.lengths, layout.image_tokens, layout.rejects, layout.hf_state]
-    if "pixels" in manifest["fingerprint"].get("stages", {}):
-        files.append(layout.root / "pixels" / "manifest.json")
-    return all(p.is_file() for p in files)
+    return all(p.is_file() for p in [*files, *layout.stage_files(manifest["fingerprint"])])
 
 
 def _finalizing_elsewhere(layout: Layout) -> bool:
