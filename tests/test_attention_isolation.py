@@ -25,7 +25,7 @@ import torch.nn.functional as F  # noqa: N812
 from torch import nn
 
 from chute import PackedCollate
-from chute.collate_packed import hf_packed_inputs
+from chute.collate.packed import hf_packed_inputs
 from chute.plan import PackedPlanner
 
 VOCAB, DIM, HEADS = 64, 32, 4

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from chute import ConfigError, PackedCollate
-from chute.collate_packed import hf_packed_inputs, row_sample_ids
+from chute.collate.packed import hf_packed_inputs, row_sample_ids
 
 
 def sample(ids: list[int], labels: list[int] | None = None) -> dict:

@@ -6,8 +6,8 @@ import pickle
 
 import pytest
 
-from chute.conversation import Conversation, Message, Part, check_role_order
 from chute.errors import SampleError
+from chute.sample.conversation import Conversation, Message, Part, check_role_order
 
 
 def field(i: int) -> str:

@@ -47,7 +47,7 @@ def test_demo_cli_on_your_own_data(tmp_path: Path) -> None:
     from typer.testing import CliRunner
 
     from chute.cli import app
-    from chute.demo_data import write_demo_dataset, write_demo_tokenizer
+    from chute.demo.data import write_demo_dataset, write_demo_tokenizer
 
     data, _ = write_demo_dataset(tmp_path / "mine.jsonl", 400)
     tok = write_demo_tokenizer(tmp_path / "tok")

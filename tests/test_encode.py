@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from chute.conversation import Part
-from chute.encode import Encoded, MediaSlot, encode, fit_length
 from chute.errors import SampleError
+from chute.recipe.encode import Encoded, MediaSlot, encode, fit_length
+from chute.sample.conversation import Part
 from chute.templates.base import Rendered
 from recipe_helpers import tiny_tokenizer
 

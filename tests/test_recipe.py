@@ -14,8 +14,8 @@ from chute import Recipe
 from chute.errors import SAMPLE_ERROR_KINDS, ConfigError, SampleError
 from chute.formats import FormatSpec
 from chute.recipe import RECIPE_VERSION
+from chute.recipe.validate import validate_source
 from chute.sources import JsonlSource
-from chute.validate import validate_source
 from recipe_helpers import real_tokenizer, tiny_tokenizer
 
 TOK = tiny_tokenizer()

@@ -7,7 +7,7 @@ import pytest
 
 from chute import JsonlSource, SampleError
 from chute.errors import RejectTally
-from chute.validate import validate_source
+from chute.recipe.validate import validate_source
 
 
 def make_dataset(path: Path, n: int, bad_every: int) -> set[int]:

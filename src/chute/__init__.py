@@ -19,16 +19,16 @@ __version__ = "0.1.0"
 
 # public name -> module that defines it
 _EXPORTS: dict[str, str] = {
-    "ErrorBudget": "chute.budget",
+    "ErrorBudget": "chute.sample",
     "Cache": "chute.cache",
     "PreprocessConfig": "chute.cache",
     "open_cache": "chute.cache",
     "preprocess": "chute.cache",
     "Collate": "chute.collate",
-    "PackedCollate": "chute.collate_packed",
-    "Conversation": "chute.conversation",
-    "Message": "chute.conversation",
-    "Part": "chute.conversation",
+    "PackedCollate": "chute.collate",
+    "Conversation": "chute.sample",
+    "Message": "chute.sample",
+    "Part": "chute.sample",
     "CacheError": "chute.errors",
     "ChuteError": "chute.errors",
     "ConfigError": "chute.errors",
@@ -51,7 +51,7 @@ _EXPORTS: dict[str, str] = {
     "DynamicResolution": "chute.media",
     "FixedImageTokens": "chute.media",
     "ImageTransform": "chute.media",
-    "MediaCollate": "chute.media",
+    "MediaCollate": "chute.collate",
     "MediaStage": "chute.media",
     "PixelStore": "chute.media",
     "BudgetPlanner": "chute.plan",
@@ -138,11 +138,8 @@ def __dir__() -> list[str]:
 
 
 if TYPE_CHECKING:  # static analysers and IDEs see the real names
-    from chute.budget import ErrorBudget
     from chute.cache import Cache, PreprocessConfig, open_cache, preprocess
-    from chute.collate import Collate
-    from chute.collate_packed import PackedCollate
-    from chute.conversation import Conversation, Message, Part
+    from chute.collate import Collate, MediaCollate, PackedCollate
     from chute.errors import (
         CacheError,
         ChuteError,
@@ -165,7 +162,6 @@ if TYPE_CHECKING:  # static analysers and IDEs see the real names
         DynamicResolution,
         FixedImageTokens,
         ImageTransform,
-        MediaCollate,
         MediaStage,
         PixelStore,
     )
@@ -178,6 +174,7 @@ if TYPE_CHECKING:  # static analysers and IDEs see the real names
         RandomPlanner,
     )
     from chute.recipe import Recipe
+    from chute.sample import Conversation, ErrorBudget, Message, Part
     from chute.sources import JsonlSource, Record
     from chute.templates import JinjaTemplate, get_template
     from chute.tokenize import Tokenizer, load_tokenizer

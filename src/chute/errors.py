@@ -238,7 +238,7 @@ class RejectTally:
 
     Example:
         >>> t = RejectTally()
-        >>> t.add(SampleError("bad_json", "unexpected end", path="d.jsonl", line=7))
+        >>> _ = t.add(SampleError("bad_json", "unexpected end", path="d.jsonl", line=7))
         >>> t.counts
         Counter({'bad_json': 1})
         >>> t.examples["bad_json"]

@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-from chute.conversation import Message, Part
 from chute.errors import ConfigError, SampleError
 from chute.formats import FormatReader, FormatSpec, detect_format, sniff_format, to_conversation
+from chute.sample.conversation import Message, Part
 
 
 def roles_and_text(conv) -> list[tuple[str, object]]:

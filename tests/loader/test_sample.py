@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from chute import Record, SampleError
-from chute.loader.sample import as_tokenized, bad_values, check_sample, check_values
+from chute.sample.contract import as_tokenized, bad_values, check_sample, check_values
 
 
 def test_lists_become_arrays_in_a_copy() -> None:

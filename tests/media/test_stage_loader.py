@@ -13,15 +13,9 @@ import torch
 from PIL import Image
 
 from chute import JsonlSource, Loader, Recipe, World
+from chute.collate import MediaCollate, collate_media
 from chute.errors import ConfigError, SampleError
-from chute.media import (
-    DynamicImageTokens,
-    DynamicResolution,
-    ImageTransform,
-    MediaCollate,
-    MediaStage,
-    collate_media,
-)
+from chute.media import DynamicImageTokens, DynamicResolution, ImageTransform, MediaStage
 from recipe_helpers import real_tokenizer, tiny_tokenizer
 
 TOK = tiny_tokenizer()

@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 from chute import JsonlSource, Recipe
 from chute.cli import app
 from chute.media.check import MediaCheck
-from chute.validate import validate_source
+from chute.recipe.validate import validate_source
 from recipe_helpers import tiny_tokenizer
 
 runner = CliRunner()

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from chute import JsonlSource, SourceError
-from chute.validate import validate_source
+from chute.recipe.validate import validate_source
 
 pytestmark = pytest.mark.shared_data
 
@@ -21,6 +21,13 @@ EXPECTED_ROWS = {
     "llama-factory/mllm_demo.json": 6,
     "llama-factory/v1_sft_demo.jsonl": 500,
     "llama-factory/v1_multimodal_demo.jsonl": 24,
+    "llama-factory/mllm_video_demo.json": 3,
+    "llama-factory/mllm_audio_demo.json": 3,
+    "llama-factory/mllm_video_audio_demo.json": 3,
+    "llama-factory/dpo_en_demo.json": 300,
+    "llama-factory/kto_en_demo.json": 300,
+    "llama-factory/v1_dpo_demo.jsonl": 10,
+    "llama-factory/c4_demo.jsonl": 300,
     "fastchat/dummy_conversation.json": 500,
     "fastchat/question.jsonl": 80,
     "stanford_alpaca/seed_tasks.jsonl": 175,

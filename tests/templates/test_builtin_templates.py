@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from chute.conversation import Conversation, Message, Part
 from chute.errors import ConfigError, SampleError
+from chute.sample.conversation import Conversation, Message, Part
 from chute.templates import BUILTIN, RenderContext, get_template
 
 CTX = RenderContext(bos="<s>", eos="</s>", media_text={"image": "<image>"})

@@ -9,9 +9,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from chute.conversation import Conversation, Message
 from chute.errors import SampleError
 from chute.recipe import Recipe
+from chute.sample.conversation import Conversation, Message
 from chute.sources import JsonlSource
 from chute.templates import BUILTIN, JinjaTemplate, RenderContext
 from chute.templates.jinja import _as_dict

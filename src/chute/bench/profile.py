@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from chute.loader.sample import as_tokenized, check_sample
+from chute.sample.contract import as_tokenized, check_sample
 from chute.sources.record import Record
 
 __all__ = ["StageProfile", "profile_stages"]

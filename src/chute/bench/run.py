@@ -24,7 +24,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from chute._torch import require_torch
+from chute._internal.lazy_torch import require_torch
 from chute.bench.advice import Advice, Facts, advise
 from chute.bench.measure import WorkerRun, measure_run
 from chute.bench.memory import PSUTIL_HINT, psutil_or_none

@@ -31,10 +31,10 @@ from typing import Any
 
 import orjson
 
-from chute._files import file_identity, full_hash
+from chute._internal.fields import diff_fields
+from chute._internal.files import file_identity, full_hash
 from chute.cache.layout import CACHE_FORMAT, FORMAT_VERSION
 from chute.errors import FingerprintMismatch, SourceError
-from chute.loader.state import diff_fields
 
 __all__ = [
     "build_fingerprint",

@@ -42,7 +42,7 @@ from typing import Any
 import orjson
 import pyarrow.compute as pc
 
-from chute.cache.stages import ChunkStage
+from chute.cache.chunk_stage import ChunkStage
 from chute.errors import ConfigError
 from chute.media.transforms import DynamicResolution, ImageTransform
 

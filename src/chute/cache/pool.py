@@ -21,7 +21,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from typing import Any
 
-from chute._mp import pool_context
+from chute._internal.pools import pool_context
 from chute.cache.writer import ChunkJob
 
 __all__ = ["die_with_parent", "run_chunks"]

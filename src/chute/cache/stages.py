@@ -30,59 +30,13 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
-from pathlib import Path
+from collections.abc import Callable, Mapping
 from typing import Any
 
+from chute.cache.chunk_stage import ChunkStage
 from chute.errors import ConfigError
 
 __all__ = ["STAGES", "ChunkStage", "make_stages", "register_stage"]
-
-
-class ChunkStage:
-    """Base of extra per-chunk stages. Subclasses set ``name`` and override what they add.
-
-    A stage must be picklable (it travels to the writer's worker processes) and deterministic
-    (the same samples give the same bytes), or resumed and multi-node builds would differ.
-
-    Attributes:
-        name: the stage's name; its columns and file suffixes should start with it.
-        version: bump when the same options would write different output.
-        options: the options it was made with (part of its fingerprint).
-    """
-
-    name = "stage"
-    version = 1
-
-    def __init__(self, **options: Any):
-        self.options = dict(options)
-
-    def fingerprint(self) -> dict[str, Any]:
-        """What shapes this stage's output (JSON-able)."""
-        return {"name": self.name, "version": self.version, "options": dict(self.options)}
-
-    def columns(self, samples: list[dict[str, Any]]) -> Mapping[str, Any]:
-        """Extra columns for the chunk: name -> ``pyarrow.Array`` with one value per sample."""
-        return {}
-
-    def files(self, chunk: int, samples: list[dict[str, Any]]) -> Mapping[str, bytes]:
-        """Extra files for the chunk: suffix -> bytes (written as ``chunks/<k>.<suffix>``)."""
-        return {}
-
-    def finish(self, folder: Path, chunks: Callable[[], Iterator[Any]]) -> Mapping[str, Any] | None:
-        """Once every chunk is committed, before the manifest: write what spans all chunks.
-
-        Args:
-            folder: ``DIR/<name>``, this stage's own folder (created; ``--overwrite`` deletes
-                it). Write atomically and deterministically: a crash here means the next run
-                calls ``finish`` again, and several ranks may call it at once.
-            chunks: yields every chunk's Arrow record batch, in order (e.g. to collect all
-                image paths for a pre-decoded pixel store).
-
-        Returns:
-            JSON-able facts the manifest records under ``stage_outputs.<name>``, or ``None``.
-        """
-        return None
 
 
 StageFactory = Callable[[Mapping[str, Any], Any], ChunkStage]

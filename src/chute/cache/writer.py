@@ -34,8 +34,8 @@ from chute.cache.layout import Layout, publish
 from chute.cache.schema import chunk_batch
 from chute.cache.stages import ChunkStage
 from chute.errors import RejectTally, SampleError, as_sample_error
+from chute.sample.rejects import reject_entry
 from chute.sources.record import Record
-from chute.validate import reject_entry
 
 __all__ = ["ChunkJob", "file_entry", "serialize"]
 

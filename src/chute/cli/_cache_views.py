@@ -17,6 +17,7 @@ from typing import Any
 import typer
 
 from chute.cli._output import emit_json, progress_bar, table
+from chute.cli._render import decode_marked, pretty_sample
 from chute.errors import ConfigError
 
 __all__ = ["inspect_cache", "validate_cache"]
@@ -87,7 +88,6 @@ def _print_check(check: Any, summary: dict[str, Any]) -> None:
 
 def inspect_cache(path: str, index: int, tokenizer: str | None, as_json: bool, color: Any) -> None:
     from chute.cache import open_cache
-    from chute.cli.inspect_cmd import _decode, _pretty
     from chute.tokenize import load_tokenizer
 
     cache = open_cache(path, verify_sources=False)
@@ -123,8 +123,8 @@ def inspect_cache(path: str, index: int, tokenizer: str | None, as_json: bool, c
                 "template": stored.template,
                 "input_ids": ids.tolist(),
                 "labels": labels.tolist(),
-                "text": _decode(tok, ids),
-                "trained_text": _decode(tok, ids[trained]),
+                "text": decode_marked(tok, ids),
+                "trained_text": decode_marked(tok, ids[trained]),
                 **summary,
                 "image_refs": sample["images"],
                 "videos": sample["videos"],
@@ -140,7 +140,7 @@ def inspect_cache(path: str, index: int, tokenizer: str | None, as_json: bool, c
     )
     rule = "-" * 78
     typer.echo(rule)
-    typer.echo(_pretty(tok, ids, labels, sample["images"], use_color), color=use_color)
+    typer.echo(pretty_sample(tok, ids, labels, sample["images"], use_color), color=use_color)
     typer.echo(rule)
     legend = "green" if use_color else "[[...]]"
     typer.echo(

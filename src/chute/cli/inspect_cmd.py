@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import typer
@@ -17,6 +16,7 @@ import typer
 from chute.cli import _recipe_opts as opts
 from chute.cli._cache_views import inspect_cache
 from chute.cli._output import emit_json, guarded
+from chute.cli._render import decode_marked, pretty_sample
 from chute.errors import ConfigError, SampleError
 from chute.sources import JsonlSource
 
@@ -137,8 +137,8 @@ def inspect(
                 "template": recipe.template.name,
                 "input_ids": ids.tolist(),
                 "labels": labels.tolist(),
-                "text": _decode(tok, ids),
-                "trained_text": _decode(tok, ids[trained]),
+                "text": decode_marked(tok, ids),
+                "trained_text": decode_marked(tok, ids[trained]),
                 **summary,
                 "image_refs": sample["images"],
                 "videos": sample["videos"],
@@ -155,7 +155,7 @@ def inspect(
     )
     rule = "-" * 78
     typer.echo(rule)
-    typer.echo(_pretty(tok, ids, labels, sample["images"], use_color), color=use_color)
+    typer.echo(pretty_sample(tok, ids, labels, sample["images"], use_color), color=use_color)
     typer.echo(rule)
     legend = "green" if use_color else "[[...]]"
     typer.echo(
@@ -163,55 +163,3 @@ def inspect(
         f"{summary['masked']:,}; images {summary['images']} ({summary['image_tokens']:,} "
         f"tokens); truncated: {'yes' if summary['truncated'] else 'no'}"
     )
-
-
-def _decode(tok: Any, ids: np.ndarray) -> str:
-    """Decode, writing runs of ids outside the vocabulary (e.g. LLaVA's -200) as ``<id x N>``."""
-    vocab = tok.vocab_size
-    out, run = [], []
-    k = 0
-    ids_list = ids.tolist()
-    while k < len(ids_list):
-        x = ids_list[k]
-        if 0 <= x < vocab:
-            run.append(x)
-            k += 1
-            continue
-        if run:
-            out.append(tok.decode(run))
-            run = []
-        j = k
-        while j < len(ids_list) and ids_list[j] == x:
-            j += 1
-        out.append(f"<{x} x {j - k}>")
-        k = j
-    if run:
-        out.append(tok.decode(run))
-    return "".join(out)
-
-
-def _pretty(
-    tok: Any, ids: np.ndarray, labels: np.ndarray, images: list[dict[str, Any]], color: bool
-) -> str:
-    """The decoded text, trained runs marked, each image collapsed to ``<image x N>``."""
-    image_at = {img["span"][0]: img["span"][1] for img in images}
-    trained = (labels != -100).tolist()
-    out: list[str] = []
-    k, n = 0, len(ids)
-    while k < n:
-        if k in image_at:
-            end = image_at[k]
-            label = f"<image x {end - k}>"
-            out.append(typer.style(label, fg="cyan") if color else label)
-            k = end
-            continue
-        j = k
-        while j < n and trained[j] == trained[k] and j not in image_at:
-            j += 1
-        text = tok.decode(ids[k:j].tolist())
-        if trained[k]:
-            out.append(typer.style(text, fg="green", bold=True) if color else f"[[{text}]]")
-        else:
-            out.append(typer.style(text, dim=True) if color else text)
-        k = j
-    return "".join(out)

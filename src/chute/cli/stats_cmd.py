@@ -141,7 +141,7 @@ def stats(
             system=system,
         )
     if plot is not None:
-        from chute.stats_plot import require_matplotlib
+        from chute.stats.plot import require_matplotlib
 
         try:
             require_matplotlib()  # fail before the lengths pass, not after
@@ -163,7 +163,7 @@ def stats(
     )
     result["input"] = {"paths": paths, "recipe": repr(recipe) if recipe else "pre-tokenized"}
     if plot is not None:
-        from chute.stats_plot import plot_stats
+        from chute.stats.plot import plot_stats
 
         plot_stats(result, plot)
         result["plot"] = str(plot)

@@ -20,9 +20,9 @@ from chute.cli._output import emit_json, guarded, progress_bar, table
 from chute.errors import ConfigError
 from chute.formats import FormatReader, FormatSpec
 from chute.media.check import MediaCheck
+from chute.recipe.validate import check_json_object, validate_source
 from chute.sources import JsonlSource
 from chute.sources.record import Record
-from chute.validate import check_json_object, validate_source
 
 
 def register(app: typer.Typer) -> None:

@@ -34,12 +34,12 @@ import itertools
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from chute.conversation import Conversation
 from chute.errors import ConfigError, SampleError
 from chute.formats.alpaca import convert_alpaca
 from chute.formats.chat import convert_chat
 from chute.formats.spec import FORMAT_NAMES, FormatSpec, ResolvedSpec
 from chute.formats.text import convert_text
+from chute.sample.conversation import Conversation
 
 __all__ = [
     "FORMAT_NAMES",

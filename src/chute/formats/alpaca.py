@@ -19,11 +19,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from chute.conversation import Conversation, Message, check_role_order
 from chute.errors import SampleError
 from chute.formats.chat import _json_type, parse_tools
 from chute.formats.media import bind_media, media_list
 from chute.formats.spec import ResolvedSpec, lookup
+from chute.sample.conversation import Conversation, Message, check_role_order
 
 __all__ = ["convert_alpaca"]
 

@@ -28,10 +28,10 @@ from typing import Any
 
 import orjson
 
-from chute.conversation import Conversation, Message, Part, check_role_order
 from chute.errors import SampleError
 from chute.formats.media import bind_media, media_list, split_inline_tags
 from chute.formats.spec import ResolvedSpec, lookup
+from chute.sample.conversation import Conversation, Message, Part, check_role_order
 
 __all__ = ["convert_chat", "parse_tools"]
 

@@ -14,7 +14,7 @@ values inside the messages:
 * Qwen-VL's inline tags, ``Picture 1: <img>path</img>``, which become image parts in place.
 
 Example:
-    >>> from chute.conversation import Message
+    >>> from chute.sample.conversation import Message
     >>> msgs = [Message("user", "<image>What is it?"), Message("assistant", "A dog.")]
     >>> bind_media(msgs, {"image": ["dog.jpg"]}, {"image": "<image>"}, {"image": "images"})
     >>> msgs[0].content
@@ -26,8 +26,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from chute.conversation import Message, Part
 from chute.errors import SampleError
+from chute.sample.conversation import Message, Part
 
 __all__ = ["bind_media", "media_list", "split_inline_tags"]
 

@@ -77,7 +77,7 @@ def packed_inputs(inputs: dict[str, Any]) -> dict[str, Any]:
     transformers finds packed sequences from ``position_ids`` only in a batch of one row
     (flash-attention-2) and only without a KV cache (all implementations), and a model makes a
     cache whenever ``use_cache`` is on, even in training; otherwise the samples of a row would
-    attend to each other. See ``chute.collate_packed.hf_packed_inputs`` and docs/padding.md.
+    attend to each other. See ``chute.collate.packed.hf_packed_inputs`` and docs/padding.md.
     """
     out = dict(inputs)
     for key in ("input_ids", "labels", "position_ids"):

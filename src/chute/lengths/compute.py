@@ -1,7 +1,7 @@
 """The lengths pass: run the recipe over every record of a source, in parallel, keep the counts.
 
 The source is cut into chunks of consecutive records; a pool of processes (fork on Linux, like
-``chute.validate``) runs the recipe over each chunk with ``recipe.batch`` (the tokenizer works
+``chute.recipe.validate``) runs the recipe over each chunk with ``recipe.batch`` (the tokenizer works
 back to back) and sends back three small int32 arrays per chunk. Results are written straight
 into the output array (a memory map when the result is cached), so the main process holds no
 per-record Python objects::
@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from chute._mp import pool_context
+from chute._internal.pools import pool_context
 from chute.errors import RejectTally, as_sample_error
 from chute.lengths.base import STATUS_OK, STATUS_REJECTED, STATUS_TRUNCATED
 
@@ -128,7 +128,7 @@ def _records(source: Any, lo: int, hi: int) -> Iterator[Any]:
 def _chunk(source: Any, recipe: Any, lo: int, hi: int) -> ChunkResult:
     """Lengths of records ``lo .. hi-1``; rejects carry chunk-local kind names."""
     # imported here: chute.loader imports the plans, which import chute.lengths
-    from chute.loader.sample import as_tokenized, check_sample, check_values, location_of
+    from chute.sample.contract import as_tokenized, check_sample, check_values, location_of
 
     block = np.zeros((3, hi - lo), dtype=np.int32)
     kinds: list[str] = []

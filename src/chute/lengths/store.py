@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 import orjson
 
-from chute._files import atomic_file, cache_root
+from chute._internal.files import atomic_file, cache_root
 from chute.errors import RejectTally
 from chute.lengths.base import Lengths
 

@@ -4,7 +4,7 @@ Reports arrive in stream order (the DataLoader returns batches in task order), s
 consecutive-bad run and the rejects file are the same whatever the number of workers.
 
 Example:
-    >>> from chute.budget import ErrorBudget
+    >>> from chute.sample.budget import ErrorBudget
     >>> from chute.errors import SampleError
     >>> from chute.loader.worker import BatchReport
     >>> books = Accounting(ErrorBudget(), rank=0)
@@ -23,9 +23,9 @@ from typing import Any
 
 import orjson
 
-from chute.budget import ErrorBudget
 from chute.errors import RejectTally
 from chute.loader.worker import BatchReport
+from chute.sample.budget import ErrorBudget
 
 __all__ = ["COUNTERS", "Accounting"]
 

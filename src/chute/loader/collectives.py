@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
-from chute._torch import require_torch
+from chute._internal.lazy_torch import require_torch
 from chute.errors import LockstepError
 
 __all__ = ["all_gather", "check_lockstep", "sum_over_ranks"]

@@ -15,8 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from chute._torch import require_torch
-from chute.budget import ErrorBudget
+from chute._internal.lazy_torch import require_torch
 from chute.errors import ConfigError, LoaderTimeout, RejectTally
 from chute.loader.accounting import Accounting
 from chute.loader.collectives import check_lockstep, sum_over_ranks
@@ -35,6 +34,7 @@ from chute.loader.planning import check_collate, check_excluded, check_packed_co
 from chute.loader.state import STATE_FORMAT, STATE_VERSION, check_compatible, read_position
 from chute.loader.worker import BatchBuilder, BatchReport
 from chute.plan import Plan, Planner, continue_epoch
+from chute.sample.budget import ErrorBudget
 from chute.world import World
 
 __all__ = ["Loader"]

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from chute._torch import require_torch
+from chute._internal.lazy_torch import require_torch
 from chute.errors import LoaderTimeout
 from chute.loader.worker import BatchReport, BatchTask
 from chute.plan import Plan, TablePlan

@@ -91,7 +91,7 @@ def media_stage_for(media: Any, recipe: Any, collate: Any, source: Any = None) -
         return None, collate
     import dataclasses
 
-    from chute.media.collate import MediaCollate
+    from chute.collate.media import MediaCollate
     from chute.media.stage import as_media_stage
 
     stage = as_media_stage(media)

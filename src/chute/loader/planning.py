@@ -23,12 +23,12 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from chute.budget import ErrorBudget
 from chute.collate import Collate
-from chute.collate_packed import PackedCollate
+from chute.collate.packed import PackedCollate
 from chute.errors import ConfigError, ErrorBudgetExceeded
 from chute.lengths import Lengths, lengths_of
 from chute.plan import PLANNERS, LengthPlanner, PackedPlanner, Planner, make_planner
+from chute.sample.budget import ErrorBudget
 
 __all__ = [
     "PlanSetup",

@@ -5,8 +5,8 @@ what shaped it (plan parameters, source fingerprint). ``check_compatible`` refus
 plan or source differs, naming every differing field with both values.
 
 Example:
-    >>> diff_fields({"a": 1, "b": {"c": [1, 2]}}, {"a": 1, "b": {"c": [1, 3]}})
-    [('b.c[1]', 2, 3)]
+    >>> content_identity({"path": "/a/x.jsonl", "size": 3, "parts": [{"mtime_ns": 1, "n": 2}]})
+    {'size': 3, 'parts': [{'n': 2}]}
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from chute._internal.fields import diff_fields
 from chute.errors import ConfigError, StateMismatch
 
 __all__ = [
@@ -21,31 +22,12 @@ __all__ = [
     "STATE_VERSION",
     "check_compatible",
     "content_identity",
-    "diff_fields",
     "read_position",
 ]
 
 STATE_FORMAT = "chute.loader"
 STATE_VERSION = 1
 _SHOWN = 8  # differences listed in a message before "... and N more"
-
-
-def diff_fields(a: Any, b: Any, prefix: str = "") -> list[tuple[str, Any, Any]]:
-    """Every leaf where ``a`` and ``b`` differ, as ``(dotted.path, a_value, b_value)``."""
-    if isinstance(a, Mapping) and isinstance(b, Mapping):
-        out: list[tuple[str, Any, Any]] = []
-        for key in sorted(set(a) | set(b), key=str):
-            path = f"{prefix}.{key}" if prefix else str(key)
-            out += diff_fields(a.get(key, "<absent>"), b.get(key, "<absent>"), path)
-        return out
-    if isinstance(a, list | tuple) and isinstance(b, list | tuple):
-        if len(a) != len(b):
-            return [(f"{prefix} (length)", len(a), len(b))]
-        out = []
-        for i, (x, y) in enumerate(zip(a, b, strict=True)):
-            out += diff_fields(x, y, f"{prefix}[{i}]")
-        return out
-    return [] if a == b else [(prefix, a, b)]
 
 
 # Fingerprint fields that name where the data lies, not what it is: a state resumes on a copy of

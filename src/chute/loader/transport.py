@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from chute._torch import require_torch
+from chute._internal.lazy_torch import require_torch
 
 __all__ = ["share_one_storage"]
 

@@ -24,20 +24,20 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from chute._torch import require_torch
-from chute.collate_packed import row_sample_ids
+from chute._internal.lazy_torch import require_torch
+from chute.collate.packed import row_sample_ids
 from chute.errors import SampleError, as_sample_error
-from chute.loader.sample import (
+from chute.loader.transport import share_one_storage
+from chute.loader.watchdog import SampleTimeout, Watchdog
+from chute.sample.contract import (
     as_tokenized,
     bad_values,
     check_sample,
     describe_item,
     location_of,
 )
-from chute.loader.transport import share_one_storage
-from chute.loader.watchdog import SampleTimeout, Watchdog
+from chute.sample.rejects import reject_entry
 from chute.sources.record import Record
-from chute.validate import reject_entry
 
 __all__ = ["BatchBuilder", "BatchReport", "BatchTask", "piece_of"]
 
@@ -79,7 +79,7 @@ class BatchReport:
         bad: positions (in plan order) of the rejected samples; empty for a clean batch, which
             keeps the common case cheap to send and to account for.
         errors: the ``SampleError`` of each rejected sample, in the order of ``bad``.
-        rejects: rejects-file entries (``chute.validate.reject_entry`` format), when asked for.
+        rejects: rejects-file entries (``chute.sample.rejects.reject_entry`` format), when asked for.
         topped_up: rows added by repeating valid samples (``top_up=True``).
         seconds: time spent building the batch in the worker.
     """

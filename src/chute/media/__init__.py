@@ -7,8 +7,8 @@
 * ``decode_image``: full, guarded decoding to RGB with limits (``DecodeOptions``).
 * ``ImageTransform`` (fixed size, CLIP/SigLIP), ``DynamicResolution`` (Qwen2-VL patches),
   ``ProcessorTransform`` (a user or ``transformers`` processor).
-* ``MediaStage``: what the Loader runs after the recipe (``Loader(..., media=...)``);
-  ``MediaCollate`` / ``collate_media``: batch tensors.
+* ``MediaStage``: what the Loader runs after the recipe (``Loader(..., media=...)``); its
+  tensors are batched by ``chute.collate.MediaCollate``.
 * ``PixelStore``: pre-decoded, resized uint8 pixels, so training reads no JPEG.
 * ``VideoFrames`` / ``AudioClips``: optional extras (``chute[video]``, ``chute[audio]``).
 
@@ -16,7 +16,6 @@ See docs/media.md.
 """
 
 from chute.media.audio import AudioClips
-from chute.media.collate import MediaCollate, collate_media
 from chute.media.images import DEFAULT_MAX_PIXELS, DecodeOptions, decode_image
 from chute.media.paths import MediaPaths
 from chute.media.processor import ProcessorTransform
@@ -48,7 +47,6 @@ __all__ = [
     "FixedImageTokens",
     "ImageFeatures",
     "ImageTransform",
-    "MediaCollate",
     "MediaPaths",
     "MediaPlan",
     "MediaSlot",
@@ -58,7 +56,6 @@ __all__ = [
     "StoreReport",
     "VideoFrames",
     "build_pixel_store",
-    "collate_media",
     "decode_image",
     "image_size",
     "image_token_counts",

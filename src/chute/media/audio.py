@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from chute._torch import require_torch
+from chute._internal.lazy_torch import require_torch
 from chute.errors import ConfigError, SampleError
 from chute.media.transforms import ImageFeatures
 

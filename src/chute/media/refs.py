@@ -18,12 +18,12 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
-from chute.conversation import Part
 from chute.errors import ConfigError, SampleError
 from chute.media.images import DEFAULT_MAX_PIXELS
 from chute.media.paths import MediaPaths, is_remote
 from chute.media.sizes import image_size
 from chute.media.tokens import DynamicImageTokens, image_tokens_rule
+from chute.sample.conversation import Part
 from chute.tokenize.base import Tokenizer
 
 __all__ = ["MediaPlan", "MediaSlot"]

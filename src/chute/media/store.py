@@ -43,8 +43,8 @@ from typing import Any
 
 import numpy as np
 
-from chute._files import atomic_file
-from chute._mp import pool_context
+from chute._internal.files import atomic_file
+from chute._internal.pools import pool_context
 from chute.errors import ConfigError, SampleError
 from chute.media.images import DecodeOptions, decode_image
 

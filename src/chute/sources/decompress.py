@@ -16,7 +16,7 @@ import os
 from pathlib import Path
 from typing import IO
 
-from chute._files import atomic_file, file_identity
+from chute._internal.files import atomic_file, file_identity
 from chute.errors import ConfigError, SourceError
 
 __all__ = ["COMPRESSED_SUFFIXES", "decompressed_copy"]

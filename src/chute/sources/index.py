@@ -14,7 +14,7 @@ Sidecars are written to a temporary file and renamed, so concurrent builders nev
 Example:
     >>> import tempfile, pathlib
     >>> d = pathlib.Path(tempfile.mkdtemp()); p = d / "a.jsonl"
-    >>> _ = p.write_text('{"a": 1}\\n\\n{"a": 2}\\n')
+    >>> _ = p.write_text('{"a": 1}\n\n{"a": 2}\n')
     >>> ix = open_index(p, cache_dir=d / "cache")
     >>> len(ix), ix.blank_lines, ix.entries["line"].tolist()
     (2, 1, [1, 3])
@@ -36,7 +36,7 @@ from pathlib import Path
 import numpy as np
 import orjson
 
-from chute._files import FileIdentity, atomic_file, cache_root, file_identity
+from chute._internal.files import FileIdentity, atomic_file, cache_root, file_identity
 from chute.errors import SourceChanged, SourceError
 from chute.sources.decompress import COMPRESSED_SUFFIXES, decompressed_copy
 from chute.sources.scan_array import ArrayScan, scan_array

@@ -3,7 +3,7 @@ r"""``JsonlSource``: JSON Lines and JSON array files read in place, with random 
 Example:
     >>> import tempfile, pathlib
     >>> d = pathlib.Path(tempfile.mkdtemp())
-    >>> _ = (d / "a.jsonl").write_text('{"text": "one"}\\n{"text": "two"}\\n')
+    >>> _ = (d / "a.jsonl").write_text('{"text": "one"}\n{"text": "two"}\n')
     >>> src = JsonlSource(d / "a.jsonl", cache_dir=d / "cache")
     >>> len(src), src[1].data["text"], src[1].line
     (2, 'two', 2)

@@ -5,7 +5,7 @@ pretraining documents.
 
 A template turns a ``Conversation`` into ``Rendered``: the full text, the character spans whose
 tokens are trained, and the media parts in the order their placeholders appear. Tokenizing and
-masking happen afterwards, once, over the whole text (``chute.encode``), so the ids are exactly
+masking happen afterwards, once, over the whole text (``chute.recipe.encode``), so the ids are exactly
 those of encoding the rendered text.
 
 Which messages are trained (``train_on``):
@@ -23,8 +23,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from chute.conversation import Conversation, Message, Part
 from chute.errors import ConfigError, SampleError
+from chute.sample.conversation import Conversation, Message, Part
 
 __all__ = [
     "TRAIN_ON",
@@ -127,7 +127,7 @@ def train_flags(conv: Conversation, train_on: str) -> list[bool]:
     """Whether each message is trained, by policy then by its own ``loss`` flag.
 
     Example:
-        >>> from chute.conversation import Message
+        >>> from chute.sample.conversation import Message
         >>> c = Conversation([Message("user", "a"), Message("assistant", "b"),
         ...                   Message("user", "c"), Message("assistant", "d", loss=False)])
         >>> train_flags(c, "assistant"), train_flags(c, "last")

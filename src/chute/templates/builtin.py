@@ -27,7 +27,7 @@ raw           ``<s>`` + every message's text, back to back + ``</s>`` (no chat m
 Pretraining documents (``text`` conversations) are ``<s>text</s>`` in every template.
 
 Example:
-    >>> from chute.conversation import Conversation, Message
+    >>> from chute.sample.conversation import Conversation, Message
     >>> from chute.templates.base import RenderContext
     >>> conv = Conversation([Message("user", "Hi"), Message("assistant", "Hello!")])
     >>> r = BUILTIN["chatml"].render(conv, RenderContext())
@@ -42,8 +42,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from chute.conversation import Conversation, Message
 from chute.errors import SampleError
+from chute.sample.conversation import Conversation, Message
 from chute.templates.base import Builder, RenderContext, Rendered, Template, train_flags
 
 __all__ = ["BUILTIN", "BuiltinTemplate"]

@@ -31,7 +31,7 @@ messages that need them.
 
 Example:
     >>> t = JinjaTemplate("{% for m in messages %}<{{ m.role }}>{{ m.content }}</s>{% endfor %}")
-    >>> from chute.conversation import Conversation, Message
+    >>> from chute.sample.conversation import Conversation, Message
     >>> from chute.templates.base import RenderContext
     >>> r = t.render(Conversation([Message("user", "hi"), Message("assistant", "yo")]),
     ...              RenderContext())
@@ -48,8 +48,8 @@ from typing import Any
 
 from jinja2 import TemplateError
 
-from chute.conversation import Conversation
 from chute.errors import ConfigError, SampleError
+from chute.sample.conversation import Conversation
 from chute.templates.base import RenderContext, Rendered, Template, train_flags
 from chute.templates.jinja_env import TemplateRaised, compile_template
 

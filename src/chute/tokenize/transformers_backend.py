@@ -5,7 +5,7 @@ extra: ``pip install 'chute[transformers]'``.
 
 Fast tokenizers give offsets and behave exactly like ``HFTokenizer`` on their
 ``backend_tokenizer``; slow (Python) ones have no offsets, so chute encodes template pieces one
-at a time with them (see ``chute.encode``).
+at a time with them (see ``chute.recipe.encode``).
 
 Example:
     >>> from transformers import AutoTokenizer  # doctest: +SKIP

@@ -36,12 +36,12 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from chute.conversation import Conversation
-from chute.encode import Encoded, encode, fit_length
 from chute.errors import ConfigError, SampleError
 from chute.formats import FormatReader, FormatSpec
 from chute.media.images import DEFAULT_MAX_PIXELS
 from chute.media.refs import MediaPlan, MediaSlot
+from chute.recipe.encode import Encoded, encode, fit_length
+from chute.sample.conversation import Conversation
 from chute.sources.record import Record
 from chute.templates import RenderContext, Rendered, get_template
 from chute.tokenize import Tokenizer, load_tokenizer

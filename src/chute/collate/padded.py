@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from chute._torch import require_torch
+from chute._internal.lazy_torch import require_torch
 from chute.errors import ConfigError
 
 __all__ = ["IGNORE_INDEX", "Collate"]

@@ -37,7 +37,7 @@ from typing import Any
 
 import numpy as np
 
-from chute._torch import require_torch
+from chute._internal.lazy_torch import require_torch
 from chute.errors import ConfigError
 
 __all__ = ["MediaCollate", "collate_media"]
@@ -146,7 +146,7 @@ class MediaCollate:
         dtype: Any = None,
     ):
         if text is None:
-            from chute.collate import Collate
+            from chute.collate.padded import Collate
 
             text = Collate()
         self.text = text

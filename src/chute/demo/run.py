@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from chute.cli._output import table
+from chute._internal.tables import table
 
 __all__ = ["DemoResult", "run_demo"]
 
@@ -60,9 +60,10 @@ def run_demo(
     echo: Echo = print,
 ) -> DemoResult:
     """Run the demo in ``out`` (see the module docstring); returns what it checked."""
-    from chute import JsonlSource, Recipe
-    from chute.demo_data import write_demo_tokenizer
-    from chute.demo_multimodal import write_multimodal_demo
+    from chute.demo.data import write_demo_tokenizer
+    from chute.demo.multimodal import write_multimodal_demo
+    from chute.recipe import Recipe
+    from chute.sources import JsonlSource
 
     out.mkdir(parents=True, exist_ok=True)
     result = DemoResult()
@@ -137,7 +138,7 @@ class _Say:
 
 def _validate(source: Any, recipe: Any, result: DemoResult, say: _Say, out: Path) -> None:
     from chute.media.check import MediaCheck
-    from chute.validate import validate_source
+    from chute.recipe.validate import validate_source
 
     say.step("Validate every record in parallel: the recipe, and every image decoded in full")
     report = validate_source(source, MediaCheck(recipe), rejects=out / "rejects.jsonl")
@@ -188,7 +189,7 @@ def _stats(
     )
     say(table(["plan", "real tokens / padded", "steps", "rows"], rows))
     try:
-        from chute.stats_plot import plot_stats
+        from chute.stats.plot import plot_stats
 
         plot_stats(stats, out / "lengths.png")
         result.plot = str(out / "lengths.png")
@@ -259,8 +260,9 @@ _DEMO_IMAGE: dict[str, Any] = {"size": (16, 16), "crop": None, "normalize": "cli
 
 
 def _loader(cache: Any, recipe: Any, *, batch_size: int, max_length: int, workers: int) -> Any:
-    from chute import Loader, World
+    from chute.loader import Loader
     from chute.media import ImageTransform
+    from chute.world import World
 
     media = None
     if _image_token_id(recipe) is not None and _fixed_image_tokens(recipe):
@@ -308,7 +310,7 @@ def _train_and_resume(
     import numpy as np
     import torch
 
-    from chute.demo_model import TinyVLM
+    from chute.demo.model import TinyVLM
 
     say.step(
         f"Train a tiny vision-language model for {steps} steps on packed batches from the cache"

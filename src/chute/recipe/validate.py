@@ -9,7 +9,7 @@ Example:
     >>> import tempfile, pathlib
     >>> from chute import JsonlSource
     >>> d = pathlib.Path(tempfile.mkdtemp())
-    >>> _ = (d / "a.jsonl").write_text('{"a": 1}\\n{oops\\n[1]\\n')
+    >>> _ = (d / "a.jsonl").write_text('{"a": 1}\n{oops\n[1]\n')
     >>> report = validate_source(JsonlSource(d / "a.jsonl", cache_dir=d), workers=1)
     >>> report.valid, report.rejected, dict(report.tally.counts)
     (1, 2, {'bad_json': 1, 'not_an_object': 1})
@@ -29,17 +29,15 @@ from typing import Any, BinaryIO
 
 import orjson
 
-from chute._files import atomic_file
-from chute._mp import pool_context
+from chute._internal.files import atomic_file
+from chute._internal.pools import pool_context
 from chute.errors import RejectTally, SampleError, as_sample_error
+from chute.sample.rejects import reject_entry
 from chute.sources.record import Record
 
-__all__ = ["ValidationReport", "check_json_object", "reject_entry", "validate_source"]
+__all__ = ["ValidationReport", "check_json_object", "validate_source"]
 
 Check = Callable[[Record], Any]
-
-# A rejects file keeps each bad record's text so it can be fixed; beyond this, it is cut.
-MAX_REJECT_RAW = 1 << 20
 
 
 def check_json_object(record: Record) -> None:
@@ -86,25 +84,6 @@ class ValidationReport:
             "seconds": round(self.seconds, 4),
             "rejects_file": self.rejects_path,
         }
-
-
-def reject_entry(record: Record, error: SampleError) -> dict[str, Any]:
-    """One line of a rejects file: where the record is, why it was rejected, and its text."""
-    raw = record.raw[:MAX_REJECT_RAW]
-    entry = {
-        "path": record.path,
-        "line": record.line,
-        "index": record.index,
-        "reason": error.kind,
-        "message": error.message,
-        "field": error.field,
-        "raw": raw.decode("utf-8", errors="replace"),
-    }
-    if record.element is not None:
-        entry["element"] = record.element
-    if len(record.raw) > MAX_REJECT_RAW:
-        entry["raw_truncated_from"] = len(record.raw)
-    return entry
 
 
 def validate_source(

@@ -1,0 +1,8 @@
+"""Private helpers every layer may use; nothing here is public API.
+
+* ``files``: crash-safe writes (``atomic_file``), file identities and hashes, the cache root.
+* ``pools``: the start method of chute's process pools.
+* ``lazy_torch``: torch imported where needed, with an install hint when it is missing.
+* ``fields``: field-by-field differences of nested values, for mismatch messages.
+* ``tables``: plain aligned text tables for summaries.
+"""

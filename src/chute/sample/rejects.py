@@ -1,0 +1,36 @@
+"""The rejects file: one JSON line per rejected record, with where it is, why, and its text.
+
+``chute validate --rejects``, ``chute preprocess`` (``DIR/rejects.jsonl``) and the Loader's
+``rejects=`` all write this shape, so one script reads the rejects of any entry point.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from chute.errors import SampleError
+from chute.sources.record import Record
+
+__all__ = ["MAX_REJECT_RAW", "reject_entry"]
+
+# A rejects file keeps each bad record's text so it can be fixed; beyond this, it is cut.
+MAX_REJECT_RAW = 1 << 20
+
+
+def reject_entry(record: Record, error: SampleError) -> dict[str, Any]:
+    """One line of a rejects file: where the record is, why it was rejected, and its text."""
+    raw = record.raw[:MAX_REJECT_RAW]
+    entry = {
+        "path": record.path,
+        "line": record.line,
+        "index": record.index,
+        "reason": error.kind,
+        "message": error.message,
+        "field": error.field,
+        "raw": raw.decode("utf-8", errors="replace"),
+    }
+    if record.element is not None:
+        entry["element"] = record.element
+    if len(record.raw) > MAX_REJECT_RAW:
+        entry["raw_truncated_from"] = len(record.raw)
+    return entry
