@@ -12,7 +12,15 @@ from typing import Any
 
 import typer
 
-from chute.cli import _recipe_opts as opts
+from chute.cli._options import (
+    CACHE_DIR,
+    RECIPE_FLAG_HELP,
+    OutputArgs,
+    RecipeArgs,
+    output_options,
+    parse_pairs,
+    recipe_options,
+)
 from chute.cli._output import emit_json, guarded, table
 from chute.errors import ConfigError
 
@@ -51,7 +59,7 @@ def parse_plan_options(text: str | None) -> dict[str, Any] | None:
         >>> parse_plan_options("max_length=4096,window=0.5,split=false")
         {'max_length': 4096, 'window': 0.5, 'split': False}
     """
-    pairs = opts.parse_pairs(text, "--plan-option")
+    pairs = parse_pairs(text, "--plan-option")
     if not pairs:
         return None
     out: dict[str, Any] = {}
@@ -71,6 +79,13 @@ def parse_plan_options(text: str | None) -> dict[str, Any] | None:
 
 
 @guarded
+@recipe_options(
+    help={
+        "tokenizer": RECIPE_FLAG_HELP["tokenizer"] + " Without it, records must be tokenized "
+        "samples ({'input_ids': [...], 'labels': [...]})."
+    }
+)
+@output_options
 def bench(
     paths: list[str] = typer.Argument(
         ..., help="JSONL / JSON-array files or globs, or one cache directory (chute preprocess)."
@@ -114,25 +129,10 @@ def bench(
     pixel_store: Path | None = typer.Option(
         None, "--pixel-store", help="A PixelStore of pre-decoded pixels to read images from."
     ),
-    cache_dir: Path | None = typer.Option(None, help="Index cache directory."),
-    tokenizer: str | None = typer.Option(
-        None,
-        "--tokenizer",
-        help="tokenizer.json, tokenizer folder, or tiktoken BPE file. Without it, records must "
-        "be tokenized samples ({'input_ids': [...], 'labels': [...]}).",
-    ),
-    template: str | None = opts.TEMPLATE,
-    format: str = opts.FORMAT,
-    max_length: int | None = opts.MAX_LENGTH,
-    overflow: str = opts.OVERFLOW,
-    train_on: str = opts.TRAIN_ON,
-    media_root: Path | None = opts.MEDIA_ROOT,
-    image_tokens: str | None = opts.IMAGE_TOKENS,
-    columns: str | None = opts.COLUMNS,
-    tags: str | None = opts.TAGS,
-    system: str | None = opts.SYSTEM,
-    as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
-    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress lines on stderr."),
+    cache_dir: Path | None = CACHE_DIR,
+    *,
+    recipe: RecipeArgs,
+    output: OutputArgs,
 ) -> None:
     """Measure the loader on your data for each worker count, and say what to change.
 
@@ -153,32 +153,9 @@ def bench(
         profile_samples=profile_samples,
         plan_options=parse_plan_options(plan_option),
     )
-    recipe = None
-    if tokenizer is not None:
-        recipe = opts.build_recipe(
-            tokenizer=tokenizer,
-            template=template,
-            format=format,
-            max_length=max_length,
-            overflow=overflow,
-            train_on=train_on,
-            media_root=media_root,
-            image_tokens=image_tokens,
-            columns=columns,
-            tags=tags,
-            system=system,
-        )
-    else:
-        given = {
-            "--template": template,
-            "--max-length": max_length,
-            "--image-tokens": image_tokens,
-            "--media-root": media_root,
-            "--system": system,
-            "--columns": columns,
-            "--tags": tags,
-        }
-        opts.refuse_without_tokenizer(given, "drop them to bench pre-tokenized records")
+    recipe.refuse_without_tokenizer("drop them to bench pre-tokenized records")
+    built = recipe.build() if recipe.tokenizer is not None else None
+    max_length = recipe.max_length
     if plan in ("packed", "budget") and max_length is not None:
         # rows (packed) or the length cap (budget) of --max-length, also over a cache, whose
         # recipe the loader does not run
@@ -192,19 +169,19 @@ def bench(
     options: dict[str, Any] = {}
     if pad_to_multiple_of is not None:
         options["pad_to_multiple_of"] = pad_to_multiple_of
-    stage = media_stage(source, recipe, media, image_size, pixel_store)
+    stage = media_stage(source, built, media, image_size, pixel_store)
     if stage is not None:
         options["media"] = stage
 
     def progress(line: str) -> None:
-        if not (quiet or as_json):
+        if output.progress:
             typer.echo(line, err=True)
 
-    report = bench_loader(source, recipe, config=config, loader_options=options, progress=progress)
-    if as_json:
-        emit_json({**report.to_json(), "recipe": repr(recipe) if recipe is not None else None})
+    report = bench_loader(source, built, config=config, loader_options=options, progress=progress)
+    if output.as_json:
+        emit_json({**report.to_json(), "recipe": repr(built) if built is not None else None})
         return
-    typer.echo(render(report, recipe))
+    typer.echo(render(report, built))
 
 
 def open_source(paths: list[str], cache_dir: Path | None) -> Any:

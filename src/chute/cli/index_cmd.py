@@ -7,6 +7,7 @@ from pathlib import Path
 
 import typer
 
+from chute.cli._options import CACHE_DIR, OutputArgs, output_options
 from chute.cli._output import emit_json, guarded, progress_bar, table
 from chute.sources import expand_paths, open_index
 
@@ -16,16 +17,15 @@ def register(app: typer.Typer) -> None:
 
 
 @guarded
+@output_options
 def index(
     paths: list[str] = typer.Argument(..., help="JSONL / JSON-array files or globs."),
-    cache_dir: Path | None = typer.Option(
-        None, help="Index cache (default $CHUTE_CACHE_DIR or ~/.cache/chute)."
-    ),
+    cache_dir: Path | None = CACHE_DIR,
     rebuild: bool = typer.Option(
         False, "--rebuild", help="Rebuild even when a valid index exists."
     ),
-    as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
-    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar."),
+    *,
+    output: OutputArgs,
 ) -> None:
     """Index data files: records, blank lines, bytes and scan speed.
 
@@ -36,7 +36,7 @@ def index(
     total_bytes = sum(Path(p).stat().st_size for p in files if Path(p).is_file())
     rows = []
     t0 = time.perf_counter()
-    with progress_bar(total_bytes, "indexing", enabled=not (quiet or as_json)) as bar:
+    with progress_bar(total_bytes, "indexing", enabled=output.progress) as bar:
         for p in files:
             ix = open_index(p, cache_dir=cache_dir, rebuild=rebuild, progress=bar.update)
             rows.append(
@@ -62,7 +62,7 @@ def index(
         "gb_per_s": round(built_bytes / built_seconds / 1e9, 6) if built_seconds > 0 else None,
         "files": rows,
     }
-    if as_json:
+    if output.as_json:
         emit_json(summary)
         return
     body = [

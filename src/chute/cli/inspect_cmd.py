@@ -13,8 +13,8 @@ from pathlib import Path
 import numpy as np
 import typer
 
-from chute.cli import _recipe_opts as opts
 from chute.cli._cache_views import inspect_cache
+from chute.cli._options import CACHE_DIR, RECIPE_FLAG_HELP, RecipeArgs, recipe_options
 from chute.cli._output import emit_json, guarded
 from chute.cli._render import decode_marked, pretty_sample
 from chute.errors import ConfigError, SampleError
@@ -26,31 +26,24 @@ def register(app: typer.Typer) -> None:
 
 
 @guarded
+@recipe_options(
+    help={
+        "tokenizer": RECIPE_FLAG_HELP["tokenizer"]
+        + " Required for data files; a cache knows its own."
+    }
+)
 def inspect(
     path: str = typer.Argument(..., help="A JSONL / JSON-array data file, or a cache directory."),
     index: int = typer.Option(
         0, "--index", "-i", help="Record number (0-based; -1 = last); in a cache: sample number."
     ),
-    tokenizer: str | None = typer.Option(
-        None,
-        "--tokenizer",
-        help=f"{opts.TOKENIZER.help} Required for data files; a cache knows its own.",
-    ),
-    template: str | None = opts.TEMPLATE,
-    format: str = opts.FORMAT,
-    max_length: int | None = opts.MAX_LENGTH,
-    overflow: str = opts.OVERFLOW,
-    train_on: str = opts.TRAIN_ON,
-    media_root: Path | None = opts.MEDIA_ROOT,
-    image_tokens: str | None = opts.IMAGE_TOKENS,
-    columns: str | None = opts.COLUMNS,
-    tags: str | None = opts.TAGS,
-    system: str | None = opts.SYSTEM,
-    cache_dir: Path | None = typer.Option(None, help="Index cache directory."),
+    cache_dir: Path | None = CACHE_DIR,
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
     color: bool | None = typer.Option(
         None, "--color/--no-color", help="Colour trained tokens (default: when on a terminal)."
     ),
+    *,
+    recipe: RecipeArgs,
 ) -> None:
     """Show one record rendered and tokenized, trained spans marked, with token counts.
 
@@ -60,38 +53,17 @@ def inspect(
     from chute.cache import is_cache_dir
 
     if is_cache_dir(path):
-        given = {
-            "--template": template,
-            "--max-length": max_length,
-            "--media-root": media_root,
-            "--image-tokens": image_tokens,
-            "--columns": columns,
-            "--tags": tags,
-            "--system": system,
-        }
-        if any(v is not None for v in given.values()) or format != "auto":
+        if recipe.given():
             raise ConfigError(
                 f"{path} is a cache: its samples were made by the recipe it was built with; "
                 f"recipe options other than --tokenizer do not apply (chute validate {path} "
                 f"--tokenizer ... checks a recipe against it)"
             )
-        inspect_cache(path, index, tokenizer, as_json, color)
+        inspect_cache(path, index, recipe.tokenizer, as_json, color)
         return
-    if tokenizer is None:
+    if recipe.tokenizer is None:
         raise ConfigError(f"--tokenizer is required to inspect a data file ({path})")
-    recipe = opts.build_recipe(
-        tokenizer=tokenizer,
-        template=template,
-        format=format,
-        max_length=max_length,
-        overflow=overflow,
-        train_on=train_on,
-        media_root=media_root,
-        image_tokens=image_tokens,
-        columns=columns,
-        tags=tags,
-        system=system,
-    )
+    built = recipe.build()
     source = JsonlSource(path, cache_dir=cache_dir)
     try:
         record = source[index]
@@ -100,7 +72,7 @@ def inspect(
             f"--index: {index} is out of range; {path} has {len(source)} records"
         ) from None
     try:
-        sample = recipe(record)
+        sample = built(record)
     except SampleError as exc:
         if as_json:
             emit_json(
@@ -115,7 +87,7 @@ def inspect(
             typer.secho(f"{record.location}: rejected", fg="red", bold=True)
             typer.echo(str(exc))
         raise typer.Exit(1) from None
-    tok = recipe.tokenizer
+    tok = built.tokenizer
     ids: np.ndarray = sample["input_ids"]
     labels: np.ndarray = sample["labels"]
     trained = labels != -100
@@ -133,8 +105,8 @@ def inspect(
                 "path": record.path,
                 "line": record.line,
                 "index": record.index,
-                "format": recipe.format_of(record),
-                "template": recipe.template.name,
+                "format": built.format_of(record),
+                "template": built.template.name,
                 "input_ids": ids.tolist(),
                 "labels": labels.tolist(),
                 "text": decode_marked(tok, ids),
@@ -147,10 +119,10 @@ def inspect(
         )
         return
     use_color = sys.stdout.isatty() if color is None else color
-    fmt = recipe.format_of(record)
+    fmt = built.format_of(record)
     typer.secho(
         f"{record.location}  (record {record.index} of {len(source)}; format {fmt}, template "
-        f"{recipe.template.name})",
+        f"{built.template.name})",
         bold=True,
     )
     rule = "-" * 78

@@ -13,6 +13,7 @@ from typing import Any
 
 import typer
 
+from chute.cli._options import OutputArgs, output_options
 from chute.cli._output import emit_json, guarded, progress_bar, table
 
 
@@ -38,6 +39,7 @@ class _Bar:
 
 
 @guarded
+@output_options
 def preprocess(
     config: Path = typer.Argument(..., help="YAML config: sources, recipe, cache options."),
     overrides: list[str] | None = typer.Argument(
@@ -77,8 +79,8 @@ def preprocess(
         help="With --pixels: fixed (one size) or dynamic (Qwen2-VL; default when the recipe "
         "counts image tokens from image sizes).",
     ),
-    as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
-    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar."),
+    *,
+    output: OutputArgs,
 ) -> None:
     """Tokenize every record once, into a fingerprinted, memory-mappable cache.
 
@@ -95,7 +97,7 @@ def preprocess(
         options["size"] = image_size
     if options and not pixels:
         raise ConfigError("--image-size and --image-transform set up --pixels; add --pixels")
-    bar = _Bar(enabled=not (quiet or as_json))
+    bar = _Bar(enabled=output.progress)
     try:
         report = run(
             config,
@@ -111,7 +113,7 @@ def preprocess(
         )
     finally:
         bar.close()
-    if as_json:
+    if output.as_json:
         emit_json(report.to_json())
         return
     _print(report.to_json())

@@ -13,7 +13,7 @@ from typing import Any
 
 import typer
 
-from chute.cli import _recipe_opts as opts
+from chute.cli._options import OutputArgs, RecipeArgs, output_options, recipe_options
 from chute.cli._output import emit_json, fail, guarded, progress_bar, table
 from chute.errors import ConfigError
 from chute.lengths import Lengths, lengths_of
@@ -55,6 +55,8 @@ def load_lengths(
 
 
 @guarded
+@recipe_options(exclude=("max_length", "overflow"))
+@output_options
 def stats(
     paths: list[str] = typer.Argument(
         ..., help="JSONL / JSON-array files or globs, or one cache directory."
@@ -82,19 +84,11 @@ def stats(
     plot: Path | None = typer.Option(
         None, "--plot", help="Draw the histogram and efficiencies to this PNG (chute[plot])."
     ),
-    tokenizer: str | None = opts.TOKENIZER,
-    template: str | None = opts.TEMPLATE,
-    format: str = opts.FORMAT,
-    train_on: str = opts.TRAIN_ON,
-    media_root: Path | None = opts.MEDIA_ROOT,
-    image_tokens: str | None = opts.IMAGE_TOKENS,
-    columns: str | None = opts.COLUMNS,
-    tags: str | None = opts.TAGS,
-    system: str | None = opts.SYSTEM,
     workers: int | None = typer.Option(None, help="Processes for the lengths pass (all cores)."),
     cache_dir: Path | None = typer.Option(None, help="Index and lengths cache directory."),
-    as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
-    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar."),
+    *,
+    recipe: RecipeArgs,
+    output: OutputArgs,
 ) -> None:
     """Length percentiles, a histogram, and the padding efficiency of every plan.
 
@@ -107,39 +101,14 @@ def stats(
     from chute.cache import is_cache_dir
 
     cache = next((p for p in paths if is_cache_dir(p)), None)
-    if cache is not None and tokenizer is not None:
+    if cache is not None and recipe.tokenizer is not None:
         raise ConfigError(
             f"{cache} is a cache: its lengths come from the recipe that built it; leave out "
             f"--tokenizer and the other recipe options"
         )
-    recipe = None
-    if tokenizer is None:
-        given = {
-            "--template": template,
-            "--format": None if format == "auto" else format,
-            "--image-tokens": image_tokens,
-            "--media-root": media_root,
-            "--system": system,
-            "--columns": columns,
-            "--tags": tags,
-        }
-        opts.refuse_without_tokenizer(
-            given, 'leave them out for pre-tokenized records ({"input_ids": ...})'
-        )
-    else:
-        recipe = opts.build_recipe(
-            tokenizer=tokenizer,
-            template=template,
-            format=format,
-            max_length=None,
-            overflow="truncate",
-            train_on=train_on,
-            media_root=media_root,
-            image_tokens=image_tokens,
-            columns=columns,
-            tags=tags,
-            system=system,
-        )
+    recipe.refuse_without_tokenizer('leave them out for pre-tokenized records ({"input_ids": ...})')
+    # the recipe runs without a max_length: --max-length and --overflow apply to every plan here
+    built = recipe.build(max_length=None, overflow="truncate") if recipe.tokenizer else None
     if plot is not None:
         from chute.stats.plot import require_matplotlib
 
@@ -148,7 +117,7 @@ def stats(
         except ImportError as exc:
             raise fail(str(exc)) from None
     lengths = load_lengths(
-        paths, recipe, cache_dir=cache_dir, workers=workers, show_progress=not (quiet or as_json)
+        paths, built, cache_dir=cache_dir, workers=workers, show_progress=output.progress
     )
     result = padding_stats(
         lengths,
@@ -161,13 +130,13 @@ def stats(
         window=window,
         seed=seed,
     )
-    result["input"] = {"paths": paths, "recipe": repr(recipe) if recipe else "pre-tokenized"}
+    result["input"] = {"paths": paths, "recipe": repr(built) if built else "pre-tokenized"}
     if plot is not None:
         from chute.stats.plot import plot_stats
 
         plot_stats(result, plot)
         result["plot"] = str(plot)
-    if as_json:
+    if output.as_json:
         emit_json(result)
         return
     _print(result)

@@ -14,8 +14,16 @@ from typing import Any
 
 import typer
 
-from chute.cli import _recipe_opts as opts
 from chute.cli._cache_views import validate_cache
+from chute.cli._options import (
+    CACHE_DIR,
+    RECIPE_FLAG_HELP,
+    OutputArgs,
+    RecipeArgs,
+    output_options,
+    parse_pairs,
+    recipe_options,
+)
 from chute.cli._output import emit_json, guarded, progress_bar, table
 from chute.errors import ConfigError
 from chute.formats import FormatReader, FormatSpec
@@ -40,6 +48,11 @@ class FormatCheck:
 
 
 @guarded
+@recipe_options(
+    help={"format": RECIPE_FLAG_HELP["format"] + " Without --tokenizer: checks shapes only."},
+    defaults={"format": None},
+)
+@output_options
 def validate(
     paths: list[str] = typer.Argument(
         ..., help="JSONL / JSON-array files or globs, or one cache directory."
@@ -48,20 +61,7 @@ def validate(
         None, help="Write every rejected record (location, reason, text) to this JSONL file."
     ),
     workers: int | None = typer.Option(None, help="Worker processes (default: all cores)."),
-    cache_dir: Path | None = typer.Option(None, help="Index cache directory."),
-    tokenizer: str | None = opts.TOKENIZER,
-    template: str | None = opts.TEMPLATE,
-    format: str | None = typer.Option(
-        None, "--format", help=opts.FORMAT.help + " Without --tokenizer: checks shapes only."
-    ),
-    max_length: int | None = opts.MAX_LENGTH,
-    overflow: str = opts.OVERFLOW,
-    train_on: str = opts.TRAIN_ON,
-    media_root: Path | None = opts.MEDIA_ROOT,
-    image_tokens: str | None = opts.IMAGE_TOKENS,
-    columns: str | None = opts.COLUMNS,
-    tags: str | None = opts.TAGS,
-    system: str | None = opts.SYSTEM,
+    cache_dir: Path | None = CACHE_DIR,
     decode: bool = typer.Option(
         True,
         "--decode/--no-decode",
@@ -71,8 +71,9 @@ def validate(
     strict: bool = typer.Option(
         False, "--strict", help="Exit with status 1 when any record is rejected."
     ),
-    as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
-    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar."),
+    *,
+    recipe: RecipeArgs,
+    output: OutputArgs,
 ) -> None:
     """Parse every record and report what is wrong, by reason, with path:line examples.
 
@@ -93,75 +94,44 @@ def validate(
             raise ConfigError(
                 f"validate one cache directory at a time (not with other paths): {caches[0]}"
             )
-        if format is not None and tokenizer is None:
+        if recipe.format is not None and recipe.tokenizer is None:
             raise ConfigError("--format with a cache needs --tokenizer (the recipe to check)")
-        recipe = None
-        if tokenizer is not None:
-            recipe = opts.build_recipe(
-                tokenizer=tokenizer,
-                template=template,
-                format=format or "auto",
-                max_length=max_length,
-                overflow=overflow,
-                train_on=train_on,
-                media_root=media_root,
-                image_tokens=image_tokens,
-                columns=columns,
-                tags=tags,
-                system=system,
-            )
+        built = recipe.build() if recipe.tokenizer is not None else None
         validate_cache(
-            caches[0], recipe=recipe, rejects=rejects, strict=strict, as_json=as_json, quiet=quiet
+            caches[0],
+            recipe=built,
+            rejects=rejects,
+            strict=strict,
+            as_json=output.as_json,
+            quiet=output.quiet,
         )
         return
-    recipe_only = {
-        "--template": template,
-        "--max-length": max_length,
-        "--image-tokens": image_tokens,
-        "--media-root": media_root,
-        "--system": system,
-    }
     check: Any = check_json_object
     described = "JSON objects"
-    if tokenizer is not None:
-        check = opts.build_recipe(
-            tokenizer=tokenizer,
-            template=template,
-            format=format or "auto",
-            max_length=max_length,
-            overflow=overflow,
-            train_on=train_on,
-            media_root=media_root,
-            image_tokens=image_tokens,
-            columns=columns,
-            tags=tags,
-            system=system,
-        )
+    if recipe.tokenizer is not None:
+        check = recipe.build()
         described = repr(check)
         if decode:
             check = MediaCheck(check)
             described += ", media decoded"
     else:
-        given = [name for name, value in recipe_only.items() if value is not None]
-        if given:
-            raise ConfigError(
-                f"{', '.join(given)} need --tokenizer (the recipe tokenizes); pass --tokenizer, "
-                f"or only --format to check record shapes"
-            )
-        if format is not None or columns or tags:
+        recipe.refuse_without_tokenizer(
+            "only --format to check record shapes", ignore=("format", "columns", "tags")
+        )
+        if recipe.format is not None or recipe.columns or recipe.tags:
             spec = FormatSpec(
-                format or "auto",
-                columns=opts.parse_pairs(columns, "--columns"),
-                tags=opts.parse_pairs(tags, "--tags"),
+                recipe.format or "auto",
+                columns=parse_pairs(recipe.columns, "--columns"),
+                tags=parse_pairs(recipe.tags, "--tags"),
             )
             check = FormatCheck(spec)
             described = f"format {spec.name}"
     source = JsonlSource(paths, cache_dir=cache_dir)
-    with progress_bar(len(source), "validating", unit="rec", enabled=not (quiet or as_json)) as bar:
+    with progress_bar(len(source), "validating", unit="rec", enabled=output.progress) as bar:
         report = validate_source(
             source, check, workers=workers, rejects=rejects, progress=bar.update
         )
-    if as_json:
+    if output.as_json:
         emit_json({**report.to_json(), "check": described})
     else:
         typer.echo(f"check: {described}")

@@ -1,0 +1,307 @@
+"""Option groups shared by the subcommands, each declared once.
+
+A command asks for a group by decorating itself, and receives one value instead of a dozen
+parameters::
+
+    @guarded
+    @recipe_options()
+    @output_options
+    def inspect(path: str = typer.Argument(...), *, recipe: RecipeArgs, output: OutputArgs):
+        ...
+
+``recipe_options`` adds every recipe flag (``--tokenizer``, ``--template``, ``--format``,
+``--max-length``, ...) to the command's signature, so typer parses them, and hands the command a
+``RecipeArgs``; ``output_options`` adds ``--json`` and ``--quiet`` as an ``OutputArgs``. A new
+recipe flag is one entry in ``RECIPE_OPTIONS`` and reaches every command that takes a recipe.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+import typer
+
+from chute.errors import ConfigError
+
+__all__ = [
+    "CACHE_DIR",
+    "RECIPE_FLAG_HELP",
+    "RECIPE_OPTIONS",
+    "OutputArgs",
+    "RecipeArgs",
+    "output_options",
+    "parse_pairs",
+    "recipe_options",
+]
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+@dataclass(frozen=True)
+class _Flag:
+    """One command-line flag: the parameter name, its type, its default and its help."""
+
+    name: str
+    annotation: Any
+    default: Any
+    decls: tuple[str, ...]
+    help: str
+
+    def option(self, help: str | None, default: Any, panel: str) -> Any:
+        return typer.Option(
+            self.default if default is ... else default,
+            *self.decls,
+            help=help or self.help,
+            rich_help_panel=panel,
+        )
+
+
+RECIPE_OPTIONS: tuple[_Flag, ...] = (
+    _Flag(
+        "tokenizer",
+        str | None,
+        None,
+        ("--tokenizer",),
+        "tokenizer.json, tokenizer folder, or tiktoken BPE file.",
+    ),
+    _Flag(
+        "template",
+        str | None,
+        None,
+        ("--template",),
+        "Built-in (chatml, qwen3, llama3, llama2, mistral, vicuna, llava-v1, alpaca, raw), a "
+        "tokenizer_config.json or .jinja file. Default: the tokenizer's chat template.",
+    ),
+    _Flag(
+        "format",
+        str,
+        "auto",
+        ("--format",),
+        "auto, alpaca, prompt_completion, sharegpt, llava, qwen_vl, messages or text.",
+    ),
+    _Flag("max_length", int | None, None, ("--max-length",), "Longest sample in tokens."),
+    _Flag("overflow", str, "truncate", ("--overflow",), "Over --max-length: truncate or drop."),
+    _Flag("train_on", str, "assistant", ("--train-on",), "assistant, last or all."),
+    _Flag(
+        "media_root",
+        Path | None,
+        None,
+        ("--media-root",),
+        "Folder for relative media paths (default: the data file's).",
+    ),
+    _Flag(
+        "image_tokens",
+        str | None,
+        None,
+        ("--image-tokens",),
+        "Tokens per image: a count (576) or llava-1.5, qwen-vl, qwen2-vl, qwen2.5-vl. Default "
+        "auto: qwen2-vl when the tokenizer's image token is <|image_pad|>, else 576.",
+    ),
+    _Flag(
+        "columns",
+        str | None,
+        None,
+        ("--columns",),
+        "Record keys by meaning, e.g. 'prompt=question,response=answer'.",
+    ),
+    _Flag("tags", str | None, None, ("--tags",), "Role names, e.g. 'user_tag=Q,assistant_tag=A'."),
+    _Flag("system", str | None, None, ("--system",), "System prompt for records without one."),
+)
+_RECIPE_BY_NAME = {flag.name: flag for flag in RECIPE_OPTIONS}
+RECIPE_FLAG_HELP = {flag.name: flag.help for flag in RECIPE_OPTIONS}
+
+CACHE_DIR = typer.Option(
+    None, "--cache-dir", help="Index cache (default $CHUTE_CACHE_DIR or ~/.cache/chute)."
+)
+
+
+def parse_pairs(text: str | None, option: str) -> dict[str, str]:
+    """``"a=b,c=d"`` -> ``{"a": "b", "c": "d"}``.
+
+    Example:
+        >>> parse_pairs("prompt=q,response=a", "--columns")
+        {'prompt': 'q', 'response': 'a'}
+    """
+    if not text:
+        return {}
+    out = {}
+    for item in text.split(","):
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip() or not value.strip():
+            raise ConfigError(
+                f"{option}: expected key=value pairs separated by commas, got {item!r}"
+            )
+        out[key.strip()] = value.strip()
+    return out
+
+
+@dataclass(frozen=True)
+class RecipeArgs:
+    """The recipe flags of one command line, and the ``Recipe`` they describe.
+
+    Example:
+        >>> args = RecipeArgs(template="chatml", system="Be brief.")
+        >>> args.given()
+        {'--template': 'chatml', '--system': 'Be brief.'}
+        >>> args.refuse_without_tokenizer("leave them out")
+        Traceback (most recent call last):
+        ...
+        chute.errors.ConfigError: --template, --system need --tokenizer (they configure the recipe); pass --tokenizer, or leave them out
+    """
+
+    tokenizer: str | None = None
+    template: str | None = None
+    format: str | None = "auto"
+    max_length: int | None = None
+    overflow: str = "truncate"
+    train_on: str = "assistant"
+    media_root: Path | None = None
+    image_tokens: str | None = None
+    columns: str | None = None
+    tags: str | None = None
+    system: str | None = None
+
+    def given(self, *, ignore: Iterable[str] = ()) -> dict[str, Any]:
+        """``{flag: value}`` of every flag but ``--tokenizer`` set (not left out, not default)."""
+        skip = {"tokenizer", *ignore}
+        return {
+            flag.decls[0]: getattr(self, flag.name)
+            for flag in RECIPE_OPTIONS
+            if flag.name not in skip
+            and getattr(self, flag.name) is not None
+            and getattr(self, flag.name) != flag.default
+        }
+
+    def refuse_without_tokenizer(self, instead: str, *, ignore: Iterable[str] = ()) -> None:
+        """Raise ``ConfigError`` when recipe flags are set but ``--tokenizer`` is not.
+
+        They configure a recipe, which needs a tokenizer; ``instead`` says what the command
+        does without one.
+        """
+        if self.tokenizer is not None:
+            return
+        named = self.given(ignore=ignore)
+        if named:
+            raise ConfigError(
+                f"{', '.join(named)} need --tokenizer (they configure the recipe); pass "
+                f"--tokenizer, or {instead}"
+            )
+
+    def build(self, **overrides: Any) -> Any:
+        """The ``Recipe`` these flags describe (``overrides`` replace recipe keywords)."""
+        from chute.recipe import Recipe
+
+        if self.tokenizer is None:
+            raise ConfigError("--tokenizer is required to build a recipe")
+        keywords: dict[str, Any] = {
+            "tokenizer": self.tokenizer,
+            "template": self.template,
+            "format": self.format or "auto",
+            "max_length": self.max_length,
+            "overflow": self.overflow,
+            "train_on": self.train_on,
+            "media_root": self.media_root,
+            "image_tokens": self.image_tokens or "auto",
+            "columns": parse_pairs(self.columns, "--columns"),
+            "tags": parse_pairs(self.tags, "--tags"),
+            "system": self.system,
+        }
+        keywords.update(overrides)
+        return Recipe(**keywords)
+
+
+@dataclass(frozen=True)
+class OutputArgs:
+    """``--json`` and ``--quiet``: what a command prints and whether it shows progress."""
+
+    as_json: bool = False
+    quiet: bool = False
+
+    @property
+    def progress(self) -> bool:
+        """Progress bars only for people: not with ``--json`` or ``--quiet``."""
+        return not (self.as_json or self.quiet)
+
+
+_OUTPUT_FLAGS = (
+    _Flag("as_json", bool, False, ("--json",), "Print one JSON object."),
+    _Flag("quiet", bool, False, ("--quiet", "-q"), "No progress bar."),
+)
+
+
+def _with_group(
+    flags: Iterable[_Flag],
+    build: Callable[[dict[str, Any]], Any],
+    into: str,
+    helps: Mapping[str, str],
+    defaults: Mapping[str, Any],
+    panel: str,
+) -> Callable[[F], F]:
+    """Replace the command's ``into`` parameter by ``flags``; call it with ``build(values)``."""
+    flags = tuple(flags)
+
+    def decorate(command: F) -> F:
+        signature = inspect.signature(command)
+        if into not in signature.parameters:
+            raise TypeError(f"{command.__name__} needs a keyword parameter {into!r}")
+        kept = [p for name, p in signature.parameters.items() if name != into]
+        added = [
+            inspect.Parameter(
+                flag.name,
+                inspect.Parameter.KEYWORD_ONLY,
+                default=flag.option(helps.get(flag.name), defaults.get(flag.name, ...), panel),
+                annotation=flag.annotation,
+            )
+            for flag in flags
+        ]
+
+        @functools.wraps(command)
+        def run(*args: Any, **kwargs: Any) -> Any:
+            values = {
+                flag.name: kwargs.pop(flag.name, defaults.get(flag.name, flag.default))
+                for flag in flags
+            }
+            return command(*args, **kwargs, **{into: build(values)})
+
+        run.__signature__ = signature.replace(parameters=[*kept, *added])  # type: ignore[attr-defined]
+        return run  # type: ignore[return-value]
+
+    return decorate
+
+
+def recipe_options(
+    *,
+    exclude: Iterable[str] = (),
+    help: Mapping[str, str] | None = None,
+    defaults: Mapping[str, Any] | None = None,
+) -> Callable[[F], F]:
+    """Add the recipe flags to a command, passed to it as ``recipe: RecipeArgs``.
+
+    Args:
+        exclude: flags the command declares itself or does not take (by parameter name, e.g.
+            ``"max_length"``); they keep ``RecipeArgs``' defaults.
+        help: per-command help texts, by parameter name.
+        defaults: per-command defaults, by parameter name (e.g. ``format=None`` where leaving
+            ``--format`` out means something of its own).
+    """
+    excluded = set(exclude)
+    unknown = (excluded | set(help or {}) | set(defaults or {})) - set(_RECIPE_BY_NAME)
+    if unknown:
+        raise TypeError(f"unknown recipe options: {sorted(unknown)}")
+    flags = [flag for flag in RECIPE_OPTIONS if flag.name not in excluded]
+    return _with_group(
+        flags, lambda values: RecipeArgs(**values), "recipe", help or {}, defaults or {}, "Recipe"
+    )
+
+
+def output_options(command: F) -> F:
+    """Add ``--json`` and ``--quiet`` to a command, passed to it as ``output: OutputArgs``."""
+    group = _with_group(
+        _OUTPUT_FLAGS, lambda values: OutputArgs(**values), "output", {}, {}, "Output"
+    )
+    return group(command)
