@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: venv demo test lint format bench bench-deps clean
+.PHONY: venv demo test lint typecheck format bench bench-deps clean
 
 # torch is pinned exactly: any other spelling (plain `torch`, a range) makes pip fetch the newest
 # CUDA build, several GB. With torch==2.13.0 installed first, nothing below pulls another one.
@@ -22,11 +22,13 @@ demo: $(STAMP)
 lint: $(STAMP)
 	$(BIN)/ruff check src tests benchmarks
 	$(BIN)/ruff format --check src tests benchmarks
+	$(BIN)/mypy
 
 format: $(STAMP)
 	$(BIN)/ruff format src tests benchmarks
 	$(BIN)/ruff check --fix src tests benchmarks
 
+# `make lint` runs ruff and mypy (strict; settings in pyproject.toml).
 # pytest exits 5 when it collects no tests; that is not a failure of the suite.
 test: lint
 	$(BIN)/python -m pytest; rc=$$?; if [ $$rc -eq 5 ]; then exit 0; else exit $$rc; fi
@@ -50,4 +52,4 @@ bench: bench-deps
 	$(BIN)/python benchmarks/run_all.py $(BENCH_ARGS)
 
 clean:
-	rm -rf $(VENV) build dist .pytest_cache .ruff_cache src/*.egg-info
+	rm -rf $(VENV) build dist .pytest_cache .ruff_cache .mypy_cache src/*.egg-info

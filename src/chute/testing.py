@@ -82,7 +82,9 @@ def take(loader: Any, count: int) -> list[dict[str, np.ndarray]]:
     return out
 
 
-def _same(got: Sequence[dict[str, np.ndarray]], want: Sequence[dict[str, np.ndarray]], what: str):
+def _same(
+    got: Sequence[dict[str, np.ndarray]], want: Sequence[dict[str, np.ndarray]], what: str
+) -> None:
     if len(got) != len(want):
         raise AssertionError(f"{what}: {len(got)} batches, expected {len(want)}")
     for i, (g, w) in enumerate(zip(got, want, strict=True)):
@@ -128,12 +130,12 @@ def check_resume(
     """
     loader = make_loader()
     reference: list[dict[str, np.ndarray]] = []
-    checkpoints = [(0, _roundtrip(loader.state_dict()))]
+    checkpoints: list[tuple[int, dict[str, Any]]] = [(0, _roundtrip(loader.state_dict()))]
     for _ in range(epochs):
         for batch in loader:
             reference.append(snapshot(batch))
             checkpoints.append((len(reference), _roundtrip(loader.state_dict())))
-    counts = list(num_workers) or [None]
+    counts: list[int | None] = [*num_workers] or [None]
     checked = 0
     for i, (pos, state) in enumerate(checkpoints[::every]):
         workers = counts[i % len(counts)]

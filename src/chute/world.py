@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 import sys
 from dataclasses import dataclass, replace
+from typing import Any
 
 from chute.errors import ConfigError
 
@@ -129,7 +130,7 @@ def _env_int(name: str, default: int) -> int:
         ) from None
 
 
-def _torch_distributed():  # type: ignore[no-untyped-def]
+def _torch_distributed() -> Any:
     # Only look at torch if it is already imported: detecting the world must not pay torch's
     # import time (or require torch) in preprocessing jobs that never use it.
     if "torch" not in sys.modules:
@@ -139,7 +140,7 @@ def _torch_distributed():  # type: ignore[no-untyped-def]
     return dist
 
 
-def _worker_info():  # type: ignore[no-untyped-def]
+def _worker_info() -> Any:
     if "torch" not in sys.modules:
         return None
     from torch.utils.data import get_worker_info

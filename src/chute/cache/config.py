@@ -244,7 +244,7 @@ class PreprocessConfig:
         data = apply_overrides(data, overrides)
         problems = unknown_keys(data, _TOP_KEYS, "")
         problems += _top_problems(data)
-        sections = {"recipe": RecipeConfig, "cache": CacheOptions}
+        sections: dict[str, Any] = {"recipe": RecipeConfig, "cache": CacheOptions}
         for name, section in sections.items():
             value = data.get(name, {})
             if not isinstance(value, Mapping):
@@ -266,7 +266,7 @@ class PreprocessConfig:
 
     def to_dict(self, *, shaping_only: bool = False) -> dict[str, Any]:
         """Plain data in the YAML's shape (``shaping_only``: cache options that shape output)."""
-        out = {
+        out: dict[str, Any] = {
             "sources": list(self.sources),
             "recipe": asdict(self.recipe),
             "cache": asdict(self.cache),

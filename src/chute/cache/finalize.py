@@ -18,6 +18,7 @@ Example:
 
 from __future__ import annotations
 
+import functools
 import io
 import os
 from collections import Counter
@@ -36,6 +37,11 @@ from chute.errors import CacheError, RejectTally
 __all__ = ["finalize", "read_chunk", "tally_of"]
 
 _JSON = orjson.OPT_SORT_KEYS | orjson.OPT_INDENT_2
+
+
+def _read_chunks(layout: Layout, count: int) -> Iterator[pa.RecordBatch]:
+    """Every committed chunk, in order (what a finalize-time stage reads)."""
+    return (read_chunk(layout.chunk(k)) for k in range(count))
 
 
 def read_chunk(path: str | os.PathLike[str]) -> pa.RecordBatch:
@@ -97,7 +103,7 @@ def finalize(
         folder = layout.root / stage.name
         folder.mkdir(exist_ok=True)
         n = len(records)
-        info = stage.finish(folder, lambda n=n: (read_chunk(layout.chunk(k)) for k in range(n)))
+        info = stage.finish(folder, functools.partial(_read_chunks, layout, n))
         if info is not None:
             outputs[stage.name] = orjson.loads(orjson.dumps(info))
     manifest = {

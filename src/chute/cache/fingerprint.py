@@ -171,4 +171,4 @@ def mismatch(
     )
     if fix:
         message += f"; {fix}"
-    return FingerprintMismatch(message, [tuple(d) for d in diffs])  # type: ignore[misc]
+    return FingerprintMismatch(message, [tuple(d) for d in diffs])

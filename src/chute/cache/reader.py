@@ -188,7 +188,7 @@ class Cache:
         """The manifest: fingerprint, totals, rejects by reason, chunks (read once)."""
         if self._manifest is None:
             self._manifest = read_json(self.layout.manifest)
-        return self._manifest  # type: ignore[return-value]
+        return self._manifest
 
     def fingerprint(self) -> dict[str, Any]:
         """The content identity of the cache (for the loader's resume state): no paths, no times."""

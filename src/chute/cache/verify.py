@@ -69,6 +69,7 @@ def verify_cache(
     """
     layout = Layout(os.path.abspath(path))
     check = CacheCheck(str(layout.root))
+    cache: Cache | None
     try:
         cache = open_cache(layout.root, verify_sources=verify_sources)
     except CacheError as exc:

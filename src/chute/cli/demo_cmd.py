@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import tempfile
 from pathlib import Path
+from typing import Any
 
 import typer
 
@@ -47,7 +48,7 @@ def demo(
     from chute.demo import run_demo
 
     root = out or Path(tempfile.mkdtemp(prefix="chute-demo-"))
-    options = None
+    options: dict[str, Any] | None = None
     if data is not None:
         options = {"template": template, "format": format}
         if image_tokens is not None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
+from typing import Any
 
 import typer
 
@@ -34,7 +35,7 @@ def index(
     """
     files = expand_paths(paths)
     total_bytes = sum(Path(p).stat().st_size for p in files if Path(p).is_file())
-    rows = []
+    rows: list[dict[str, Any]] = []
     t0 = time.perf_counter()
     with progress_bar(total_bytes, "indexing", enabled=output.progress) as bar:
         for p in files:
@@ -54,7 +55,7 @@ def index(
     seconds = time.perf_counter() - t0
     built_bytes = sum(r["bytes"] for r in rows if r["built"])
     built_seconds = sum(r["seconds"] for r in rows if r["built"])
-    summary = {
+    summary: dict[str, Any] = {
         "records": sum(r["records"] for r in rows),
         "blank_lines": sum(r["blank_lines"] for r in rows),
         "bytes": sum(r["bytes"] for r in rows),
@@ -93,9 +94,10 @@ def index(
     )
 
 
-def _size(n: int) -> str:
-    for unit in ("B", "KB", "MB", "GB", "TB"):
-        if n < 1000 or unit == "TB":
+def _size(n: float) -> str:
+    """``1234567`` -> ``1.2 MB`` (decimal units)."""
+    for unit in ("B", "KB", "MB", "GB"):
+        if n < 1000:
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1000  # type: ignore[assignment]
-    return str(n)
+        n /= 1000
+    return f"{n:.1f} TB"

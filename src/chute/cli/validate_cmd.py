@@ -28,7 +28,7 @@ from chute.cli._output import emit_json, guarded, progress_bar, table
 from chute.errors import ConfigError
 from chute.formats import FormatReader, FormatSpec
 from chute.media.check import MediaCheck
-from chute.recipe.validate import check_json_object, validate_source
+from chute.recipe.validate import ValidationReport, check_json_object, validate_source
 from chute.sources import JsonlSource
 from chute.sources.record import Record
 
@@ -140,7 +140,7 @@ def validate(
         raise typer.Exit(1)
 
 
-def _print_report(report) -> None:  # type: ignore[no-untyped-def]
+def _print_report(report: ValidationReport) -> None:
     typer.echo(
         f"{report.records:,} records: {report.valid:,} valid, {report.rejected:,} rejected"
         f" ({report.blank_lines:,} blank lines skipped) in {report.seconds:.2f} s"

@@ -155,7 +155,7 @@ class MediaCollate:
     def __call__(self, samples: Sequence[Mapping[str, Any]], **layout: Any) -> dict[str, Any]:
         # layout: the packed plans' rows=..., passed on to a packing text collate; the media
         # keys keep sample order, which is the order of image tokens in the flattened rows
-        batch = self.text(list(samples), **layout)  # type: ignore[arg-type, call-arg]
+        batch = self.text(list(samples), **layout)  # type: ignore[arg-type]
         media = collate_media(samples, dtype=self.dtype)
         for key, value in media.items():
             batch.setdefault(key, value)

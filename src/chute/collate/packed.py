@@ -66,6 +66,10 @@ __all__ = ["PackedCollate", "hf_packed_inputs", "row_sample_ids"]
 log = logging.getLogger("chute.collate")
 
 
+# input_ids, labels, position_ids (rows x width), cu_seqlens, max_seqlen, segment lengths
+_Layout = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, int, np.ndarray]
+
+
 class PackedCollate:
     """Packs samples into rows (``rows[i]`` samples in row ``i``) as int64 tensors.
 
@@ -158,7 +162,7 @@ class PackedCollate:
         lens: np.ndarray,
         row_of: np.ndarray,
         num_rows: int,
-    ) -> tuple[np.ndarray, ...]:
+    ) -> _Layout:
         row_fill = np.bincount(row_of, weights=lens, minlength=num_rows).astype(np.int64)
         width = self._width(int(row_fill.max()))
         starts = np.cumsum(lens) - lens  # each sample's first token in the concatenation
@@ -195,7 +199,7 @@ class PackedCollate:
             seg_lens,
         )
 
-    def _placeholder(self) -> tuple[np.ndarray, ...]:
+    def _placeholder(self) -> _Layout:
         """One row of padding without loss, standing for a batch with no valid sample."""
         width = self._width(1)
         seg = np.array([width], dtype=np.int64)

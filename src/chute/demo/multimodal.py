@@ -18,6 +18,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import orjson
 
@@ -129,7 +130,7 @@ def write_multimodal_demo(root: Path, records: int = 3000, seed: int = 0) -> Dem
     return DemoData(root / "demo.jsonl", root, records, planted, corpus)
 
 
-def _record(i: int, rng: random.Random, pictures: list[tuple[str, str, str]]) -> dict:
+def _record(i: int, rng: random.Random, pictures: list[tuple[str, str, str]]) -> dict[str, Any]:
     kind = rng.random()
     if kind < 0.6:
         name, color, shape = rng.choice(pictures)

@@ -361,7 +361,7 @@ def _train_and_resume(
                 continue
             loss = model.loss(batch)
             optimizer.zero_grad()
-            loss.backward()
+            loss.backward()  # type: ignore[no-untyped-call]  # torch leaves Tensor.backward untyped
             optimizer.step()
             window.append(loss.item())
             ids = batch["sample_ids"].numpy()

@@ -203,7 +203,8 @@ class FormatSpec:
             if tag in self.tags:
                 roles[self.tags[tag]] = canonical
         if name == "messages":
-            role_keys, content_keys = ("role", "from"), ("content", "value")
+            role_keys: tuple[str, ...] = ("role", "from")
+            content_keys: tuple[str, ...] = ("content", "value")
         else:
             role_keys, content_keys = ("from", "role"), ("value", "content")
         if "role_tag" in self.tags:

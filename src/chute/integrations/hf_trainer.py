@@ -145,7 +145,7 @@ class ChuteTrainerMixin:
             raise ConfigError(
                 "ChuteTrainer reads from train_loader; do not also pass train_dataset"
             )
-        super().__init__(*args, **kwargs)  # type: ignore[call-arg]
+        super().__init__(*args, **kwargs)
         self.chute_loader = train_loader
         self._chute_view = TrainerView(train_loader, model_inputs, on_batch)
         args_ = self.args  # type: ignore[attr-defined]
@@ -205,7 +205,7 @@ class ChuteTrainerMixin:
 def _make_trainer_class() -> type:
     transformers = _require_transformers()
 
-    class ChuteTrainer(ChuteTrainerMixin, transformers.Trainer):  # type: ignore[misc, valid-type]
+    class ChuteTrainer(ChuteTrainerMixin, transformers.Trainer):  # type: ignore[misc, name-defined]
         """``transformers.Trainer`` reading from a chute ``Loader`` (see the module docstring)."""
 
     return ChuteTrainer

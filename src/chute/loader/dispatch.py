@@ -81,7 +81,7 @@ def make_dataloader(
     return DataLoader(
         builder,
         batch_size=None,
-        sampler=sampler,  # type: ignore[arg-type]
+        sampler=sampler,
         num_workers=num_workers,
         collate_fn=passthrough,
         pin_memory=pin_memory,

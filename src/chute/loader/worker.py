@@ -125,7 +125,7 @@ class BatchBuilder:
         self,
         source: Any,
         recipe: Callable[[Any], Any] | None,
-        collate: Callable[[list[dict[str, Any]]], dict[str, Any]],
+        collate: Callable[..., dict[str, Any]],  # (samples) or, for packed rows, (samples, rows=)
         *,
         sample_timeout: float | None = None,
         top_up: bool = False,

@@ -196,7 +196,7 @@ class MediaPlan:
                     f"{self.max_image_pixels:,}",
                 )
             count, grid = rule.count((w, h))
-            return count, [w, h], list(grid)
+            return count, [w, h], list(grid) if grid is not None else None
         return rule.count(None)[0], None, None
 
     def token_id(self, kind: str = "image") -> int:

@@ -90,7 +90,7 @@ def image_size(source: str | os.PathLike[str], *, exif_transpose: bool = True) -
     return width, height
 
 
-def _data_url(url: str) -> IO[bytes]:
+def _data_url(url: str) -> io.BytesIO:
     head, _, payload = url.partition(",")
     if not head.endswith(";base64"):
         raise SampleError("image_corrupt", f"{head[:60]}: only base64 data URLs are images")

@@ -144,7 +144,12 @@ class VideoFrames:
         info = self._checked(path, probe_video(path))
         t = self.transform
         if isinstance(t, ImageTransform):
-            return self.num_frames * int(t.tokens_per_image), {"size": [info.width, info.height]}
+            if t.tokens_per_image is None:
+                raise ConfigError(
+                    "VideoFrames: the frame transform counts no tokens; give its "
+                    "ImageTransform tokens_per_image= (e.g. 576), or use DynamicResolution"
+                )
+            return self.num_frames * t.tokens_per_image, {"size": [info.width, info.height]}
         h, w = t.target_size(info.width, info.height)
         grid = (
             math.ceil(self.num_frames / t.temporal_patch_size),

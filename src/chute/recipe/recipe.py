@@ -228,6 +228,7 @@ class Recipe:
         out: list[Any] = []
         pending: list[tuple[int, Rendered, list[MediaSlot] | None, Any]] = []
         for record in records:
+            where: tuple[str | None, int | None, int | None]
             if isinstance(record, Record):
                 where = (record.path, record.line, record.index)
             else:

@@ -92,7 +92,7 @@ def check_sample(sample: Any) -> dict[str, Any]:
     if not len(ids):
         raise SampleError("empty_sample", "input_ids is empty", field="input_ids")
     raw_labels = sample.get("labels")
-    labels = raw_labels
+    labels: Any = raw_labels
     if raw_labels is not None:
         if not _is_token_array(raw_labels):
             labels = _token_array(raw_labels, "labels")

@@ -52,7 +52,7 @@ def decompressed_copy(path: Path, root: Path) -> Path:
 
 def _decompressor(path: Path, raw: IO[bytes]) -> IO[bytes]:
     if path.name.endswith(".gz"):
-        return gzip.GzipFile(fileobj=raw)
+        return gzip.GzipFile(fileobj=raw)  # type: ignore[return-value]  # a binary file object
     try:
         import zstandard
     except ImportError:

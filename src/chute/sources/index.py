@@ -29,9 +29,10 @@ import os
 import struct
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import IO, Any
 
 import numpy as np
 import orjson
@@ -85,7 +86,7 @@ class FileIndex:
     def bytes(self) -> int:
         return self.identity.size
 
-    def __getstate__(self) -> dict:
+    def __getstate__(self) -> dict[str, Any]:
         # DataLoader workers and process pools get the sidecar's path, not a copy of the entries:
         # they map the same pages, so a worker's private memory does not grow with the file.
         state = dict(self.__dict__)
@@ -93,7 +94,7 @@ class FileIndex:
             state["entries"] = None
         return state
 
-    def __setstate__(self, state: dict) -> None:
+    def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
         if self.entries is None:
             loaded = _load(self.sidecar, self.identity) if self.sidecar else None
@@ -156,7 +157,7 @@ def _sidecar_path(data_path: str, cache_dir: str | os.PathLike[str] | None) -> P
     return cache_root(cache_dir) / "index" / f"{key}-{Path(data_path).name}.idx"
 
 
-def _load(sidecar: Path, identity: FileIdentity) -> tuple[dict, np.ndarray] | None:
+def _load(sidecar: Path, identity: FileIdentity) -> tuple[dict[str, Any], np.ndarray] | None:
     try:
         with open(sidecar, "rb") as f:
             head = f.read(HEADER_SIZE)
@@ -188,7 +189,7 @@ def _build(
     t0: float,
 ) -> FileIndex:
     kind = detect_kind(data_path, shown=path)
-    header: dict = {"version": INDEX_VERSION, "kind": kind, "path": data_path}
+    header: dict[str, Any] = {"version": INDEX_VERSION, "kind": kind, "path": data_path}
     if _writable(sidecar.parent):
         with atomic_file(sidecar) as out:
             out.seek(HEADER_SIZE)
@@ -241,7 +242,9 @@ def _writable(directory: Path) -> bool:
     return True
 
 
-def _scan_into(out, path: str, data_path: str, kind: str, progress: Progress | None) -> dict:  # type: ignore[no-untyped-def]
+def _scan_into(
+    out: IO[Any], path: str, data_path: str, kind: str, progress: Progress | None
+) -> dict[str, Any]:
     totals: LineScan | ArrayScan
     if kind == "jsonl":
         totals = LineScan()
@@ -265,7 +268,7 @@ def _scan_into(out, path: str, data_path: str, kind: str, progress: Progress | N
 
 def _scan_to_memory(
     path: str, data_path: str, kind: str, progress: Progress | None
-) -> tuple[np.ndarray, dict]:
+) -> tuple[np.ndarray, dict[str, Any]]:
     if kind == "jsonl":
         totals = LineScan()
         with open(data_path, "rb") as f:
@@ -328,7 +331,7 @@ def detect_kind(data_path: str, *, shown: str | None = None) -> str:
     return "jsonl"
 
 
-def _lines_after(f, limit: int):  # type: ignore[no-untyped-def]
+def _lines_after(f: IO[bytes], limit: int) -> Iterator[bytes]:
     for _ in range(limit):
         line = f.readline(1 << 20)
         if not line:

@@ -11,6 +11,7 @@ Example:
 
 from __future__ import annotations
 
+import builtins
 import contextlib
 import glob
 import os
@@ -138,7 +139,7 @@ class JsonlSource:
                     yield self._record(file_no, lo + k, raw, int(block["line"][k]))
             i += stop - local
 
-    def _record(self, file_no: int, local: int, raw: bytes, line: int) -> Record:
+    def _record(self, file_no: int, local: int, raw: builtins.bytes, line: int) -> Record:
         f = self.files[file_no]
         return Record(
             raw,

@@ -79,6 +79,7 @@ class BuiltinTemplate(Template):
         b = Builder()
         msgs = conv.messages
         flags = train_flags(conv, ctx.train_on)
+        system: str | None
         if msgs[0].role == "system":
             system, sys_train = ctx.content(msgs[0]), flags[0]
             start = 1
@@ -138,7 +139,16 @@ class ChatML(BuiltinTemplate):
         super().__init__(name)
         self.think = think
 
-    def _turns(self, b, conv, ctx, flags, system, sys_train, start):  # type: ignore[no-untyped-def]
+    def _turns(
+        self,
+        b: Builder,
+        conv: Conversation,
+        ctx: RenderContext,
+        flags: list[bool],
+        system: str | None,
+        sys_train: bool,
+        start: int,
+    ) -> None:
         t = ctx.train_on == "all"
         msgs = conv.messages
         if conv.tools:
@@ -224,7 +234,16 @@ _LLAMA3_TOOLS_INTRO = (
 class Llama3(BuiltinTemplate):
     supports_tools = True
 
-    def _turns(self, b, conv, ctx, flags, system, sys_train, start):  # type: ignore[no-untyped-def]
+    def _turns(
+        self,
+        b: Builder,
+        conv: Conversation,
+        ctx: RenderContext,
+        flags: list[bool],
+        system: str | None,
+        sys_train: bool,
+        start: int,
+    ) -> None:
         t = ctx.train_on == "all"
         msgs = conv.messages
         b.add(ctx.bos or "<|begin_of_text|>", t)
@@ -275,7 +294,16 @@ class Llama3(BuiltinTemplate):
 
 
 class Llama2(BuiltinTemplate):
-    def _turns(self, b, conv, ctx, flags, system, sys_train, start):  # type: ignore[no-untyped-def]
+    def _turns(
+        self,
+        b: Builder,
+        conv: Conversation,
+        ctx: RenderContext,
+        flags: list[bool],
+        system: str | None,
+        sys_train: bool,
+        start: int,
+    ) -> None:
         t = ctx.train_on == "all"
         bos, eos = ctx.bos or "", _need(ctx.eos, "eos", self.name)
         msgs = conv.messages
@@ -295,7 +323,16 @@ class Llama2(BuiltinTemplate):
 
 
 class Mistral(BuiltinTemplate):
-    def _turns(self, b, conv, ctx, flags, system, sys_train, start):  # type: ignore[no-untyped-def]
+    def _turns(
+        self,
+        b: Builder,
+        conv: Conversation,
+        ctx: RenderContext,
+        flags: list[bool],
+        system: str | None,
+        sys_train: bool,
+        start: int,
+    ) -> None:
         t = ctx.train_on == "all"
         eos = _need(ctx.eos, "eos", self.name)
         b.add(ctx.bos or "", t)
@@ -321,7 +358,16 @@ class Vicuna(BuiltinTemplate):
         super().__init__(name)
         self.default_system = default_system
 
-    def _turns(self, b, conv, ctx, flags, system, sys_train, start):  # type: ignore[no-untyped-def]
+    def _turns(
+        self,
+        b: Builder,
+        conv: Conversation,
+        ctx: RenderContext,
+        flags: list[bool],
+        system: str | None,
+        sys_train: bool,
+        start: int,
+    ) -> None:
         t = ctx.train_on == "all"
         eos = _need(ctx.eos, "eos", self.name)
         b.add(ctx.bos or "", t)
@@ -349,7 +395,16 @@ class Alpaca(BuiltinTemplate):
         "Write a response that appropriately completes the request."
     )
 
-    def _turns(self, b, conv, ctx, flags, system, sys_train, start):  # type: ignore[no-untyped-def]
+    def _turns(
+        self,
+        b: Builder,
+        conv: Conversation,
+        ctx: RenderContext,
+        flags: list[bool],
+        system: str | None,
+        sys_train: bool,
+        start: int,
+    ) -> None:
         t = ctx.train_on == "all"
         eos = _need(ctx.eos, "eos", self.name)
         b.add(ctx.bos or "", t)
@@ -370,7 +425,16 @@ class Alpaca(BuiltinTemplate):
 
 
 class Raw(BuiltinTemplate):
-    def _turns(self, b, conv, ctx, flags, system, sys_train, start):  # type: ignore[no-untyped-def]
+    def _turns(
+        self,
+        b: Builder,
+        conv: Conversation,
+        ctx: RenderContext,
+        flags: list[bool],
+        system: str | None,
+        sys_train: bool,
+        start: int,
+    ) -> None:
         t = ctx.train_on == "all"
         b.add(ctx.bos or "", t)
         if system:

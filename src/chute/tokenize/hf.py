@@ -155,4 +155,4 @@ class HFTokenizer(Tokenizer):
         if blob is not None:
             self._tok = _RustTokenizer.from_str(blob)
         else:
-            self._tok = _RustTokenizer.from_file(self.path)
+            self._tok = _RustTokenizer.from_file(str(self.path))
