@@ -35,7 +35,7 @@ Example:
     >>> rust = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
     >>> rust.pre_tokenizer = pre_tokenizers.Whitespace()
     >>> tok = HFTokenizer(rust)
-    >>> text = "a b " * 5000
+    >>> text = "a b " * 20_000
     >>> cut = safe_prefix_end(tok, text, need=10)
     >>> cut is not None and cut < 200
     True
