@@ -81,7 +81,7 @@ def safe_prefix_end(tokenizer: Any, text: str, need: int) -> int | None:
     # Past this, a window that still holds no safe cut is one huge pre-token (a run of one
     # character, CJK without punctuation, a whitespace run): searching on would cost as much as
     # encoding the text.
-    limit = need * _MAX_CHARS_PER_TOKEN
+    limit = max(window, need * _MAX_CHARS_PER_TOKEN)
     while window * 2 < len(text) and window <= limit:
         found = _cut_in_window(rust, normalizer, text, window, need)
         if found == "normalization":
