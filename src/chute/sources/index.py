@@ -43,11 +43,13 @@ from chute.sources.decompress import COMPRESSED_SUFFIXES, decompressed_copy
 from chute.sources.scan_array import ArrayScan, scan_array
 from chute.sources.scan_lines import BOM, ENTRY_DTYPE, LineScan, scan_lines
 
-__all__ = ["INDEX_VERSION", "FileIndex", "open_index"]
+__all__ = ["INDEX_VERSION", "FileIndex", "is_text_file", "open_index"]
 
 log = logging.getLogger("chute.index")
 
 INDEX_VERSION = 1
+# Kinds whose records are lines (scanned alike; a text line is not parsed as JSON).
+LINE_KINDS = ("jsonl", "text")
 MAGIC = b"CHUTEIDX"
 HEADER_SIZE = 4096
 
@@ -61,7 +63,8 @@ class FileIndex:
     Attributes:
         path: the file as the user named it (shown in messages).
         data_path: the file actually read (a decompressed copy for ``.gz`` / ``.zst``).
-        kind: ``"jsonl"`` or ``"json_array"``.
+        kind: ``"jsonl"``, ``"json_array"`` or ``"text"`` (a ``.txt`` file: one document per
+            line, read as ``{"text": line}``).
         identity: identity of ``data_path`` when the index was built.
         entries: ``ENTRY_DTYPE`` array (memory-mapped from the sidecar when one could be written).
         built: True when this call scanned the file, False when a valid sidecar was reused.
@@ -126,7 +129,7 @@ def open_index(
             return FileIndex(
                 path=shown,
                 data_path=data_path,
-                kind=header["kind"],
+                kind="text" if is_text_file(shown) else header["kind"],
                 identity=identity,
                 entries=entries,
                 lines=header["lines"],
@@ -246,7 +249,7 @@ def _scan_into(
     out: IO[Any], path: str, data_path: str, kind: str, progress: Progress | None
 ) -> dict[str, Any]:
     totals: LineScan | ArrayScan
-    if kind == "jsonl":
+    if kind in LINE_KINDS:
         totals = LineScan()
         with open(data_path, "rb") as f:
             for entries in scan_lines(f, totals, progress):
@@ -269,7 +272,7 @@ def _scan_into(
 def _scan_to_memory(
     path: str, data_path: str, kind: str, progress: Progress | None
 ) -> tuple[np.ndarray, dict[str, Any]]:
-    if kind == "jsonl":
+    if kind in LINE_KINDS:
         totals = LineScan()
         with open(data_path, "rb") as f:
             parts = list(scan_lines(f, totals, progress))
@@ -297,14 +300,30 @@ def _scan_array_file(
                 del data  # release the buffer before the map closes
 
 
+def is_text_file(path: str) -> bool:
+    """Whether ``path`` names a plain-text file (``.txt``, possibly compressed).
+
+    Example:
+        >>> is_text_file("wiki.txt.gz"), is_text_file("c4.jsonl")
+        (True, False)
+    """
+    name = os.path.basename(path)
+    for suffix in COMPRESSED_SUFFIXES:
+        name = name.removesuffix(suffix)
+    return name.endswith(".txt")
+
+
 def detect_kind(data_path: str, *, shown: str | None = None) -> str:
-    """``"json_array"`` for a ``.json`` file holding one array, else ``"jsonl"``.
+    """``"json_array"`` for a ``.json`` file holding one array, ``"text"`` for ``.txt``, else
+    ``"jsonl"``.
 
     A ``.json`` file whose first line is a complete JSON value is JSON Lines (people often
     name JSONL files ``.json``). A ``.json`` file holding a single object is refused: it is a
     config or a dict of records, not a list of records.
     """
     shown = shown or data_path
+    if is_text_file(shown):
+        return "text"
     if not data_path.endswith(".json"):
         return "jsonl"
     with open(data_path, "rb") as f:

@@ -1,5 +1,8 @@
 r"""``JsonlSource``: JSON Lines and JSON array files read in place, with random access.
 
+A ``.txt`` file is read the same way, one document per line (blank lines skipped): each line is
+the record ``{"text": line}`` (a ``TextLine``), for pretraining corpora stored as plain text.
+
 Example:
     >>> import tempfile, pathlib
     >>> d = pathlib.Path(tempfile.mkdtemp())
@@ -23,7 +26,7 @@ import numpy as np
 
 from chute.errors import SourceChanged, SourceError
 from chute.sources.index import FileIndex, open_index
-from chute.sources.record import Record
+from chute.sources.record import Record, TextLine
 from chute.sources.scan_lines import BOM
 
 __all__ = ["JsonlSource", "expand_paths"]
@@ -38,7 +41,7 @@ _ARRAY_AFTER = frozenset(b" \t\r\n,]")
 
 
 class JsonlSource:
-    """Records of one or many JSONL / JSON-array files, by global index, without loading them.
+    """Records of one or many JSONL / JSON-array / text files, by global index, without loading.
 
     Each file gets a cached byte-offset index (see ``chute.sources.index``); the source maps
     a global record index to (file, record) with one ``searchsorted`` over per-file counts.
@@ -141,7 +144,7 @@ class JsonlSource:
 
     def _record(self, file_no: int, local: int, raw: builtins.bytes, line: int) -> Record:
         f = self.files[file_no]
-        return Record(
+        return (TextLine if f.kind == "text" else Record)(
             raw,
             path=f.path,
             line=line,

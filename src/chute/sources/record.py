@@ -8,7 +8,7 @@ import orjson
 
 from chute.errors import SampleError
 
-__all__ = ["Record", "parse_json"]
+__all__ = ["Record", "TextLine", "parse_json"]
 
 
 class Record:
@@ -24,6 +24,8 @@ class Record:
         line: 1-based line in the file where the record begins (what an editor shows).
         index: the record's global index in its source.
         element: 1-based element number for JSON array files, ``None`` for JSONL.
+        window: for a record split into windows (``Recipe(overflow="split")``), the window it
+            stands for; ``None`` for the whole record.
 
     Example:
         >>> r = Record(b'{"text": "hi"}', path="d.jsonl", line=3, index=2)
@@ -31,7 +33,7 @@ class Record:
         ('hi', 'd.jsonl:3')
     """
 
-    __slots__ = ("_data", "element", "index", "line", "path", "raw")
+    __slots__ = ("_data", "element", "index", "line", "path", "raw", "window")
 
     def __init__(
         self,
@@ -41,12 +43,14 @@ class Record:
         line: int,
         index: int,
         element: int | None = None,
+        window: int | None = None,
     ):
         self.raw = raw
         self.path = path
         self.line = line
         self.index = index
         self.element = element
+        self.window = window
         self._data: Any = _UNPARSED
 
     @property
@@ -58,22 +62,77 @@ class Record:
 
     @property
     def location(self) -> str:
-        """``path:line``, plus the element number for JSON arrays."""
+        """``path:line``, plus the element number for JSON arrays and the window of a piece."""
+        where = f"{self.path}:{self.line}"
         if self.element is not None:
-            return f"{self.path}:{self.line} (element {self.element})"
-        return f"{self.path}:{self.line}"
+            where += f" (element {self.element})"
+        if self.window is not None:
+            where += f" (window {self.window})"
+        return where
+
+    def with_window(self, window: int) -> Record:
+        """This record standing for one of its windows (a copy; the parsed data is shared).
+
+        Example:
+            >>> Record(b'{"text": "hi"}', path="d.jsonl", line=3, index=2).with_window(1).location
+            'd.jsonl:3 (window 1)'
+        """
+        other = self.__class__.__new__(self.__class__)
+        for name in Record.__slots__:
+            setattr(other, name, getattr(self, name))
+        other.window = window
+        return other
 
     def __repr__(self) -> str:
         preview = self.raw[:60].decode("utf-8", errors="replace")
         more = "..." if len(self.raw) > 60 else ""
-        return f"Record({self.location}, {preview}{more})"
+        return f"{type(self).__name__}({self.location}, {preview}{more})"
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (_rebuild_record, (self.raw, self.path, self.line, self.index, self.element))
+        fields = (self.raw, self.path, self.line, self.index, self.element, self.window)
+        return (_rebuild_record, (type(self), *fields))
 
 
-def _rebuild_record(raw: bytes, path: str, line: int, index: int, element: int | None) -> Record:
-    return Record(raw, path=path, line=line, index=index, element=element)
+class TextLine(Record):
+    """One line of a plain-text file (``.txt``): the record ``{"text": line}``.
+
+    Pretraining corpora often come as one document per line (LLaMA-Factory's ``wiki_demo.txt``);
+    such a line is read as the ``text`` format's record, so ``format="auto"`` and ``"text"`` take
+    it as is.
+
+    Example:
+        >>> TextLine(b"Once upon a time.", path="wiki.txt", line=1, index=0).data
+        {'text': 'Once upon a time.'}
+    """
+
+    __slots__ = ()
+
+    @property
+    def data(self) -> Any:
+        if self._data is _UNPARSED:
+            try:
+                text = self.raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise SampleError(
+                    "bad_utf8",
+                    f"invalid UTF-8 at byte {exc.start} of the line ({exc.reason})",
+                    path=self.path,
+                    line=self.line,
+                ) from None
+            self._data = {"text": text}
+        return self._data
+
+
+def _rebuild_record(
+    cls: type[Record],
+    raw: bytes,
+    path: str,
+    line: int,
+    index: int,
+    element: int | None,
+    window: int | None = None,
+) -> Record:
+    return cls(raw, path=path, line=line, index=index, element=element, window=window)
 
 
 class _Unparsed:
