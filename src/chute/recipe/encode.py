@@ -16,7 +16,9 @@ is LLaVA's rule (text on both sides encoded separately). Media tokens are never 
     labels : -100   -100 ... -100  [-100   x 66] -100   -100  -100   ...
 
 Truncation (``overflow="truncate"``) keeps the first ``max_length`` tokens, moving the cut to
-the start of an image it would split; ``overflow="drop"`` rejects the sample (``too_long``).
+the start of an image it would split (``truncation="left"``: the last ones, the cut moved past
+the image); ``overflow="drop"`` rejects the sample (``too_long``); ``overflow="split"`` keeps it
+whole for ``chute.recipe.windows`` to cut into windows.
 
 Example:
     >>> from chute.templates.base import Rendered
@@ -177,11 +179,23 @@ def _literal_media_token(
     )
 
 
-def fit_length(enc: Encoded, max_length: int | None, overflow: str) -> Encoded:
-    """Apply ``max_length``: cut (never inside a media item) or reject.
+def fit_length(
+    enc: Encoded, max_length: int | None, overflow: str, truncation: str = "right"
+) -> Encoded:
+    """Apply ``max_length``: cut (never inside a media item), reject, or leave for splitting.
+
+    Args:
+        enc: the encoded sample.
+        max_length: the limit (``None``: none).
+        overflow: ``truncate``, ``drop`` or ``split`` (the whole sample is kept; the caller
+            cuts it into windows, see ``chute.recipe.windows``).
+        truncation: with ``truncate``: ``right`` keeps the first ``max_length`` tokens,
+            ``left`` the last ones (``turns`` is handled before, on the conversation; what is
+            still too long then is cut on the right).
 
     Raises:
-        SampleError: ``too_long`` (``overflow="drop"``); ``no_trainable_tokens`` when nothing is
+        SampleError: ``too_long`` (``overflow="drop"``, or a sample with media that
+            ``overflow="split"`` would have to cut); ``no_trainable_tokens`` when nothing is
             left to train on (checked with or without truncation).
     """
     n = len(enc.ids)
@@ -192,18 +206,19 @@ def fit_length(enc: Encoded, max_length: int | None, overflow: str) -> Encoded:
                 f"{n} tokens, more than max_length={max_length} (overflow='drop'); raise "
                 f"max_length or use overflow='truncate'",
             )
-        cut = max_length
-        for item in enc.media:
-            start, end = item["span"]
-            if start < cut < end:
-                cut = start
-                break
-        enc = Encoded(
-            enc.ids[:cut].copy(),
-            enc.labels[:cut].copy(),
-            [m for m in enc.media if m["span"][1] <= cut],
-            truncated=True,
-        )
+        if overflow == "split":
+            if enc.media:
+                raise SampleError(
+                    "too_long",
+                    f"{n} tokens with {len(enc.media)} media item(s), more than max_length="
+                    f"{max_length}; overflow='split' cuts documents into windows of text only "
+                    f"(a window must not cut an image apart): raise max_length, or use "
+                    f"overflow='truncate' for such data",
+                )
+        elif truncation == "left":
+            enc = _keep_end(enc, n - max_length)
+        else:
+            enc = _keep_start(enc, max_length)
     # Trained labels are token ids (>= 0); everything else is IGNORE (-100).
     if int(enc.labels.max(initial=IGNORE)) == IGNORE:
         if enc.truncated:
@@ -214,3 +229,32 @@ def fit_length(enc: Encoded, max_length: int | None, overflow: str) -> Encoded:
             fix = "check the roles, or use train_on='all'"
         raise SampleError("no_trainable_tokens", f"{why}; {fix}")
     return enc
+
+
+def _keep_start(enc: Encoded, max_length: int) -> Encoded:
+    cut = max_length
+    for item in enc.media:
+        start, end = item["span"]
+        if start < cut < end:
+            cut = start
+            break
+    return Encoded(
+        enc.ids[:cut].copy(),
+        enc.labels[:cut].copy(),
+        [m for m in enc.media if m["span"][1] <= cut],
+        truncated=True,
+    )
+
+
+def _keep_end(enc: Encoded, cut: int) -> Encoded:
+    """Drop the first ``cut`` tokens, moving the cut forward past a media item it would split."""
+    for item in enc.media:
+        start, end = item["span"]
+        if start < cut < end:
+            cut = end
+    media = []
+    for item in enc.media:
+        if item["span"][0] >= cut:
+            a, b = item["span"]
+            media.append({**item, "span": [a - cut, b - cut]})
+    return Encoded(enc.ids[cut:].copy(), enc.labels[cut:].copy(), media, truncated=True)

@@ -21,6 +21,9 @@ images              per image: ``source`` (as written), ``path`` (resolved), ``s
 videos, audios      the same for videos and audio clips (fixed counts)
 num_image_tokens    total image tokens
 truncated           whether ``max_length`` cut the sample
+window, windows     with ``overflow="split"``: the window's number and the document's count
+chosen_length       with ``task="preference"``: where the rejected sequence starts
+label               with ``task="kto"``: the completion is desirable
 ==================  ==========================================================================
 
 Example:
@@ -36,21 +39,27 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+import numpy as np
+
 from chute.errors import ConfigError, SampleError
 from chute.formats import FormatReader, FormatSpec
+from chute.formats.preference import read_pair, read_rated
 from chute.media.images import DEFAULT_MAX_PIXELS
 from chute.media.refs import MediaPlan, MediaSlot
 from chute.recipe.encode import Encoded, encode, fit_length
+from chute.recipe.preference import TASKS, mark_response, pair_sample, response_rendered
+from chute.recipe.truncate import TRUNCATION, exchange_starts, fewest_dropped, without_exchanges
+from chute.recipe.windows import check_stride, cut_window, split_sample, window_counts
 from chute.sample.conversation import Conversation
 from chute.sources.record import Record
 from chute.templates import RenderContext, Rendered, get_template
 from chute.tokenize import Tokenizer, load_tokenizer
 
-__all__ = ["OVERFLOW", "RECIPE_VERSION", "Recipe"]
+__all__ = ["OVERFLOW", "RECIPE_VERSION", "TASKS", "TRUNCATION", "Recipe"]
 
 # Bump when the same inputs would give different samples (the cache keys on it).
 RECIPE_VERSION = 2
-OVERFLOW = ("truncate", "drop")
+OVERFLOW = ("truncate", "drop", "split")
 
 
 class Recipe:
@@ -67,8 +76,19 @@ class Recipe:
             ``.jinja`` path, a Jinja string, or ``None``: the tokenizer's own chat template
             (``raw`` for ``format="text"``).
         max_length: longest sample in tokens, or ``None``.
-        overflow: what ``max_length`` does to a longer sample: ``truncate`` (keep the start,
-            never cutting an image) or ``drop`` (reject it as ``too_long``).
+        overflow: what ``max_length`` does to a longer sample: ``truncate`` (cut it as
+            ``truncation`` says, never cutting an image), ``drop`` (reject it as
+            ``too_long``) or ``split`` (a long document becomes several samples, windows of
+            at most ``max_length`` tokens: every token kept; see ``chute.recipe.windows``).
+        truncation: with ``overflow="truncate"``: ``right`` (keep the start), ``left`` (keep
+            the end: completion-style data) or ``turns`` (drop whole earliest exchanges, the
+            system prompt kept, until the conversation fits; see ``chute.recipe.truncate``).
+        stride: with ``overflow="split"``: tokens each later window repeats from the one
+            before, as context only (labels -100); ``1`` makes every token a target once.
+        task: ``sft`` (one sequence per record: instruction data, pretraining text),
+            ``preference`` (a chosen and a rejected sequence sharing the prompt: DPO, ORPO,
+            reward models) or ``kto`` (one completion and a desirability ``label``: TRL's
+            unpaired preference). See ``chute.recipe.preference``.
         train_on: ``assistant`` (every assistant turn), ``last`` (the last one) or ``all``.
         columns: record keys by meaning, e.g. ``{"prompt": "question"}`` (needs ``format``).
         tags: role and key names in message lists, e.g. ``{"user_tag": "Q"}`` (needs ``format``).
@@ -110,6 +130,9 @@ class Recipe:
         template: Any = None,
         max_length: int | None = None,
         overflow: str = "truncate",
+        truncation: str = "right",
+        stride: int = 0,
+        task: str = "sft",
         train_on: str = "assistant",
         columns: Mapping[str, str] | None = None,
         tags: Mapping[str, str] | None = None,
@@ -153,6 +176,10 @@ class Recipe:
             )
         if overflow not in OVERFLOW:
             raise ConfigError(f"overflow: expected one of {', '.join(OVERFLOW)}, got {overflow!r}")
+        _check_policies(max_length, overflow, truncation, task)
+        self.truncation = truncation
+        self.stride = check_stride(stride, max_length, overflow)
+        self.task = task
         if system is not None and not isinstance(system, str):
             raise ConfigError(f"system: expected a string or None, got {type(system).__name__}")
         self.max_length = max_length
@@ -191,7 +218,8 @@ class Recipe:
         if isinstance(record, Record):
             path, line = record.path, record.line
             try:
-                return self._sample(record.data, path, line, record.index)
+                sample = self._sample(record.data, path, line, record.index)
+                return sample if record.window is None else self._window(sample, record.window)
             except SampleError as exc:
                 raise exc.with_location(path, line) from None
         return self.process(record)
@@ -203,14 +231,47 @@ class Recipe:
         path: str | None = None,
         line: int | None = None,
         index: int | None = None,
+        window: int | None = None,
     ) -> dict[str, Any]:
-        """The sample of a parsed record (e.g. a dict); ``path`` also anchors media paths."""
+        """The sample of a parsed record (e.g. a dict); ``path`` also anchors media paths.
+
+        ``window``: with ``overflow="split"``, that window of the record (see ``pieces``).
+        """
         try:
-            return self._sample(data, path, line, index)
+            sample = self._sample(data, path, line, index)
+            return sample if window is None else self._window(sample, window)
         except SampleError as exc:
             if path is not None:
                 exc.with_location(path, line)
             raise
+
+    def pieces(self, sample: dict[str, Any]) -> list[dict[str, Any]]:
+        """The samples one record's sample becomes (its windows with ``overflow="split"``).
+
+        Without ``split`` that is the sample itself. The loader and ``chute preprocess`` deal
+        each window as a sample of its own.
+
+        Example:
+            >>> windows = recipe.pieces(recipe(source[3]))  # doctest: +SKIP
+            >>> [w["window"] for w in windows], [w["length"] for w in windows]  # doctest: +SKIP
+            ([0, 1, 2], [4096, 4096, 1733])
+        """
+        if self.overflow != "split" or self.max_length is None:
+            return [sample]
+        return split_sample(sample, self.max_length, self.stride)
+
+    def _window(self, sample: dict[str, Any], window: int) -> dict[str, Any]:
+        if self.overflow != "split" or self.max_length is None:
+            raise ConfigError(
+                f"a record standing for window {window} reached a recipe with overflow="
+                f"{self.overflow!r}; windows come from overflow='split'"
+            )
+        try:
+            return cut_window(sample, window, self.max_length, self.stride)
+        except IndexError as exc:
+            raise ConfigError(
+                f"{exc}: the record changed since its windows were counted (stale lengths?)"
+            ) from None
 
     def batch(self, records: Iterable[Record | Any]) -> list[dict[str, Any] | SampleError]:
         """Samples of many records; a bad record gives its ``SampleError`` in its place.
@@ -273,16 +334,73 @@ class Recipe:
     def _sample(
         self, data: Any, path: str | None, line: int | None, index: int | None
     ) -> dict[str, Any]:
+        if self.task == "preference":
+            return self._pair(data, path, line, index)
+        if self.task == "kto":
+            rated = read_rated(data, self._reader)
+            conv = mark_response(rated.conversation, rated.response)
+            enc = self._fit(conv, self._encode(conv, path, "completion"), path, rated.response)
+            return {**self._finish(enc, path, line, index), "label": rated.label}
         conv = self._reader(data)
+        return self._finish(self._fit(conv, self._encode(conv, path), path), path, line, index)
+
+    def _encode(self, conv: Conversation, path: str | None, side: str | None = None) -> Encoded:
         rendered = self.template.render(conv, self._ctx)
+        if side is not None:  # preference: trained from the response's start to the end
+            rendered = response_rendered(rendered, side)
         slots = self.media.slots(rendered.media, path) if rendered.media else None
-        enc = encode(rendered, self.tokenizer, self.media.tokens, slots, self.media.guard)
-        return self._finish(enc, path, line, index)
+        return encode(rendered, self.tokenizer, self.media.tokens, slots, self.media.guard)
+
+    def _fit(self, conv: Conversation, enc: Encoded, path: str | None, keep: int = 0) -> Encoded:
+        """``max_length`` applied (``turns`` first drops earliest exchanges; see truncate.py)."""
+        limit = self.max_length
+        if (
+            self.truncation == "turns"
+            and limit is not None
+            and len(enc.ids) > limit
+            and conv.kind == "chat"
+        ):
+            starts = exchange_starts(conv, keep)
+            if starts:
+                side = "completion" if keep else None
+
+                def attempt(k: int) -> tuple[bool, Encoded]:
+                    shorter = self._encode(without_exchanges(conv, starts, k), path, side)
+                    return len(shorter.ids) <= limit, shorter
+
+                enc = fewest_dropped(len(starts), attempt)
+                enc.truncated = True
+        return fit_length(enc, limit, self.overflow, self.truncation)
+
+    def _pair(
+        self, data: Any, path: str | None, line: int | None, index: int | None
+    ) -> dict[str, Any]:
+        pair = read_pair(data, self._reader)
+        chosen = mark_response(pair.chosen, pair.responses[0])
+        rejected = mark_response(pair.rejected, pair.responses[1])
+        sides = (self._encode(chosen, path, "chosen"), self._encode(rejected, path, "rejected"))
+        limit = self.max_length
+        too_long = limit is not None and max(len(e.ids) for e in sides) > limit
+        if too_long and self.truncation == "turns":
+            starts = exchange_starts(chosen, pair.responses[0])
+            if starts:
+
+                def attempt(k: int) -> tuple[bool, tuple[Encoded, Encoded]]:
+                    c = self._encode(without_exchanges(chosen, starts, k), path, "chosen")
+                    r = self._encode(without_exchanges(rejected, starts, k), path, "rejected")
+                    return max(len(c.ids), len(r.ids)) <= limit, (c, r)
+
+                sides = fewest_dropped(len(starts), attempt)
+                for e in sides:
+                    e.truncated = True
+        chosen_enc, rejected_enc = (
+            fit_length(e, limit, self.overflow, self.truncation) for e in sides
+        )
+        return {**pair_sample(chosen_enc, rejected_enc), "index": index, "path": path, "line": line}
 
     def _finish(
         self, enc: Encoded, path: str | None, line: int | None, index: int | None
     ) -> dict[str, Any]:
-        enc = fit_length(enc, self.max_length, self.overflow)
         images: list[dict[str, Any]] = []
         videos: list[dict[str, Any]] = []
         audios: list[dict[str, Any]] = []
@@ -296,7 +414,7 @@ class Recipe:
                 videos.append(item)
             else:
                 audios.append(item)
-        return {
+        sample = {
             "input_ids": enc.ids,
             "labels": enc.labels,
             "length": len(enc.ids),
@@ -309,6 +427,10 @@ class Recipe:
             "num_image_tokens": n_image_tokens,
             "truncated": enc.truncated,
         }
+        if self.overflow == "split" and self.max_length is not None:
+            counts = window_counts(np.array([len(enc.ids)]), self.max_length, self.stride)
+            sample["windows"] = int(counts[0])
+        return sample
 
     @property
     def media_root(self) -> str | None:
@@ -342,6 +464,10 @@ class Recipe:
             "train_on": self.train_on,
             "max_length": self.max_length,
             "overflow": self.overflow,
+            # only when not the default, so caches built before these options stay valid
+            **({"truncation": self.truncation} if self.truncation != "right" else {}),
+            **({"stride": self.stride} if self.stride else {}),
+            **({"task": self.task} if self.task != "sft" else {}),
             "tokenizer": self.tokenizer.fingerprint(),
             "media": self.media.to_json(),
         }
@@ -350,8 +476,37 @@ class Recipe:
         return (
             f"Recipe(format={self.format.name!r}, template={self.template.name!r}, "
             f"tokenizer={self.tokenizer!r}, max_length={self.max_length}, "
-            f"overflow={self.overflow!r}, train_on={self.train_on!r})"
+            f"overflow={self.overflow!r}, train_on={self.train_on!r}"
+            + (f", truncation={self.truncation!r}" if self.truncation != "right" else "")
+            + (f", stride={self.stride}" if self.stride else "")
+            + (f", task={self.task!r}" if self.task != "sft" else "")
+            + ")"
         )
+
+
+def _check_policies(max_length: int | None, overflow: str, truncation: Any, task: Any) -> None:
+    if truncation not in TRUNCATION:
+        raise ConfigError(
+            f"truncation: expected one of {', '.join(TRUNCATION)}, got {truncation!r}"
+        )
+    if truncation != "right" and overflow != "truncate":
+        raise ConfigError(
+            f"truncation={truncation!r} says which part a cut keeps; it needs "
+            f"overflow='truncate' (got overflow={overflow!r})"
+        )
+    if task not in TASKS:
+        raise ConfigError(f"task: expected one of {', '.join(TASKS)}, got {task!r}")
+    if overflow == "split":
+        if max_length is None:
+            raise ConfigError(
+                "overflow='split' cuts documents into windows of max_length tokens; set "
+                "max_length (e.g. max_length=4096)"
+            )
+        if task != "sft":
+            raise ConfigError(
+                f"overflow='split' cuts one sequence into windows; task={task!r} keeps a "
+                f"response with its prompt: use overflow='truncate' or 'drop'"
+            )
 
 
 def _jsonable(value: Any) -> Any:

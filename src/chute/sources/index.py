@@ -314,8 +314,9 @@ def is_text_file(path: str) -> bool:
 
 
 def detect_kind(data_path: str, *, shown: str | None = None) -> str:
-    """``"json_array"`` for a ``.json`` file holding one array, ``"text"`` for ``.txt``, else
-    ``"jsonl"``.
+    """The kind of a data file: ``json_array``, ``text`` (``.txt``) or ``jsonl``.
+
+    ``"json_array"`` is a ``.json`` file holding one array; ``"text"`` a ``.txt`` file.
 
     A ``.json`` file whose first line is a complete JSON value is JSON Lines (people often
     name JSONL files ``.json``). A ``.json`` file holding a single object is refused: it is a

@@ -1,0 +1,97 @@
+r"""Preference samples: a chosen and a rejected sequence sharing their prompt, or a rated one.
+
+``Recipe(task="preference")`` turns a record into one sample holding both sequences back to
+back, ``chosen_length`` marking where the rejected one starts, so every guarantee that works on
+samples (lengths, plans, the cache, exact-once, resume, rejects) works on pairs unchanged::
+
+    input_ids     [ p p p p c c c | p p p p r r ]        chosen_length = 7
+    labels        [ - - - - c c c | - - - - r r ]        - is -100: the prompt is not trained
+                    chosen          rejected
+
+What is trained is what TRL's ``DPOTrainer`` and LLaMA-Factory train: everything the template
+writes after the prompt (the prompt rendered up to the assistant's generation header), through
+the end of the text: the response, its end-of-turn token and what the template adds after it.
+``pair_sides(sample)`` gives the two sequences; ``PreferenceCollate`` pads them per batch.
+
+``max_length`` applies to each side with the same policy, and the pair stays one unit: with
+``overflow="drop"`` the pair is dropped when either side is too long; truncation cuts both sides
+the same way (``turns`` drops the same earliest exchanges of the shared prompt from both); a pair
+with either side left without a trained token is rejected (``no_trainable_tokens``), as TRL drops
+a pair whose prompt alone fills ``max_length``.
+
+``Recipe(task="kto")`` (TRL's unpaired preference) makes an ordinary sample of the prompt and its
+completion, trained after the prompt as above, plus ``label`` (``True``: desirable).
+
+Example:
+    >>> import numpy as np
+    >>> sample = {"input_ids": np.arange(6), "labels": np.arange(6), "chosen_length": 4}
+    >>> [(k, v.tolist()) for k, v in pair_sides(sample)[1].items()]
+    [('input_ids', [4, 5]), ('labels', [4, 5])]
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from chute.errors import ConfigError
+from chute.recipe.encode import Encoded
+from chute.sample.conversation import Conversation
+from chute.templates import Rendered
+
+__all__ = ["TASKS", "mark_response", "pair_sample", "pair_sides", "response_rendered"]
+
+TASKS = ("sft", "preference", "kto")
+
+
+def mark_response(conv: Conversation, response: int) -> Conversation:
+    """``conv`` with its prompt masked and its last ``response`` messages trained (in place)."""
+    cut = len(conv.messages) - response
+    for i, message in enumerate(conv.messages):
+        message.loss = i >= cut
+    return conv
+
+
+def response_rendered(rendered: Rendered, side: str) -> Rendered:
+    """Everything from the first trained character to the end is trained (TRL's rule).
+
+    Raises:
+        ConfigError: the conversation has media (preference pairs take text only, for now).
+    """
+    if rendered.media:
+        raise ConfigError(
+            f"task='preference' / 'kto': the {side} conversation has media; preference data "
+            f"with images is not supported yet (use task='sft', or drop the images)"
+        )
+    if not rendered.spans:
+        return rendered
+    return Rendered(rendered.text, [(rendered.spans[0][0], len(rendered.text))], [])
+
+
+def pair_sample(chosen: Encoded, rejected: Encoded) -> dict[str, Any]:
+    """The sample of a pair: both sequences back to back, ``chosen_length`` between them."""
+    return {
+        "input_ids": np.concatenate([chosen.ids, rejected.ids]),
+        "labels": np.concatenate([chosen.labels, rejected.labels]),
+        "length": len(chosen.ids) + len(rejected.ids),
+        "chosen_length": len(chosen.ids),
+        "images": [],
+        "videos": [],
+        "audios": [],
+        "num_image_tokens": 0,
+        "truncated": chosen.truncated or rejected.truncated,
+    }
+
+
+def pair_sides(sample: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """``(chosen, rejected)``: each side's ``input_ids`` and ``labels`` (views, no copies)."""
+    k = int(sample["chosen_length"])
+    ids = sample["input_ids"]
+    labels = sample.get("labels")
+    if labels is None:
+        labels = ids
+    return (
+        {"input_ids": ids[:k], "labels": labels[:k]},
+        {"input_ids": ids[k:], "labels": labels[k:]},
+    )
