@@ -175,6 +175,7 @@ class Cache:
         self._views: dict[int, ChunkRows] = {}
         self._lengths: np.ndarray | None = None
         self._image_tokens: np.ndarray | None = None
+        self._longest: np.ndarray | None = None
         self._pixels: Any = None
 
     # -- identity and metadata ---------------------------------------------------------------
@@ -310,6 +311,20 @@ class Cache:
         if self._lengths is None:
             self._lengths = np.load(self.layout.lengths, mmap_mode="r")
         return self._lengths
+
+    @property
+    def longest(self) -> np.ndarray | None:
+        """Each pair's longer side, for a cache of preference pairs (``None`` for other data).
+
+        Length-aware plans pad a pair as two rows of its longer side (``chute.lengths``).
+        """
+        self._here()
+        if self._longest is None and "chosen_length" in self.chunk(0).schema.names:
+            chosen = np.concatenate(
+                [self.chunk(k).column("chosen_length").to_numpy() for k in range(self.num_chunks)]
+            )
+            self._longest = np.maximum(chosen, self.lengths - chosen).astype(np.int32)
+        return self._longest
 
     @property
     def image_tokens(self) -> np.ndarray:

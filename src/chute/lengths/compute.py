@@ -7,7 +7,8 @@ into the output array (a memory map when the result is cached), so the main proc
 per-record Python objects::
 
     records 0 .. n-1 ──chunks──► worker: recipe.batch(256 records) ──► length, image_tokens,
-                                         check_sample, check_values      status (+ reject kinds)
+                                         check_sample, check_values      status (+ reject kinds),
+                                                                         longest
                                                      │
     out[:, lo:hi] ◄──────────────────────────────────┘  (in chunk order, whatever finished first)
 
@@ -19,6 +20,8 @@ Example:
     >>> out, kinds, tally = compute_lengths(data, None, workers=1)
     >>> out[0].tolist(), kinds, dict(tally.counts)
     ([3, -1, 1], ['empty_sample'], {'empty_sample': 1})
+    >>> out[3].tolist()  # each sample's longest sequence (a preference pair's longer side)
+    [3, -1, 1]
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ import numpy as np
 from chute._internal.pools import pool_context
 from chute.errors import RejectTally, as_sample_error
 from chute.lengths.base import STATUS_OK, STATUS_REJECTED, STATUS_TRUNCATED
+from chute.lengths.store import ROWS
 
 __all__ = ["compute_lengths"]
 
@@ -58,16 +62,16 @@ def compute_lengths(
         recipe: ``recipe(record) -> sample`` (``recipe.batch`` is used when present);
             ``None``: records are pre-tokenized samples.
         workers: processes (default: all cores; 1 runs in this process).
-        out: a ``(3, len(source))`` int32 array to fill (e.g. a memory map); default: new.
+        out: a ``(4, len(source))`` int32 array to fill (e.g. a memory map); default: new.
         progress: called with the number of records done as chunks finish.
 
     Returns:
-        ``(out, kinds, tally)``: rows ``length`` (-1 rejected), ``image_tokens`` and
-        ``status`` (see ``chute.lengths.base``); the reject kinds by code; the reject tally.
+        ``(out, kinds, tally)``: rows ``length`` (-1 rejected), ``image_tokens``, ``status``
+        and ``longest`` (see ``chute.lengths.base``); the reject kinds by code; the reject tally.
     """
     n = len(source)
     if out is None:
-        out = np.empty((3, n), dtype=np.int32)
+        out = np.empty((ROWS, n), dtype=np.int32)
     workers = max(1, workers or os.cpu_count() or 1)
     chunk = max(MIN_CHUNK, min(MAX_CHUNK, -(-n // (workers * 8)))) if n else 1
     bounds = [(lo, min(n, lo + chunk)) for lo in range(0, n, chunk)]
@@ -130,7 +134,7 @@ def _chunk(source: Any, recipe: Any, lo: int, hi: int) -> ChunkResult:
     # imported here: chute.loader imports the plans, which import chute.lengths
     from chute.sample.contract import as_tokenized, check_sample, check_values, location_of
 
-    block = np.zeros((3, hi - lo), dtype=np.int32)
+    block = np.zeros((ROWS, hi - lo), dtype=np.int32)
     kinds: list[str] = []
     tally = RejectTally()
     batch_fn = getattr(recipe, "batch", None) if recipe is not None else None
@@ -156,11 +160,14 @@ def _chunk(source: Any, recipe: Any, lo: int, hi: int) -> ChunkResult:
                     error.with_location(f"{type(source).__name__}[{lo + pos}]", None)
                 tally.add(error)
                 kinds.append(error.kind)
-                block[:, pos] = (-1, 0, STATUS_REJECTED)
+                block[:, pos] = (-1, 0, STATUS_REJECTED, -1)
             else:
                 image = sample.get("num_image_tokens", 0) or 0
                 status = STATUS_TRUNCATED if sample.get("truncated") else STATUS_OK
-                block[:, pos] = (len(sample["input_ids"]), int(image), status)
+                n = len(sample["input_ids"])
+                chosen = sample.get("chosen_length")
+                longest = n if chosen is None else max(int(chosen), n - int(chosen))
+                block[:, pos] = (n, int(image), status, longest)
             pos += 1
         pending.clear()
 

@@ -30,7 +30,13 @@ from chute.loader.options import (
     pad_id_from,
     rejects_path_for,
 )
-from chute.loader.planning import check_collate, check_excluded, check_packed_collate, resolve_plan
+from chute.loader.planning import (
+    check_collate,
+    check_excluded,
+    check_packed_collate,
+    resolve_plan,
+    split_source,
+)
 from chute.loader.state import STATE_FORMAT, STATE_VERSION, check_compatible, read_position
 from chute.loader.worker import BatchBuilder, BatchReport
 from chute.plan import Plan, Planner, continue_epoch
@@ -141,6 +147,9 @@ class Loader:
         self.world = world if world is not None else World.detect()
         if not isinstance(self.world, World):
             raise ConfigError(f"world must be a chute.World, got {type(world).__name__}")
+        # overflow="split": the samples are the documents' windows, each with its own id
+        self.source = split_source(self.source, recipe, self.world.local_rank)
+        self.num_samples = len(self.source)
         check_collate(collate, pad_id, pad_to_multiple_of)
         setup = resolve_plan(
             self.source,

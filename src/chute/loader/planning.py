@@ -26,7 +26,7 @@ from typing import Any
 from chute.collate import Collate
 from chute.collate.packed import PackedCollate
 from chute.errors import ConfigError, ErrorBudgetExceeded
-from chute.lengths import Lengths, lengths_of
+from chute.lengths import Lengths, Pieces, lengths_of
 from chute.plan import PLANNERS, LengthPlanner, PackedPlanner, Planner, make_planner
 from chute.sample.budget import ErrorBudget
 
@@ -36,6 +36,7 @@ __all__ = [
     "check_excluded",
     "check_packed_collate",
     "resolve_plan",
+    "split_source",
 ]
 
 log = logging.getLogger("chute.loader")
@@ -116,6 +117,17 @@ def resolve_plan(
         collate = Collate(pad_id, pad_to_multiple_of)
     excluded = lengths.rejected if lengths is not None else {}
     return PlanSetup(planner, collate, lengths, excluded)
+
+
+def split_source(source: Any, recipe: Any, local_rank: int = 0) -> Any:
+    """``source`` itself, or with ``Recipe(overflow="split")`` the view of its windows.
+
+    The windows are counted from the records' lengths (one cached pass), so every plan, the
+    random one too, deals window ids: exact-once, resume and rejects count windows.
+    """
+    if recipe is None or getattr(recipe, "overflow", None) != "split":
+        return source
+    return Pieces(source, lengths_of(source, recipe, local_rank=local_rank))
 
 
 def check_collate(collate: Any, pad_id: Any, pad_to_multiple_of: Any) -> None:

@@ -49,7 +49,13 @@ from chute.media.refs import MediaPlan, MediaSlot
 from chute.recipe.encode import Encoded, encode, fit_length
 from chute.recipe.preference import TASKS, mark_response, pair_sample, response_rendered
 from chute.recipe.truncate import TRUNCATION, exchange_starts, fewest_dropped, without_exchanges
-from chute.recipe.windows import check_stride, cut_window, split_sample, window_counts
+from chute.recipe.windows import (
+    Windowed,
+    check_stride,
+    cut_window,
+    split_sample,
+    window_counts,
+)
 from chute.sample.conversation import Conversation
 from chute.sources.record import Record
 from chute.templates import RenderContext, Rendered, get_template
@@ -222,6 +228,8 @@ class Recipe:
                 return sample if record.window is None else self._window(sample, record.window)
             except SampleError as exc:
                 raise exc.with_location(path, line) from None
+        if isinstance(record, Windowed):
+            return self.process(record.item, window=record.window)
         return self.process(record)
 
     def process(

@@ -28,15 +28,33 @@ Example:
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
 from chute.errors import ConfigError
 
-__all__ = ["IGNORE", "check_stride", "cut_window", "split_sample", "window_bounds", "window_counts"]
+__all__ = [
+    "IGNORE",
+    "Windowed",
+    "check_stride",
+    "cut_window",
+    "split_sample",
+    "window_bounds",
+    "window_counts",
+]
 
 IGNORE = -100
+
+
+class Windowed(NamedTuple):
+    """A non-``Record`` item (a dict of an in-memory dataset) standing for one of its windows.
+
+    A ``Record`` says it itself (``Record.with_window``).
+    """
+
+    item: Any
+    window: int
 
 
 def check_stride(stride: Any, max_length: int | None, overflow: str) -> int:
