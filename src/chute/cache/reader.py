@@ -222,6 +222,11 @@ class Cache:
         return getattr(self.recipe_config().recipe, "max_length", None)
 
     @property
+    def task(self) -> str:
+        """The kind of samples: ``sft``, ``preference`` (pairs) or ``kto`` (see ``Recipe``)."""
+        return str(self.manifest["fingerprint"]["recipe"].get("task", "sft"))
+
+    @property
     def pixels(self) -> Any:
         """The pre-decoded images: a ``chute.media.PixelStore``, or ``None`` (no ``--pixels``).
 

@@ -106,7 +106,7 @@ class GroupedPlanner(LengthPlanner):
         }
 
     def plan_ids(self, ids: np.ndarray, *, epoch: int, world_size: int) -> TablePlan:
-        lengths = self.require_lengths().length
+        lengths = self.require_lengths().pad_lengths  # a pair: its longer side
         step = world_size * self.batch_size
         mega = self.group_size * self.grad_accum * step
         lens = lengths[ids]

@@ -295,32 +295,43 @@ class Recipe:
             >>> good = [s for s in out if not isinstance(s, SampleError)]  # doctest: +SKIP
         """
         out: list[Any] = []
-        pending: list[tuple[int, Rendered, list[MediaSlot] | None, Any]] = []
+        if self.task != "sft":  # pairs render several conversations each: one at a time
+            for record in records:
+                try:
+                    out.append(self(record))
+                except SampleError as exc:
+                    out.append(exc)
+            return out
+        where_type = tuple[str | None, int | None, int | None, int | None]
+        pending: list[tuple[int, Conversation, Rendered, list[MediaSlot] | None, where_type]] = []
         for record in records:
-            where: tuple[str | None, int | None, int | None]
+            where: where_type
             if isinstance(record, Record):
-                where = (record.path, record.line, record.index)
+                where = (record.path, record.line, record.index, record.window)
             else:
-                where = (None, None, None)
+                where = (None, None, None, None)
             try:
                 data = record.data if isinstance(record, Record) else record
-                rendered = self.template.render(self._reader(data), self._ctx)
+                conv = self._reader(data)
+                rendered = self.template.render(conv, self._ctx)
                 slots = self.media.slots(rendered.media, where[0]) if rendered.media else None
             except SampleError as exc:
                 out.append(exc.with_location(where[0], where[1]) if where[0] else exc)
                 continue
-            pending.append((len(out), rendered, slots, where))
+            pending.append((len(out), conv, rendered, slots, where))
             out.append(None)
         tok = self.tokenizer
         fast = tok.supports_offsets
         encoded = [
             tok.encode_spans(r.text, r.spans) if fast and not r.media else None
-            for _, r, _, _ in pending
+            for _, _, r, _, _ in pending
         ]
-        for (k, rendered, slots, (path, line, index)), pre in zip(pending, encoded, strict=True):
+        for (k, conv, rendered, slots, where), pre in zip(pending, encoded, strict=True):
+            path, line, index, window = where
             try:
                 enc = encode(rendered, tok, self.media.tokens, slots, self.media.guard, pre=pre)
-                out[k] = self._finish(enc, path, line, index)
+                sample = self._finish(self._fit(conv, enc, path), path, line, index)
+                out[k] = sample if window is None else self._window(sample, window)
             except SampleError as exc:
                 out[k] = exc.with_location(path, line) if path else exc
         return out
