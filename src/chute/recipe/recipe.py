@@ -66,6 +66,8 @@ __all__ = ["OVERFLOW", "RECIPE_VERSION", "TASKS", "TRUNCATION", "Recipe"]
 # Bump when the same inputs would give different samples (the cache keys on it).
 RECIPE_VERSION = 2
 OVERFLOW = ("truncate", "drop", "split")
+# where a record came from: path, line, index, window
+_Where = tuple[str | None, int | None, int | None, int | None]
 
 
 class Recipe:
@@ -302,10 +304,9 @@ class Recipe:
                 except SampleError as exc:
                     out.append(exc)
             return out
-        where_type = tuple[str | None, int | None, int | None, int | None]
-        pending: list[tuple[int, Conversation, Rendered, list[MediaSlot] | None, where_type]] = []
+        pending: list[tuple[int, Conversation, Rendered, list[MediaSlot] | None, _Where]] = []
         for record in records:
-            where: where_type
+            where: _Where
             if isinstance(record, Record):
                 where = (record.path, record.line, record.index, record.window)
             else:
@@ -399,15 +400,19 @@ class Recipe:
         rejected = mark_response(pair.rejected, pair.responses[1])
         sides = (self._encode(chosen, path, "chosen"), self._encode(rejected, path, "rejected"))
         limit = self.max_length
-        too_long = limit is not None and max(len(e.ids) for e in sides) > limit
-        if too_long and self.truncation == "turns":
+        if (
+            limit is not None
+            and max(len(e.ids) for e in sides) > limit
+            and self.truncation == "turns"
+        ):
             starts = exchange_starts(chosen, pair.responses[0])
+            cap = limit
             if starts:
 
                 def attempt(k: int) -> tuple[bool, tuple[Encoded, Encoded]]:
                     c = self._encode(without_exchanges(chosen, starts, k), path, "chosen")
                     r = self._encode(without_exchanges(rejected, starts, k), path, "rejected")
-                    return max(len(c.ids), len(r.ids)) <= limit, (c, r)
+                    return max(len(c.ids), len(r.ids)) <= cap, (c, r)
 
                 sides = fewest_dropped(len(starts), attempt)
                 for e in sides:
