@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 from pathlib import Path
 from typing import Any
@@ -23,6 +24,7 @@ __all__ = [
 ]
 
 PathLike = str | os.PathLike[str]
+log = logging.getLogger("chute.loader")
 
 
 def as_source(source: Any) -> Any:
@@ -81,12 +83,21 @@ def media_stage_for(media: Any, recipe: Any, collate: Any, source: Any = None) -
     pre-decoded images: without ``media`` it is the cache's own (``Cache.media_stage()``), and a
     given stage without a ``store`` gets the cache's (``ConfigError`` if its geometry differs;
     ``MediaStage(store=False)`` decodes instead). ``media=False``: no media stage at all.
+
+    Without ``media``, a recipe that counts image tokens gets the stage of its rule
+    (``chute.media.stage.default_media_stage``: LLaVA-1.5's CLIP-336 for 576, Qwen2-VL's
+    dynamic resolution for ``qwen2-vl``), or a ``ConfigError`` naming ``media=`` and
+    ``media=False`` when its count has no default; a recipe without images gets none.
     """
     if media is False:
         return None, collate  # no media stage, even over a cache with pre-decoded images
     pixels = getattr(source, "pixels", None)
     if media is None and pixels is not None:
         media = source.media_stage()
+    if media is None:
+        # Images without pixels would train the model on placeholder tokens: when the recipe
+        # counts images, its rule's default stage loads them (or a ConfigError names media=).
+        media = _default_stage(recipe, source)
     if media is None:
         return None, collate
     import dataclasses
@@ -107,6 +118,42 @@ def media_stage_for(media: Any, recipe: Any, collate: Any, source: Any = None) -
             ) from None
     stage = stage.bind(recipe)
     return stage, collate if isinstance(collate, MediaCollate) else MediaCollate(collate)
+
+
+def _default_stage(recipe: Any, source: Any) -> Any:
+    """The default media stage of the recipe's image rule (the cache's recipe's), or ``None``."""
+    from chute.media.stage import default_media_stage
+
+    plan = getattr(recipe, "media", None)
+    if plan is not None and hasattr(plan, "image_rule"):
+        if plan.image_rule is None:
+            return None  # the recipe refuses images: no sample can reference one
+        stage = default_media_stage(plan.image_rule, plan.video_tokens, plan.audio_tokens)
+    else:
+        rule = _cache_image_rule(source)
+        if rule is None:
+            return None
+        stage = default_media_stage(rule)
+    log.info(
+        "media: no media= given and the recipe counts image tokens; loading images with %r "
+        "(media=False trains on the text alone)",
+        stage.image,
+    )
+    return stage
+
+
+def _cache_image_rule(source: Any) -> Any:
+    """The image rule of the recipe that built a cache whose samples hold image tokens."""
+    manifest = getattr(source, "manifest", None)
+    if not isinstance(manifest, dict) or not manifest.get("image_tokens"):
+        return None
+    from chute.media.tokens import image_tokens_rule
+
+    spec = dict(manifest["fingerprint"]["recipe"].get("media", {}).get("image_tokens") or {})
+    kind = spec.pop("rule", None)
+    if kind == "fixed":
+        return image_tokens_rule(spec["tokens"])
+    return image_tokens_rule(spec) if kind == "dynamic" else None
 
 
 def rejects_path_for(path: PathLike, world: World) -> Path:
