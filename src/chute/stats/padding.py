@@ -155,7 +155,7 @@ def padding_stats(
         report["dropped"] += dropped
         report["truncated"] = truncated
         report["seconds"] = round(time.perf_counter() - t0, 4)
-        if "mixed_batches" in plan.stats:
+        if "mixed_batches" in getattr(plan, "stats", {}):
             report["mixed_batches"] = plan.stats["mixed_batches"]
         reports[name] = report
     out["plans"] = reports
