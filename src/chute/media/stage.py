@@ -273,7 +273,7 @@ DEFAULT_TRANSFORMS: dict[int, tuple[str, Callable[[], Any]]] = {
     ),
     256: (
         "Qwen-VL's: resized to 448 x 448 (bicubic), CLIP normalisation",
-        lambda: ImageTransform(size=(448, 448), tokens_per_image=256),
+        lambda: ImageTransform(size=(448, 448), crop=None, tokens_per_image=256),
     ),
 }
 

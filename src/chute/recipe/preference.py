@@ -11,6 +11,8 @@ samples (lengths, plans, the cache, exact-once, resume, rejects) works on pairs 
 What is trained is what TRL's ``DPOTrainer`` and LLaMA-Factory train: everything the template
 writes after the prompt (the prompt rendered up to the assistant's generation header), through
 the end of the text: the response, its end-of-turn token and what the template adds after it.
+Exactly as TRL, the response starts where the prompt's own encoding and the whole sequence's
+diverge, the same token for both sides (``train_after_prompt``, ``share_prompt``).
 ``pair_sides(sample)`` gives the two sequences; ``PreferenceCollate`` pads them per batch.
 
 ``max_length`` applies to each side with the same policy, and the pair stays one unit: with
@@ -36,11 +38,19 @@ from typing import Any
 import numpy as np
 
 from chute.errors import ConfigError
-from chute.recipe.encode import Encoded
+from chute.recipe.encode import IGNORE, Encoded
 from chute.sample.conversation import Conversation
 from chute.templates import Rendered
 
-__all__ = ["TASKS", "mark_response", "pair_sample", "pair_sides", "response_rendered"]
+__all__ = [
+    "TASKS",
+    "mark_response",
+    "pair_sample",
+    "pair_sides",
+    "response_rendered",
+    "share_prompt",
+    "train_after_prompt",
+]
 
 TASKS = ("sft", "preference", "kto")
 
@@ -67,6 +77,41 @@ def response_rendered(rendered: Rendered, side: str) -> Rendered:
     if not rendered.spans:
         return rendered
     return Rendered(rendered.text, [(rendered.spans[0][0], len(rendered.text))], [])
+
+
+def train_after_prompt(enc: Encoded, prompt_ids: list[int]) -> Encoded:
+    """Train from where ``enc`` stops agreeing with the prompt's own encoding, to the end.
+
+    That is TRL's rule: the completion starts where the tokenized prompt and the tokenized
+    prompt + completion diverge (``" III"`` alone, ``" II" "IS" "ure"`` before ``"Sure"``: the
+    completion starts at ``" II"``), which is the prompt's end unless tokens merge across it.
+    """
+    ids = enc.ids
+    n = min(len(prompt_ids), len(ids))
+    same = np.asarray(prompt_ids[:n], dtype=np.int64) == ids[:n]
+    first = n if same.all() else int(np.argmin(same))
+    enc.labels[:first] = IGNORE
+    enc.labels[first:] = ids[first:]
+    return enc
+
+
+def share_prompt(chosen: Encoded, rejected: Encoded) -> tuple[Encoded, Encoded]:
+    """Both sides trained from the same token: where the earlier of the two responses starts.
+
+    A token can merge across the end of the prompt on one side only; TRL takes the shorter
+    prompt for both sides (the shared prompt is what both tokenizations agree on), so does chute.
+    """
+    starts = [int(np.argmax(e.labels != IGNORE)) for e in (chosen, rejected) if _trained(e)]
+    if not starts:
+        return chosen, rejected
+    first = min(starts)
+    for e in (chosen, rejected):
+        e.labels[first:] = np.where(e.labels[first:] == IGNORE, e.ids[first:], e.labels[first:])
+    return chosen, rejected
+
+
+def _trained(enc: Encoded) -> bool:
+    return bool((enc.labels != IGNORE).any())
 
 
 def pair_sample(chosen: Encoded, rejected: Encoded) -> dict[str, Any]:

@@ -47,7 +47,14 @@ from chute.formats.preference import read_pair, read_rated
 from chute.media.images import DEFAULT_MAX_PIXELS
 from chute.media.refs import MediaPlan, MediaSlot
 from chute.recipe.encode import Encoded, encode, fit_length
-from chute.recipe.preference import TASKS, mark_response, pair_sample, response_rendered
+from chute.recipe.preference import (
+    TASKS,
+    mark_response,
+    pair_sample,
+    response_rendered,
+    share_prompt,
+    train_after_prompt,
+)
 from chute.recipe.truncate import TRUNCATION, exchange_starts, fewest_dropped, without_exchanges
 from chute.recipe.windows import (
     Windowed,
@@ -369,7 +376,11 @@ class Recipe:
         if side is not None:  # preference: trained from the response's start to the end
             rendered = response_rendered(rendered, side)
         slots = self.media.slots(rendered.media, path) if rendered.media else None
-        return encode(rendered, self.tokenizer, self.media.tokens, slots, self.media.guard)
+        enc = encode(rendered, self.tokenizer, self.media.tokens, slots, self.media.guard)
+        if side is not None and rendered.spans:
+            prompt = self.tokenizer.encode(rendered.text[: rendered.spans[0][0]])
+            enc = train_after_prompt(enc, prompt)
+        return enc
 
     def _fit(self, conv: Conversation, enc: Encoded, path: str | None, keep: int = 0) -> Encoded:
         """``max_length`` applied (``turns`` first drops earliest exchanges; see truncate.py)."""
@@ -398,7 +409,9 @@ class Recipe:
         pair = read_pair(data, self._reader)
         chosen = mark_response(pair.chosen, pair.responses[0])
         rejected = mark_response(pair.rejected, pair.responses[1])
-        sides = (self._encode(chosen, path, "chosen"), self._encode(rejected, path, "rejected"))
+        sides = share_prompt(
+            self._encode(chosen, path, "chosen"), self._encode(rejected, path, "rejected")
+        )
         limit = self.max_length
         if (
             limit is not None
@@ -412,7 +425,7 @@ class Recipe:
                 def attempt(k: int) -> tuple[bool, tuple[Encoded, Encoded]]:
                     c = self._encode(without_exchanges(chosen, starts, k), path, "chosen")
                     r = self._encode(without_exchanges(rejected, starts, k), path, "rejected")
-                    return max(len(c.ids), len(r.ids)) <= cap, (c, r)
+                    return max(len(c.ids), len(r.ids)) <= cap, share_prompt(c, r)
 
                 sides = fewest_dropped(len(starts), attempt)
                 for e in sides:
