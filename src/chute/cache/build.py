@@ -48,7 +48,7 @@ from chute.errors import (
     ErrorBudgetExceeded,
     RejectTally,
 )
-from chute.sources import JsonlSource
+from chute.sources import open_source
 from chute.world import World
 
 __all__ = ["PreprocessReport", "parse_shard", "preprocess"]
@@ -216,7 +216,7 @@ def preprocess(
             )
     if len(set(names)) != len(names):
         raise ConfigError(f"stages: names must be unique, got {names}")
-    source = JsonlSource(cfg.sources)
+    source = open_source(cfg.sources)
     if len(source) == 0:
         raise ConfigError(f"sources: {', '.join(cfg.sources)} hold no records; nothing to cache")
     dtype = token_dtype(recipe.tokenizer.vocab_size, [recipe.media.image_token_id])

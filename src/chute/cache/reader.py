@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from chute._internal.remote import absolute
 from chute.cache.finalize import read_chunk
 from chute.cache.fingerprint import differences, mismatch, source_changes
 from chute.cache.layout import CACHE_FORMAT, FORMAT_VERSION, Layout, read_json
@@ -263,7 +264,7 @@ class Cache:
             from chute.sources import expand_paths
 
             cfg = recipe.resolved()
-            paths = [os.path.abspath(p) for p in expand_paths(cfg.sources)]
+            paths = [absolute(p) for p in expand_paths(cfg.sources)]
             sources = differences(self._paths, paths, "sources")
             recipe = cfg.recipe
         if isinstance(recipe, Mapping):

@@ -26,7 +26,7 @@ PathLike = str | os.PathLike[str]
 
 
 def as_source(source: Any) -> Any:
-    """``source`` itself, a cache (a cache directory), or a ``JsonlSource`` over paths."""
+    """``source`` itself, a cache (a cache directory), or a source over paths (JSON or Parquet)."""
     if isinstance(source, str | os.PathLike):
         from chute.cache import is_cache_dir, open_cache
 
@@ -37,9 +37,9 @@ def as_source(source: Any) -> Any:
         and source
         and all(isinstance(s, str | os.PathLike) for s in source)
     ):
-        from chute.sources import JsonlSource
+        from chute.sources import open_source
 
-        return JsonlSource(source)
+        return open_source(source)
     if not (hasattr(source, "__len__") and hasattr(source, "__getitem__")):
         raise ConfigError(
             f"source must be a JsonlSource, a path or list of paths, a cache, or a map-style "
