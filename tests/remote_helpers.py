@@ -18,6 +18,11 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from chute import RemoteOptions
+
+# Short timeouts and backoff: the fault tests wait for them.
+FAST = RemoteOptions(timeout=2.0, retries=2, backoff=0.01)
+
 # Fake credentials: moto accepts any. Tests check these strings never appear in any output.
 ACCESS_KEY = "AKIACHUTETESTKEY0001"
 SECRET_KEY = "chute-secret-key-never-printed-7f3a"
