@@ -150,4 +150,4 @@ def _print(r: dict[str, Any]) -> None:
             typer.echo(f"\n{kind}:")
             for example in r["examples"].get(kind, []):
                 typer.echo(f"  {example}")
-        typer.echo(f"\nrejected records: {Path(r['path']) / 'rejects.jsonl'}")
+        typer.echo(f"\nrejected records: {r['path'].rstrip('/')}/rejects.jsonl")
