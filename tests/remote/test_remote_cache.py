@@ -12,6 +12,7 @@ import hashlib
 from pathlib import Path
 
 import numpy as np
+import orjson
 import pytest
 
 from cache_helpers import config, write_alpaca, write_tokenizer
@@ -119,3 +120,36 @@ def test_damaged_remote_chunk_and_a_rebuild_at_the_same_url(
     rebuilt = open_cache(out)  # a new build: the reader's mirror is cleared, not reused
     assert rebuilt.recipe_config().recipe.max_length == 96 and len(rebuilt) == 292
     assert max(int(rebuilt[i]["length"]) for i in range(len(rebuilt))) <= 96
+
+
+def test_pixels_stage_of_a_remote_cache(s3: Bucket, tmp_path: Path, tok: Path) -> None:
+    """--pixels with a remote --out: the store goes up after the chunks, before the manifest."""
+    from PIL import Image
+
+    rng = np.random.default_rng(0)
+    (tmp_path / "img").mkdir()
+    for name, (w, h) in {"a.png": (64, 48), "b.png": (40, 80)}.items():
+        Image.fromarray(rng.integers(0, 255, (h, w, 3), dtype=np.uint8)).save(
+            tmp_path / "img" / name
+        )
+    rows = [
+        {
+            "images": [f"img/{n}"],
+            "messages": [
+                {"role": "user", "content": "<image>What?"},
+                {"role": "assistant", "content": "A."},
+            ],
+        }
+        for n in ("a.png", "b.png", "a.png")
+    ]
+    data = tmp_path / "d.jsonl"
+    data.write_text("".join(orjson.dumps(r).decode() + "\n" for r in rows))
+    cfg = config(data, tok, image_tokens=16)
+    report = preprocess(cfg, out=s3.url("px"), pixels={"size": 32})
+    assert report.to_json()["stage_outputs"]["pixels"]["images"] == 2
+    keys = s3.keys("px/pixels/")
+    assert "px/pixels/manifest.json" in keys and len(keys) > 1
+    cache = open_cache(s3.url("px"))
+    assert len(cache.pixels) == 2
+    batch = next(iter(Loader(cache, batch_size=3, shuffle=False, world=World(0, 1))))
+    assert batch["pixel_values"].shape[0] == 3

@@ -161,7 +161,7 @@ class RecipeConfig:
                 "tokenizer": os.path.abspath(self.tokenizer),
                 "template": template,
                 "media_root": root,
-                "media_allowed_roots": [os.path.abspath(p) for p in self.media_allowed_roots],
+                "media_allowed_roots": [absolute(p) for p in self.media_allowed_roots],
             }
         )
 

@@ -292,6 +292,18 @@ class Cache:
 
         return media_stage_from_options(self._stages()["pixels"]["options"], store)
 
+    def media_paths(self) -> Any:
+        """The media roots of the recipe that built the cache (``chute.media.MediaPaths``).
+
+        A Loader over the cache fetches images under remote roots with them.
+        """
+        from chute.media.paths import MediaPaths
+
+        r = self.recipe_config().recipe
+        return MediaPaths(
+            r.media_root, allow_urls=r.allow_urls, allowed_roots=r.media_allowed_roots
+        )
+
     def _stages(self) -> dict[str, Any]:
         return self.manifest["fingerprint"].get("stages", {})
 

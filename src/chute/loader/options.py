@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 from pathlib import Path
 from typing import Any
@@ -106,6 +107,18 @@ def media_stage_for(media: Any, recipe: Any, collate: Any, source: Any = None) -
                 f"the cache with its options. ({exc})"
             ) from None
     stage = stage.bind(recipe)
+    if (
+        stage.remote is None
+        and stage.fetch is None
+        and callable(getattr(source, "media_paths", None))
+    ):
+        # over a cache, without the recipe: images under its remote media roots are fetched
+        # (a local root missing on this machine is no error here: its images are in the cache's
+        # pixel store, or their absence is a counted skip at load time)
+        from chute.media.remote import RemoteMedia
+
+        with contextlib.suppress(ConfigError, OSError):
+            stage = dataclasses.replace(stage, remote=RemoteMedia(source.media_paths()))
     return stage, collate if isinstance(collate, MediaCollate) else MediaCollate(collate)
 
 
