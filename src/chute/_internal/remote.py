@@ -154,7 +154,7 @@ class RemoteOptions:
     timeout: float = 30.0
     retries: int = 5
     backoff: float = 0.5
-    block_size: int = 256 * 1024
+    block_size: int = 64 * 1024
     cache_bytes: int = 64 << 20
     readahead: int = 8 << 20
 

@@ -11,7 +11,8 @@ of each group (no scan, no conversion). Record ``i`` is row ``i - start`` of row
 Records are ``Record.from_data`` dicts with provenance ``path:row`` (the row counting from 1,
 as lines do), and go through the same format adapters as JSON records. Random access costs one
 row-group read per group not in the cache: keep row groups small (the Hub's are 100 to 1,000
-rows) or build a token cache once (``chute preprocess``), which reads groups in order.
+rows), give the decoded-group cache room (``cache_bytes``), or build a token cache once
+(``chute preprocess``), which reads groups in order.
 
 A file that changes while the source is open raises ``SourceChanged``: local files are checked
 (size and mtime) before each row-group read; remote ones are read through ``RemoteFile``'s
@@ -104,8 +105,9 @@ class ParquetSource(FileSource):
         paths: a path, a glob, a URL or URL glob (``hf://datasets/org/name/data/train-*``),
             or a list of them; files keep the given order, each glob sorted.
         remote: timeouts, retries and block cache for URLs (``RemoteOptions``).
-        cached_groups: decoded row groups kept per file and process (random access reads a
-            whole group; neighbours in the same group are then free).
+        cache_bytes: decoded row groups kept per process, in bytes of Arrow data (random access
+            reads a whole group; the other rows of a cached group are then free). At least one
+            group is kept, however large.
     """
 
     kind = "parquet"
@@ -115,20 +117,19 @@ class ParquetSource(FileSource):
         paths: PathLike | Sequence[PathLike],
         *,
         remote: RemoteOptions | None = None,
-        cached_groups: int = 2,
+        cache_bytes: int = 256 << 20,
     ):
         self.remote = remote or DEFAULT_OPTIONS
         self.paths = expand_paths(paths, self.remote)
-        self.cached_groups = max(1, int(cached_groups))
+        self.cache_bytes = int(cache_bytes)
         self.files = [open_parquet(p, self.remote) for p in self.paths]
         self._starts = np.cumsum([0] + [len(f) for f in self.files], dtype=np.int64)
         self._readers: list[_Reader] = self._open_readers()
 
     def _open_readers(self) -> list[_Reader]:
         blocks = block_cache(self.remote) if any(f.remote for f in self.files) else None
-        return [
-            _Reader(f.path, f.identity, self.remote, blocks, self.cached_groups) for f in self.files
-        ]
+        groups = _GroupCache(self.cache_bytes)
+        return [_Reader(f.path, f.identity, self.remote, blocks, groups) for f in self.files]
 
     # -- size and identity ------------------------------------------------------------------
 
@@ -194,8 +195,34 @@ class ParquetSource(FileSource):
         self._readers = self._open_readers()
 
 
+class _GroupCache:
+    """Decoded row groups of a source's files, least recently used out past ``capacity`` bytes."""
+
+    def __init__(self, capacity: int):
+        self.capacity = capacity
+        self.tables: OrderedDict[tuple[str, int], Any] = OrderedDict()
+        self.bytes = 0
+
+    def get(self, key: tuple[str, int]) -> Any:
+        table = self.tables.get(key)
+        if table is not None:
+            self.tables.move_to_end(key)
+        return table
+
+    def put(self, key: tuple[str, int], table: Any) -> None:
+        self.tables[key] = table
+        self.bytes += table.nbytes
+        while self.bytes > self.capacity and len(self.tables) > 1:
+            _, old = self.tables.popitem(last=False)
+            self.bytes -= old.nbytes
+
+    def clear(self) -> None:
+        self.tables.clear()
+        self.bytes = 0
+
+
 class _Reader:
-    """One Parquet file opened in this process, with its last decoded row groups."""
+    """One Parquet file opened in this process; decoded groups go to the source's cache."""
 
     def __init__(
         self,
@@ -203,14 +230,13 @@ class _Reader:
         identity: FileIdentity | RemoteIdentity,
         options: RemoteOptions,
         blocks: BlockCache | None,
-        cached_groups: int = 2,
+        groups: _GroupCache | None = None,
     ):
         self.path, self.identity, self.options, self.blocks = path, identity, options, blocks
-        self.cached_groups = cached_groups
+        self._groups = groups if groups is not None else _GroupCache(0)
         self._file: Any = None
         self._handle: Any = None
         self._pid = -1
-        self._groups: OrderedDict[int, Any] = OrderedDict()
 
     def file(self) -> Any:
         if self._file is not None and self._pid == os.getpid():
@@ -237,7 +263,6 @@ class _Reader:
                 f"{self.path}: not a readable Parquet file ({type(exc).__name__}: {exc})"
             ) from None
         self._pid = os.getpid()
-        self._groups.clear()
         return self._file
 
     def _check(self) -> None:
@@ -253,7 +278,7 @@ class _Reader:
     def group(self, g: int) -> Any:
         """Row group ``g`` as an Arrow table (from the cache, or read now)."""
         f = self.file()
-        table = self._groups.get(g)
+        table = self._groups.get((self.path, g))
         if table is None:
             try:
                 table = f.read_row_group(g)
@@ -263,11 +288,7 @@ class _Reader:
                 raise SourceError(
                     f"{self.path}: row group {g} cannot be read ({type(exc).__name__}: {exc})"
                 ) from None
-            self._groups[g] = table
-            while len(self._groups) > self.cached_groups:
-                self._groups.popitem(last=False)
-        else:
-            self._groups.move_to_end(g)
+            self._groups.put((self.path, g), table)
         return table
 
     def __del__(self) -> None:
