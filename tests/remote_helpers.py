@@ -91,7 +91,7 @@ class Bucket:
     def get(self, key: str) -> bytes:
         return bytes(self.client.get_object(Bucket=self.name, Key=key)["Body"].read())
 
-    def keys(self, prefix: str = "") -> list[str]:
+    def list_keys(self, prefix: str = "") -> list[str]:
         pages = self.client.get_paginator("list_objects_v2").paginate(
             Bucket=self.name, Prefix=prefix
         )

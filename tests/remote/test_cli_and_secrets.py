@@ -16,12 +16,12 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import yaml
-from cache_helpers import write_alpaca, write_tokenizer
-from remote_helpers import ACCESS_KEY, FAST, SECRET_KEY, Bucket, FaultProxy
 from typer.testing import CliRunner
 
+from cache_helpers import write_alpaca, write_tokenizer
 from chute import JsonlSource, RemoteError, open_cache
 from chute.cli import app
+from remote_helpers import ACCESS_KEY, FAST, SECRET_KEY, Bucket, FaultProxy
 
 pytestmark = pytest.mark.timeout(180)
 runner = CliRunner()
@@ -110,7 +110,7 @@ def test_cli_over_s3_and_no_credential_anywhere(
     assert not any(s in text for s in SECRETS)
     assert no_secret_in_tree(cache_dir) > 3  # indexes and the cache's local mirror
     assert no_secret_in_tree(tmp_path) > 3
-    for key in s3.keys():
+    for key in s3.list_keys():
         assert not any(s.encode() in s3.get(key) for s in SECRETS), key
     stored = yaml.safe_load(s3.get("cache/config.yaml"))
     assert stored["sources"] == [url]

@@ -49,7 +49,7 @@ def test_preprocess_to_s3_writes_the_local_build(
     remote = preprocess(cfg, out=s3.url("caches/run1"), workers=2)
     assert remote.finalized and remote.path == s3.url("caches/run1")
     assert remote.manifest["data_digest"] == local.manifest["data_digest"]
-    keys = s3.keys("caches/run1/")
+    keys = s3.list_keys("caches/run1/")
     assert "caches/run1/manifest.json" in keys and "caches/run1/config.yaml" in keys
     for name in ("000000.arrow", "000004.json", "000000.rejects.jsonl"):
         assert sha(s3.get(f"caches/run1/chunks/{name}")) == sha(
@@ -72,7 +72,7 @@ def test_ranks_share_only_the_bucket_and_the_manifest_comes_last(
     out = s3.url("shared")
     with pytest.raises(CacheError, match="waited .* for 2 chunk"):
         preprocess(cfg, out=out, shard="0/2", wait_timeout=0.2)
-    assert "shared/manifest.json" not in s3.keys("shared/")
+    assert "shared/manifest.json" not in s3.list_keys("shared/")
     with pytest.raises(CacheError, match="not complete: 3 of 5 chunks are committed"):
         open_cache(out)
     # rank 1 on "another machine": its own local cache, only the bucket in common
@@ -147,7 +147,7 @@ def test_pixels_stage_of_a_remote_cache(s3: Bucket, tmp_path: Path, tok: Path) -
     cfg = config(data, tok, image_tokens=16)
     report = preprocess(cfg, out=s3.url("px"), pixels={"size": 32})
     assert report.to_json()["stage_outputs"]["pixels"]["images"] == 2
-    keys = s3.keys("px/pixels/")
+    keys = s3.list_keys("px/pixels/")
     assert "px/pixels/manifest.json" in keys and len(keys) > 1
     cache = open_cache(s3.url("px"))
     assert len(cache.pixels) == 2
