@@ -134,3 +134,14 @@ def test_index_of_a_remote_empty_array_and_an_object(s3: Bucket) -> None:
     assert len(open_index(s3.put("e.json", b"[]"))) == 0
     with pytest.raises(Exception, match="one JSON object spanning several lines"):
         open_index(s3.put("o.json", b'{\n"a": 1\n}\n'))
+
+
+def test_plain_https_style_urls_read_with_range_requests(s3: Bucket, s3_server) -> None:  # type: ignore[no-untyped-def]
+    """An http(s):// URL (here moto's plain endpoint, which needs no signature) works the same."""
+    pytest.importorskip("aiohttp", reason="http(s):// needs aiohttp (chute[http])")
+    body = b"".join(b'{"n": %d}\n' % i for i in range(300))
+    s3.client.put_object(Bucket=s3.name, Key="d.jsonl", Body=body, ACL="public-read")
+    url = f"{s3_server.endpoint}/{s3.name}/d.jsonl"
+    src = JsonlSource(url, remote=FAST)
+    assert len(src) == 300 and src[299].data == {"n": 299} and src.files[0].remote
+    assert src.fingerprint()["files"][0]["path"] == url

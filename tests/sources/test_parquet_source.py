@@ -136,3 +136,22 @@ def test_pickles_without_tables(tmp_path: Path) -> None:
     blob = pickle.dumps(src)
     assert len(blob) < 4000  # no decoded row group travels to a worker
     assert pickle.loads(blob)[49].line == 50
+
+
+@pytest.mark.shared_data
+def test_preprocess_from_parquet_matches_json(shared_data: Path, tmp_path: Path) -> None:
+    from chute import open_cache, preprocess
+
+    alpaca_parquet(shared_data, tmp_path / "a.parquet", row_group_size=300)
+    recipe = {"tokenizer": str(shared_data / QWEN), "template": "qwen3", "max_length": 256}
+    cache = {"chunk_size": 400, "workers": 1}
+    preprocess(
+        sources=[str(tmp_path / "a.parquet")], recipe=recipe, cache=cache, out=tmp_path / "p"
+    )
+    json_src = str(shared_data / LF / "alpaca_en_demo.json")
+    preprocess(sources=[json_src], recipe=recipe, cache=cache, out=tmp_path / "j")
+    p, j = open_cache(tmp_path / "p"), open_cache(tmp_path / "j")
+    assert len(p) == len(j) == 999
+    assert np.array_equal(p.lengths, j.lengths)
+    assert all(np.array_equal(p[i]["input_ids"], j[i]["input_ids"]) for i in (0, 500, 998))
+    assert p[7]["path"].endswith("a.parquet") and p[7]["line"] == 8

@@ -219,9 +219,12 @@ class RemoteFile:
             self.options,
         )
         details = getattr(f, "details", None)
+        now = None
         if isinstance(details, dict) and (expected.etag or expected.version):
-            now = identity_from_info(details)  # what the open itself saw: no second request
-        else:
+            seen = identity_from_info(details)  # what the open itself saw: no second request
+            if seen.etag is not None or seen.version is not None:
+                now = seen  # (some backends' file objects keep only the size: ask again)
+        if now is None:
             now = self.identity(refresh=True)
         if not _same(expected, now):
             raise SourceChanged(

@@ -258,14 +258,14 @@ def filesystem(protocol: str, options: RemoteOptions = DEFAULT_OPTIONS) -> Any:
     # The key holds the storage environment too, so a changed endpoint or profile (or a test
     # pointing at another server) gets a new client; the values never leave this dict.
     env = tuple(sorted((k, v) for k, v in os.environ.items() if k.startswith(_ENV_PREFIXES)))
-    key = (os.getpid(), protocol, options.timeout, env)
+    cls = _filesystem_class(protocol)  # in the key: a backend registered later replaces it
+    key = (os.getpid(), protocol, cls, options.timeout, env)
     fs = _FILESYSTEMS.get(key)
     if fs is not None:
         return fs
     with _FS_LOCK:
         fs = _FILESYSTEMS.get(key)
         if fs is None:
-            cls = _filesystem_class(protocol)
             fs = cls(skip_instance_cache=True, **_settings(protocol, options))
             if protocol in ("s3", "s3a"):
                 fs.retries = 1  # s3fs's own retry loop (a class attribute): chute retries
