@@ -36,6 +36,7 @@ _EXPORTS: dict[str, str] = {
     "FingerprintMismatch": "chute.errors",
     "LoaderTimeout": "chute.errors",
     "LockstepError": "chute.errors",
+    "RemoteError": "chute.errors",
     "SampleError": "chute.errors",
     "SourceChanged": "chute.errors",
     "SourceError": "chute.errors",
@@ -62,7 +63,10 @@ _EXPORTS: dict[str, str] = {
     "RandomPlanner": "chute.plan",
     "Recipe": "chute.recipe",
     "JsonlSource": "chute.sources",
+    "ParquetSource": "chute.sources",
     "Record": "chute.sources",
+    "RemoteOptions": "chute.sources",
+    "open_source": "chute.sources",
     "JinjaTemplate": "chute.templates",
     "get_template": "chute.templates",
     "Tokenizer": "chute.tokenize",
@@ -99,6 +103,7 @@ __all__ = [
     "Message",
     "PackedCollate",
     "PackedPlanner",
+    "ParquetSource",
     "Part",
     "PixelStore",
     "Plan",
@@ -107,6 +112,8 @@ __all__ = [
     "RandomPlanner",
     "Recipe",
     "Record",
+    "RemoteError",
+    "RemoteOptions",
     "SampleError",
     "SourceChanged",
     "SourceError",
@@ -119,6 +126,7 @@ __all__ = [
     "lengths_of",
     "load_tokenizer",
     "open_cache",
+    "open_source",
     "preprocess",
     "sniff_format",
 ]
@@ -148,6 +156,7 @@ if TYPE_CHECKING:  # static analysers and IDEs see the real names
         FingerprintMismatch,
         LoaderTimeout,
         LockstepError,
+        RemoteError,
         SampleError,
         SourceChanged,
         SourceError,
@@ -175,7 +184,7 @@ if TYPE_CHECKING:  # static analysers and IDEs see the real names
     )
     from chute.recipe import Recipe
     from chute.sample import Conversation, ErrorBudget, Message, Part
-    from chute.sources import JsonlSource, Record
+    from chute.sources import JsonlSource, ParquetSource, Record, RemoteOptions, open_source
     from chute.templates import JinjaTemplate, get_template
     from chute.tokenize import Tokenizer, load_tokenizer
     from chute.world import World

@@ -17,7 +17,7 @@ from chute.cli._options import OutputArgs, RecipeArgs, output_options, recipe_op
 from chute.cli._output import emit_json, fail, guarded, progress_bar, table
 from chute.errors import ConfigError
 from chute.lengths import Lengths, lengths_of
-from chute.sources import JsonlSource
+from chute.sources import open_source
 from chute.stats import padding_stats
 
 
@@ -49,7 +49,7 @@ def load_lengths(
                 f"out --tokenizer and the other recipe options"
             )
         return lengths_of(open_cache(caches[0], verify_sources=False))
-    source = JsonlSource(paths, cache_dir=cache_dir)
+    source = open_source(paths, cache_dir=cache_dir)
     with progress_bar(len(source), "lengths", unit="rec", enabled=show_progress) as bar:
         return lengths_of(source, recipe, workers=workers, cache_dir=cache_dir, progress=bar.update)
 

@@ -29,7 +29,7 @@ from chute.errors import ConfigError
 from chute.formats import FormatReader, FormatSpec
 from chute.media.check import MediaCheck
 from chute.recipe.validate import ValidationReport, check_json_object, validate_source
-from chute.sources import JsonlSource
+from chute.sources import open_source
 from chute.sources.record import Record
 
 
@@ -126,7 +126,7 @@ def validate(
             )
             check = FormatCheck(spec)
             described = f"format {spec.name}"
-    source = JsonlSource(paths, cache_dir=cache_dir)
+    source = open_source(paths, cache_dir=cache_dir)
     with progress_bar(len(source), "validating", unit="rec", enabled=output.progress) as bar:
         report = validate_source(
             source, check, workers=workers, rejects=rejects, progress=bar.update
