@@ -55,7 +55,7 @@ def load_lengths(
 
 
 @guarded
-@recipe_options(exclude=("max_length", "overflow"))
+@recipe_options(exclude=("max_length", "overflow", "truncation", "stride"))
 @output_options
 def stats(
     paths: list[str] = typer.Argument(
