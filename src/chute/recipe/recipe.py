@@ -371,14 +371,25 @@ class Recipe:
         conv = self._reader(data)
         return self._finish(self._fit(conv, self._encode(conv, path), path), path, line, index)
 
-    def _encode(self, conv: Conversation, path: str | None, side: str | None = None) -> Encoded:
+    def _encode(
+        self,
+        conv: Conversation,
+        path: str | None,
+        side: str | None = None,
+        prompts: dict[str, list[int]] | None = None,
+    ) -> Encoded:
         rendered = self.template.render(conv, self._ctx)
         if side is not None:  # preference: trained from the response's start to the end
             rendered = response_rendered(rendered, side)
         slots = self.media.slots(rendered.media, path) if rendered.media else None
         enc = encode(rendered, self.tokenizer, self.media.tokens, slots, self.media.guard)
         if side is not None and rendered.spans:
-            prompt = self.tokenizer.encode(rendered.text[: rendered.spans[0][0]])
+            text = rendered.text[: rendered.spans[0][0]]
+            prompt = None if prompts is None else prompts.get(text)
+            if prompt is None:  # both sides of a pair share it: encoded once
+                prompt = self.tokenizer.encode(text)
+                if prompts is not None:
+                    prompts[text] = prompt
             enc = train_after_prompt(enc, prompt)
         return enc
 
@@ -409,8 +420,10 @@ class Recipe:
         pair = read_pair(data, self._reader)
         chosen = mark_response(pair.chosen, pair.responses[0])
         rejected = mark_response(pair.rejected, pair.responses[1])
+        prompts: dict[str, list[int]] = {}
         sides = share_prompt(
-            self._encode(chosen, path, "chosen"), self._encode(rejected, path, "rejected")
+            self._encode(chosen, path, "chosen", prompts),
+            self._encode(rejected, path, "rejected", prompts),
         )
         limit = self.max_length
         if (
@@ -423,8 +436,10 @@ class Recipe:
             if starts:
 
                 def attempt(k: int) -> tuple[bool, tuple[Encoded, Encoded]]:
-                    c = self._encode(without_exchanges(chosen, starts, k), path, "chosen")
-                    r = self._encode(without_exchanges(rejected, starts, k), path, "rejected")
+                    c = self._encode(without_exchanges(chosen, starts, k), path, "chosen", prompts)
+                    r = self._encode(
+                        without_exchanges(rejected, starts, k), path, "rejected", prompts
+                    )
                     return max(len(c.ids), len(r.ids)) <= cap, share_prompt(c, r)
 
                 sides = fewest_dropped(len(starts), attempt)
