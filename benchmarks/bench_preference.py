@@ -41,9 +41,7 @@ def main() -> None:
     rows = orjson.loads((SHARED_DATA / "llama-factory" / "dpo_en_demo.json").read_bytes())
     rows = rows * args.repeat
     pairs = [orjson.dumps(r) for r in rows]
-    chosen = [
-        orjson.dumps({"conversations": [*r["conversations"], r["chosen"]]}) for r in rows
-    ]
+    chosen = [orjson.dumps({"conversations": [*r["conversations"], r["chosen"]]}) for r in rows]
     both = [
         orjson.dumps({"conversations": [*r["conversations"], r[side]]})
         for r in rows

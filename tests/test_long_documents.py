@@ -317,3 +317,17 @@ def test_a_cache_of_a_split_recipe_holds_the_same_windows(
     loader = Loader(tmp_path / "cache", recipe, batch_size=8, plan="packed", world=World(0, 1))
     seen = [i for b in loader for i in b["sample_ids"].tolist()]
     assert sorted(seen) == list(range(len(cache)))
+
+
+def test_elastic_resume_over_windows(docs: Path) -> None:
+    from chute.testing import check_elastic
+
+    recipe = split_recipe(stride=1)
+
+    def make(world: World) -> Loader:
+        return Loader(docs, recipe, batch_size=2, plan="packed", world=world, seed=7,
+                      max_bad_fraction=None)  # fmt: skip
+
+    consumed, delivered = check_elastic(make, old_world_size=2, new_world_size=3, steps=2)
+    valid = make(World(0, 1)).source.lengths.valid_ids().tolist()
+    assert sorted([*consumed.tolist(), *delivered.tolist()]) == valid

@@ -344,3 +344,15 @@ def test_preference_refuses_images_for_now(tmp_path: Path) -> None:
               "rejected": {"role": "assistant", "content": "b"}}  # fmt: skip
     with pytest.raises(ConfigError, match="preference data with images is not supported yet"):
         recipe.process(record, path=str(tmp_path / "d.jsonl"))
+
+
+def test_elastic_resume_over_pairs(pairs: Path) -> None:
+    from chute.testing import check_elastic
+
+    recipe = pair_recipe(max_length=256)
+
+    def make(world: World) -> Loader:
+        return Loader(pairs, recipe, batch_size=3, plan="grouped", world=world, seed=4)
+
+    consumed, delivered = check_elastic(make, old_world_size=3, new_world_size=2, steps=2)
+    assert sorted([*consumed.tolist(), *delivered.tolist()]) == list(range(40))

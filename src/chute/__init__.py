@@ -26,6 +26,9 @@ _EXPORTS: dict[str, str] = {
     "preprocess": "chute.cache",
     "Collate": "chute.collate",
     "PackedCollate": "chute.collate",
+    "PreferenceCollate": "chute.collate",
+    "PackedPreferenceCollate": "chute.collate",
+    "KTOCollate": "chute.collate",
     "Conversation": "chute.sample",
     "Message": "chute.sample",
     "Part": "chute.sample",
@@ -94,6 +97,7 @@ __all__ = [
     "ImageTransform",
     "JinjaTemplate",
     "JsonlSource",
+    "KTOCollate",
     "Lengths",
     "Loader",
     "LoaderTimeout",
@@ -103,11 +107,13 @@ __all__ = [
     "Message",
     "PackedCollate",
     "PackedPlanner",
+    "PackedPreferenceCollate",
     "ParquetSource",
     "Part",
     "PixelStore",
     "Plan",
     "Planner",
+    "PreferenceCollate",
     "PreprocessConfig",
     "RandomPlanner",
     "Recipe",
@@ -147,7 +153,14 @@ def __dir__() -> list[str]:
 
 if TYPE_CHECKING:  # static analysers and IDEs see the real names
     from chute.cache import Cache, PreprocessConfig, open_cache, preprocess
-    from chute.collate import Collate, MediaCollate, PackedCollate
+    from chute.collate import (
+        Collate,
+        KTOCollate,
+        MediaCollate,
+        PackedCollate,
+        PackedPreferenceCollate,
+        PreferenceCollate,
+    )
     from chute.errors import (
         CacheError,
         ChuteError,

@@ -160,3 +160,38 @@ def test_stats_report_modality_grouping() -> None:
     text_only = padding_stats(Lengths(np.arange(1, 100, dtype=np.int32)), max_length=64,
                               batch_size=4)  # fmt: skip
     assert "grouped_by_modality" not in text_only["plans"]
+
+
+def test_a_cache_without_a_recipe_gets_its_recipes_default_stage() -> None:
+    from chute.loader.options import _cache_image_rule, _default_stage
+
+    def cache(image_tokens: int, rule: dict | None) -> object:
+        fingerprint = {"recipe": {"media": {"image_tokens": rule}}}
+        return type(
+            "C", (), {"manifest": {"image_tokens": image_tokens, "fingerprint": fingerprint}}
+        )()
+
+    assert _cache_image_rule(cache(0, {"rule": "fixed", "tokens": 576})) is None  # text only
+    stage = _default_stage(None, cache(5760, {"rule": "fixed", "tokens": 576}))
+    assert stage.image.output_size == (336, 336)
+    dynamic = {"rule": "dynamic", "patch_size": 14, "merge_size": 2, "min_pixels": 3136,
+               "max_pixels": 1003520}  # fmt: skip
+    assert isinstance(_default_stage(None, cache(99, dynamic)).image, DynamicResolution)
+
+
+def test_chute_stats_reports_batches_of_one_modality(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from chute.cli import app
+
+    rows = [
+        {"input_ids": [1] * (5 + i % 40), "num_image_tokens": 4 * (i % 3 == 0)} for i in range(90)
+    ]
+    path = tmp_path / "tokens.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    args = ["stats", str(path), "--max-length", "64", "--batch-size", "4", "--world-size", "2"]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    assert "grouped_by_modality" in result.output and "batch(es) mix samples" in result.output
+    out = json.loads(CliRunner().invoke(app, [*args, "--json"]).stdout)
+    assert out["plans"]["grouped_by_modality"]["mixed_batches"] <= 2 * 2

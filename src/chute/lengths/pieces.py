@@ -104,7 +104,7 @@ class Pieces:
         if lengths.pieces is None:
             raise ValueError("Pieces needs per-piece lengths (split_lengths)")
         self.source = source
-        self.lengths = lengths
+        self.lengths: Lengths | None = lengths
         self.table: PieceTable = lengths.pieces
 
     def __len__(self) -> int:
@@ -116,6 +116,13 @@ class Pieces:
         if isinstance(item, Record):
             return item.with_window(window)
         return Windowed(item, window)
+
+    def __getstate__(self) -> dict[str, Any]:
+        # DataLoader workers only locate pieces: the per-piece lengths stay in the main process
+        return {"source": self.source, "lengths": None, "table": self.table}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
 
     def fingerprint(self) -> dict[str, Any]:
         """The source's fingerprint and the split (what a resume state must match)."""
