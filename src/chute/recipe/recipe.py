@@ -55,7 +55,7 @@ from chute.recipe.preference import (
     share_prompt,
     train_after_prompt,
 )
-from chute.recipe.truncate import TRUNCATION, exchange_starts, fewest_dropped, without_exchanges
+from chute.recipe.truncate import TRUNCATION, check_policies, drop_exchanges
 from chute.recipe.windows import (
     Windowed,
     check_stride,
@@ -73,6 +73,7 @@ __all__ = ["OVERFLOW", "RECIPE_VERSION", "TASKS", "TRUNCATION", "Recipe"]
 # Bump when the same inputs would give different samples (the cache keys on it).
 RECIPE_VERSION = 2
 OVERFLOW = ("truncate", "drop", "split")
+SIDES = ("chosen", "rejected")
 # where a record came from: path, line, index, window
 _Where = tuple[str | None, int | None, int | None, int | None]
 
@@ -191,7 +192,7 @@ class Recipe:
             )
         if overflow not in OVERFLOW:
             raise ConfigError(f"overflow: expected one of {', '.join(OVERFLOW)}, got {overflow!r}")
-        _check_policies(max_length, overflow, truncation, task)
+        check_policies(max_length, overflow, truncation, task)
         self.truncation = truncation
         self.stride = check_stride(stride, max_length, overflow)
         self.task = task
@@ -396,59 +397,42 @@ class Recipe:
     def _fit(self, conv: Conversation, enc: Encoded, path: str | None, keep: int = 0) -> Encoded:
         """``max_length`` applied (``turns`` first drops earliest exchanges; see truncate.py)."""
         limit = self.max_length
-        if (
+        if self._drops_turns(enc) and conv.kind == "chat" and limit is not None:
+            side = "completion" if keep else None
+            shorter = drop_exchanges(
+                [conv], keep, limit, lambda cs: (self._encode(cs[0], path, side),)
+            )
+            enc = shorter[0] if shorter else enc
+        return fit_length(enc, limit, self.overflow, self.truncation)
+
+    def _drops_turns(self, *encoded: Encoded) -> bool:
+        limit = self.max_length
+        return (
             self.truncation == "turns"
             and limit is not None
-            and len(enc.ids) > limit
-            and conv.kind == "chat"
-        ):
-            starts = exchange_starts(conv, keep)
-            if starts:
-                side = "completion" if keep else None
-
-                def attempt(k: int) -> tuple[bool, Encoded]:
-                    shorter = self._encode(without_exchanges(conv, starts, k), path, side)
-                    return len(shorter.ids) <= limit, shorter
-
-                enc = fewest_dropped(len(starts), attempt)
-                enc.truncated = True
-        return fit_length(enc, limit, self.overflow, self.truncation)
+            and max(len(e.ids) for e in encoded) > limit
+        )
 
     def _pair(
         self, data: Any, path: str | None, line: int | None, index: int | None
     ) -> dict[str, Any]:
         pair = read_pair(data, self._reader)
-        chosen = mark_response(pair.chosen, pair.responses[0])
-        rejected = mark_response(pair.rejected, pair.responses[1])
-        prompts: dict[str, list[int]] = {}
-        sides = share_prompt(
-            self._encode(chosen, path, "chosen", prompts),
-            self._encode(rejected, path, "rejected", prompts),
-        )
-        limit = self.max_length
-        if (
-            limit is not None
-            and max(len(e.ids) for e in sides) > limit
-            and self.truncation == "turns"
-        ):
-            starts = exchange_starts(chosen, pair.responses[0])
-            cap = limit
-            if starts:
+        convs = [mark_response(pair.chosen, pair.responses[0])]
+        convs.append(mark_response(pair.rejected, pair.responses[1]))
+        prompts: dict[str, list[int]] = {}  # both sides' prompt, encoded once
 
-                def attempt(k: int) -> tuple[bool, tuple[Encoded, Encoded]]:
-                    c = self._encode(without_exchanges(chosen, starts, k), path, "chosen", prompts)
-                    r = self._encode(
-                        without_exchanges(rejected, starts, k), path, "rejected", prompts
-                    )
-                    return max(len(c.ids), len(r.ids)) <= cap, share_prompt(c, r)
+        def encode_both(cs: list[Conversation]) -> tuple[Encoded, Encoded]:
+            c, r = (self._encode(c, path, s, prompts) for c, s in zip(cs, SIDES, strict=True))
+            return share_prompt(c, r)
 
-                sides = fewest_dropped(len(starts), attempt)
-                for e in sides:
-                    e.truncated = True
-        chosen_enc, rejected_enc = (
-            fit_length(e, limit, self.overflow, self.truncation) for e in sides
+        sides: tuple[Encoded, ...] = encode_both(convs)
+        if self._drops_turns(*sides) and self.max_length is not None:
+            keep = pair.responses[0]
+            sides = drop_exchanges(convs, keep, self.max_length, encode_both) or sides
+        chosen, rejected = (
+            fit_length(e, self.max_length, self.overflow, self.truncation) for e in sides
         )
-        return {**pair_sample(chosen_enc, rejected_enc), "index": index, "path": path, "line": line}
+        return {**pair_sample(chosen, rejected), "index": index, "path": path, "line": line}
 
     def _finish(
         self, enc: Encoded, path: str | None, line: int | None, index: int | None
@@ -534,31 +518,6 @@ class Recipe:
             + (f", task={self.task!r}" if self.task != "sft" else "")
             + ")"
         )
-
-
-def _check_policies(max_length: int | None, overflow: str, truncation: Any, task: Any) -> None:
-    if truncation not in TRUNCATION:
-        raise ConfigError(
-            f"truncation: expected one of {', '.join(TRUNCATION)}, got {truncation!r}"
-        )
-    if truncation != "right" and overflow != "truncate":
-        raise ConfigError(
-            f"truncation={truncation!r} says which part a cut keeps; it needs "
-            f"overflow='truncate' (got overflow={overflow!r})"
-        )
-    if task not in TASKS:
-        raise ConfigError(f"task: expected one of {', '.join(TASKS)}, got {task!r}")
-    if overflow == "split":
-        if max_length is None:
-            raise ConfigError(
-                "overflow='split' cuts documents into windows of max_length tokens; set "
-                "max_length (e.g. max_length=4096)"
-            )
-        if task != "sft":
-            raise ConfigError(
-                f"overflow='split' cuts one sequence into windows; task={task!r} keeps a "
-                f"response with its prompt: use overflow='truncate' or 'drop'"
-            )
 
 
 def _jsonable(value: Any) -> Any:

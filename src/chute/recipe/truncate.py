@@ -21,12 +21,22 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import TypeVar
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
 
+from chute.errors import ConfigError
+from chute.recipe.encode import Encoded
+from chute.recipe.preference import TASKS
 from chute.sample.conversation import Conversation
 
-__all__ = ["TRUNCATION", "exchange_starts", "fewest_dropped", "without_exchanges"]
+__all__ = [
+    "TRUNCATION",
+    "check_policies",
+    "drop_exchanges",
+    "exchange_starts",
+    "fewest_dropped",
+    "without_exchanges",
+]
 
 TRUNCATION = ("right", "left", "turns")
 T = TypeVar("T")
@@ -72,3 +82,56 @@ def fewest_dropped(count: int, attempt: Callable[[int], tuple[bool, T]]) -> T:
     if best is not None:
         return best[1]
     return attempt(count)[1]
+
+
+def drop_exchanges(
+    convs: Sequence[Conversation],
+    keep: int,
+    limit: int,
+    encode: Callable[[list[Conversation]], tuple[Encoded, ...]],
+) -> tuple[Encoded, ...] | None:
+    """The encodings of ``convs`` with the fewest earliest exchanges dropped so all fit.
+
+    ``convs`` share their prompt (one conversation, or a preference pair's two sides): the same
+    exchanges are dropped from each. ``keep``: the last messages (a response) never cut.
+    ``encode(convs) -> encodings``. ``None`` when there is no exchange to drop; the results are
+    marked ``truncated``.
+    """
+    starts = exchange_starts(convs[0], keep)
+    if not starts:
+        return None
+
+    def attempt(k: int) -> tuple[bool, tuple[Encoded, ...]]:
+        encoded = encode([without_exchanges(c, starts, k) for c in convs])
+        return max(len(e.ids) for e in encoded) <= limit, encoded
+
+    out = fewest_dropped(len(starts), attempt)
+    for enc in out:
+        enc.truncated = True
+    return out
+
+
+def check_policies(max_length: int | None, overflow: str, truncation: Any, task: Any) -> None:
+    """Refuse ``truncation`` / ``task`` values and combinations that cannot work together."""
+    if truncation not in TRUNCATION:
+        raise ConfigError(
+            f"truncation: expected one of {', '.join(TRUNCATION)}, got {truncation!r}"
+        )
+    if truncation != "right" and overflow != "truncate":
+        raise ConfigError(
+            f"truncation={truncation!r} says which part a cut keeps; it needs "
+            f"overflow='truncate' (got overflow={overflow!r})"
+        )
+    if task not in TASKS:
+        raise ConfigError(f"task: expected one of {', '.join(TASKS)}, got {task!r}")
+    if overflow == "split":
+        if max_length is None:
+            raise ConfigError(
+                "overflow='split' cuts documents into windows of max_length tokens; set "
+                "max_length (e.g. max_length=4096)"
+            )
+        if task != "sft":
+            raise ConfigError(
+                f"overflow='split' cuts one sequence into windows; task={task!r} keeps a "
+                f"response with its prompt: use overflow='truncate' or 'drop'"
+            )
