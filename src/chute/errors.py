@@ -21,6 +21,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
+from chute._internal.spelling import key
+
 __all__ = [
     "SAMPLE_ERROR_KINDS",
     "CacheError",
@@ -30,6 +32,7 @@ __all__ = [
     "FingerprintMismatch",
     "LoaderTimeout",
     "LockstepError",
+    "MissingDependency",
     "RejectTally",
     "SampleError",
     "SourceChanged",
@@ -44,7 +47,38 @@ class ChuteError(Exception):
 
 
 class ConfigError(ChuteError, ValueError):
-    """An argument or config value is invalid; the message names it, its value and the fix."""
+    """An argument or config value is invalid; the message names it, its value and the fix.
+
+    Args:
+        message: what is wrong and the fix. Parameters inside it are written with
+            ``chute._internal.spelling`` (``key``, ``setting``), never spelled by hand, so the
+            CLI says ``--media-root`` and a config ``recipe.media_root`` where Python says
+            ``media_root``.
+        param: the parameter at fault (its Python name); the message is then prefixed with it,
+            in the current spelling, and ``exc.param`` names it for programs.
+
+    Example:
+        >>> str(ConfigError("expected a positive integer, got 0", param="max_length"))
+        'max_length: expected a positive integer, got 0'
+    """
+
+    def __init__(self, message: str, *, param: str | None = None):
+        self.param = param
+        super().__init__(f"{key(param)}: {message}" if param else message)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # the text is rendered already (in the spelling of the process that raised it)
+        return (_rebuild_config_error, (type(self), str(self), self.param))
+
+
+def _rebuild_config_error(cls: type[ConfigError], text: str, param: str | None) -> ConfigError:
+    error = cls(text)
+    error.param = param
+    return error
+
+
+class MissingDependency(ChuteError, ImportError):
+    """An optional package a feature needs is not installed; the message says how to get it."""
 
 
 class SourceError(ChuteError):

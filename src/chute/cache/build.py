@@ -35,7 +35,8 @@ from typing import Any
 import numpy as np
 import orjson
 
-from chute.cache.config import PreprocessConfig, load_config
+from chute._internal.spelling import spelled_as
+from chute.cache.config import CONFIG, PreprocessConfig, load_config
 from chute.cache.fingerprint import build_fingerprint, sources_fingerprint
 from chute.cache.layout import CACHE_FORMAT, FORMAT_VERSION, Layout, sweep_temps
 from chute.cache.pool import run_chunks
@@ -140,6 +141,7 @@ def parse_shard(value: str | tuple[int, int] | None) -> World | None:
     return World(rank=int(i), world_size=int(n))
 
 
+@spelled_as(CONFIG)
 def preprocess(
     config: PreprocessConfig | Mapping[str, Any] | str | os.PathLike[str] | None = None,
     *,
@@ -202,7 +204,9 @@ def preprocess(
         cfg = load_config(cfg, [f"stages.pixels={orjson.dumps(merged).decode()}"])
     target = out if out is not None else cfg.out
     if target is None:
-        raise ConfigError("out: no output directory; pass --out DIR (or out: in the config)")
+        raise ConfigError(
+            "no output directory; pass --out DIR (or out: in the config)", param="out"
+        )
     cfg = cfg.resolved()
     world = parse_shard(shard) or World.detect()
     layout = Layout(os.path.abspath(target))
@@ -212,13 +216,16 @@ def preprocess(
     for name in names:
         if not isinstance(name, str) or not name.isidentifier() or name == "chunks":
             raise ConfigError(
-                f"stages: a stage's name must be an identifier other than 'chunks', got {name!r}"
+                f"a stage's name must be an identifier other than 'chunks', got {name!r}",
+                param="stages",
             )
     if len(set(names)) != len(names):
-        raise ConfigError(f"stages: names must be unique, got {names}")
+        raise ConfigError(f"names must be unique, got {names}", param="stages")
     source = JsonlSource(cfg.sources)
     if len(source) == 0:
-        raise ConfigError(f"sources: {', '.join(cfg.sources)} hold no records; nothing to cache")
+        raise ConfigError(
+            f"{', '.join(cfg.sources)} hold no records; nothing to cache", param="sources"
+        )
     dtype = token_dtype(recipe.tokenizer.vocab_size, [recipe.media.image_token_id])
     chunk_size = cfg.cache.chunk_size
     plan = {

@@ -48,24 +48,27 @@ _HEARTBEAT_SECONDS = 5.0
 def prepare_dir(layout: Layout, overwrite: bool, world: World) -> None:
     root = layout.root
     if root.exists() and not root.is_dir():
-        raise ConfigError(f"out: {root} exists and is not a directory")
+        raise ConfigError(f"{root} exists and is not a directory", param="out")
     foreign = not layout.is_empty_or_absent() and not layout.looks_like_cache()
     if foreign:
         raise ConfigError(
-            f"out: {root} is not empty and holds no chute cache; choose a new or empty "
-            f"directory (chute never deletes files it did not write)"
+            f"{root} is not empty and holds no chute cache; choose a new or empty "
+            f"directory (chute never deletes files it did not write)",
+            param="out",
         )
     if overwrite and layout.looks_like_cache():
         if world.world_size > 1:
             raise ConfigError(
-                "overwrite: not with several ranks (each would delete what the others write); "
-                f"delete {root} once before launching them, or run one rank with --overwrite"
+                "not with several ranks (each would delete what the others write); "
+                f"delete {root} once before launching them, or run one rank with --overwrite",
+                param="overwrite",
             )
         _delete(layout)
     if not layout.plan.is_file() and _has_chunks(layout):
         raise ConfigError(
-            f"out: {root} holds chunk files but no plan.json (an interrupted --overwrite?); "
-            f"they cannot be trusted: run again with --overwrite"
+            f"{root} holds chunk files but no plan.json (an interrupted --overwrite?); "
+            f"they cannot be trusted: run again with --overwrite",
+            param="out",
         )
     layout.chunks.mkdir(parents=True, exist_ok=True)
 

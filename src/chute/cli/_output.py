@@ -11,7 +11,9 @@ import orjson
 import typer
 from tqdm import tqdm
 
+from chute._internal.spelling import spelling
 from chute._internal.tables import table
+from chute.cli._options import FLAGS
 from chute.errors import ChuteError
 
 __all__ = ["emit_json", "fail", "handle_errors", "progress_bar", "table"]
@@ -46,10 +48,14 @@ def fail(message: str, code: int = 2) -> typer.Exit:
 
 @contextlib.contextmanager
 def handle_errors() -> Iterator[None]:
-    """Turn chute's errors into one clear line on stderr and exit code 2, not a traceback."""
+    """Turn chute's errors into one clear line on stderr and exit code 2, not a traceback.
+
+    Inside, errors name parameters by their flags (``--media-root``, not ``media_root=``).
+    """
     try:
-        yield
-    except ChuteError as exc:
+        with spelling(FLAGS):
+            yield
+    except ChuteError as exc:  # MissingDependency (torch, an extra) included
         raise fail(str(exc)) from None
 
 

@@ -25,12 +25,11 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterator
-from concurrent.futures import ProcessPoolExecutor
 from typing import Any
 
 import numpy as np
 
-from chute._internal.pools import pool_context
+from chute._internal.pools import process_pool
 from chute.errors import RejectTally, as_sample_error
 from chute.lengths.base import STATUS_OK, STATUS_REJECTED, STATUS_TRUNCATED
 
@@ -96,12 +95,7 @@ def _run(
         for lo, hi in bounds:
             yield _chunk(source, recipe, lo, hi)
         return
-    with ProcessPoolExecutor(
-        max_workers=min(workers, len(bounds)),
-        mp_context=pool_context(),
-        initializer=_init_worker,
-        initargs=(source, recipe),
-    ) as pool:
+    with process_pool(min(workers, len(bounds)), _init_worker, (source, recipe)) as pool:
         yield from pool.map(_chunk_in_worker, bounds)
 
 

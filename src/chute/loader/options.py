@@ -100,10 +100,11 @@ def media_stage_for(media: Any, recipe: Any, collate: Any, source: Any = None) -
             stage = dataclasses.replace(stage, store=pixels)
         except ConfigError as exc:
             raise ConfigError(
-                f"media: the cache {source.root} holds images pre-decoded for another transform "
+                f"the cache {source.root} holds images pre-decoded for another transform "
                 f"than this media stage's. Leave media= out to use the cache's transform, pass "
                 f"MediaStage(..., store=False) to decode every image with this one, or rebuild "
-                f"the cache with its options. ({exc})"
+                f"the cache with its options. ({exc})",
+                param="media",
             ) from None
     stage = stage.bind(recipe)
     return stage, collate if isinstance(collate, MediaCollate) else MediaCollate(collate)

@@ -36,7 +36,6 @@ import hashlib
 import json
 import os
 from collections.abc import Iterable
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -44,7 +43,7 @@ from typing import Any
 import numpy as np
 
 from chute._internal.files import atomic_file
-from chute._internal.pools import pool_context
+from chute._internal.pools import process_pool
 from chute.errors import ConfigError, SampleError
 from chute.media.images import DecodeOptions, decode_image
 
@@ -113,8 +112,9 @@ def build_pixel_store(
     t0 = time.perf_counter()
     if not hasattr(transform, "prepare"):
         raise ConfigError(
-            "transform: a pixel store needs a transform with a geometry step (ImageTransform "
-            f"or DynamicResolution), got {type(transform).__name__}"
+            "a pixel store needs a transform with a geometry step (ImageTransform "
+            f"or DynamicResolution), got {type(transform).__name__}",
+            param="transform",
         )
     folder = Path(out)
     folder.mkdir(parents=True, exist_ok=True)
@@ -130,7 +130,7 @@ def build_pixel_store(
     if workers == 1 or len(tasks) <= 1:
         results = [_write_chunk(*t) for t in tasks]
     else:
-        with ProcessPoolExecutor(min(workers, len(tasks)), mp_context=pool_context()) as pool:
+        with process_pool(min(workers, len(tasks))) as pool:
             results = list(pool.map(_write_chunk_task, tasks))
     rows: list[tuple[Any, ...]] = []
     failures: list[dict[str, Any]] = []
@@ -219,8 +219,9 @@ class PixelStore:
         manifest = self.path / "manifest.json"
         if not manifest.is_file():
             raise ConfigError(
-                f"store: {self.path} holds no complete pixel store (no manifest.json); build "
-                f"one with chute.media.build_pixel_store(paths, transform, {str(self.path)!r})"
+                f"{self.path} holds no complete pixel store (no manifest.json); build "
+                f"one with chute.media.build_pixel_store(paths, transform, {str(self.path)!r})",
+                param="store",
             )
         self.manifest = json.loads(manifest.read_text())
         if (self.manifest.get("format"), self.manifest.get("version")) != (
@@ -228,9 +229,10 @@ class PixelStore:
             STORE_VERSION,
         ):
             raise ConfigError(
-                f"store: {self.path} is {self.manifest.get('format')} version "
+                f"{self.path} is {self.manifest.get('format')} version "
                 f"{self.manifest.get('version')}; this chute reads {STORE_FORMAT} version "
-                f"{STORE_VERSION}: rebuild it with build_pixel_store"
+                f"{STORE_VERSION}: rebuild it with build_pixel_store",
+                param="store",
             )
         self._index: np.ndarray | None = None
         self._paths: np.ndarray | None = None
@@ -251,8 +253,9 @@ class PixelStore:
             if (have or {}).get(k) != (want or {}).get(k)
         ]
         raise ConfigError(
-            f"store: {self.path} was built with another transform ({'; '.join(diffs)}); "
-            f"rebuild it with build_pixel_store(paths, transform, {str(self.path)!r})"
+            f"{self.path} was built with another transform ({'; '.join(diffs)}); "
+            f"rebuild it with build_pixel_store(paths, transform, {str(self.path)!r})",
+            param="store",
         )
 
     def __len__(self) -> int:

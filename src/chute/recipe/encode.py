@@ -39,6 +39,7 @@ from typing import Any
 
 import numpy as np
 
+from chute._internal.spelling import key, setting
 from chute.errors import SampleError
 from chute.media.refs import MediaSlot
 from chute.templates.base import Rendered
@@ -189,8 +190,9 @@ def fit_length(enc: Encoded, max_length: int | None, overflow: str) -> Encoded:
         if overflow == "drop":
             raise SampleError(
                 "too_long",
-                f"{n} tokens, more than max_length={max_length} (overflow='drop'); raise "
-                f"max_length or use overflow='truncate'",
+                f"{n} tokens, more than {setting('max_length', max_length)} "
+                f"({setting('overflow', 'drop')}); raise {key('max_length')} or use "
+                f"{setting('overflow', 'truncate')}",
             )
         cut = max_length
         for item in enc.media:
@@ -207,10 +209,10 @@ def fit_length(enc: Encoded, max_length: int | None, overflow: str) -> Encoded:
     # Trained labels are token ids (>= 0); everything else is IGNORE (-100).
     if int(enc.labels.max(initial=IGNORE)) == IGNORE:
         if enc.truncated:
-            why = f"truncation to max_length={max_length} cut every trained token"
-            fix = "raise max_length, or use overflow='drop' to skip such samples"
+            why = f"truncation to {setting('max_length', max_length)} cut every trained token"
+            fix = f"raise {key('max_length')}, or use {setting('overflow', 'drop')} to skip such samples"
         else:
             why = "no token is trained (no assistant turn, or every turn has loss off)"
-            fix = "check the roles, or use train_on='all'"
+            fix = f"check the roles, or use {setting('train_on', 'all')}"
         raise SampleError("no_trainable_tokens", f"{why}; {fix}")
     return enc

@@ -22,7 +22,6 @@ import shutil
 import tempfile
 import time
 from collections.abc import Callable, Iterator
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -30,7 +29,7 @@ from typing import Any, BinaryIO
 import orjson
 
 from chute._internal.files import atomic_file
-from chute._internal.pools import pool_context
+from chute._internal.pools import process_pool
 from chute.errors import RejectTally, SampleError, as_sample_error
 from chute.sample.rejects import reject_entry
 from chute.sources.record import Record
@@ -139,12 +138,7 @@ def _run(
         for task in tasks:
             yield _check_chunk(source, check, *task)
         return
-    with ProcessPoolExecutor(
-        max_workers=min(workers, len(bounds)),
-        mp_context=pool_context(),
-        initializer=_init_worker,
-        initargs=(source, check),
-    ) as pool:
+    with process_pool(min(workers, len(bounds)), _init_worker, (source, check)) as pool:
         yield from pool.map(_check_chunk_in_worker, tasks)
 
 

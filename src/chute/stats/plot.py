@@ -16,6 +16,8 @@ import itertools
 import os
 from typing import Any
 
+from chute.errors import MissingDependency
+
 __all__ = ["plot_stats", "require_matplotlib"]
 
 
@@ -27,7 +29,7 @@ def require_matplotlib() -> Any:
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError as exc:
-        raise ImportError(
+        raise MissingDependency(
             f"chute stats --plot draws with matplotlib, which is an optional extra: "
             f"pip install 'chute[plot]' (import failed: {exc})"
         ) from exc
