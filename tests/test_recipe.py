@@ -365,7 +365,7 @@ def test_image_configuration_errors(pics: Path) -> None:
     llava = Recipe(tokenizer=tok, template="vicuna", image_tokens=576)
     with pytest.raises(
         ConfigError,
-        match="image token '<image>' is not in the tokenizer's vocabulary; pass image_token_id=",
+        match="image token '<image>' is not in the tokenizer's vocabulary; pass image_token_id ",
     ):
         llava.process(mm_record("img/a.png"), path=data_path)
     # LLaVA's original convention: one -200 per image, split text around "<image>".

@@ -21,7 +21,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from chute._internal.spelling import key
+from chute._internal.spelling import spell
 
 __all__ = [
     "SAMPLE_ERROR_KINDS",
@@ -51,7 +51,7 @@ class ConfigError(ChuteError, ValueError):
 
     Args:
         message: what is wrong and the fix. Parameters inside it are written with
-            ``chute._internal.spelling`` (``key``, ``setting``), never spelled by hand, so the
+            ``chute._internal.spelling`` (``spell``, ``spell_set``), never spelled by hand, so the
             CLI says ``--media-root`` and a config ``recipe.media_root`` where Python says
             ``media_root``.
         param: the parameter at fault (its Python name); the message is then prefixed with it,
@@ -64,7 +64,7 @@ class ConfigError(ChuteError, ValueError):
 
     def __init__(self, message: str, *, param: str | None = None):
         self.param = param
-        super().__init__(f"{key(param)}: {message}" if param else message)
+        super().__init__(f"{spell(param)}: {message}" if param else message)
 
     def __reduce__(self) -> tuple[Any, ...]:
         # the text is rendered already (in the spelling of the process that raised it)

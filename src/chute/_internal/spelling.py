@@ -3,18 +3,18 @@
 The same option reaches chute three ways: ``Recipe(media_root=...)`` in Python,
 ``--media-root`` on the command line, ``recipe.media_root`` in a preprocessing config. An error
 should name it the way the user wrote it. Messages therefore never spell a parameter
-themselves; they call ``key("media_root")`` or ``setting("image_tokens", 576)``, which write
+themselves; they call ``spell("media_root")`` or ``spell_set("image_tokens", 576)``, which write
 it in the *current spelling*. Python is the default; a front end sets its own for the duration
 of a call (``with spelling(FLAGS): ...``), and process pools carry it into their workers
 (``chute._internal.pools``), so a message built anywhere in the job reads the same.
 
 Example:
-    >>> key("media_root"), setting("image_tokens", "qwen2-vl")
+    >>> spell("media_root"), spell_set("image_tokens", "qwen2-vl")
     ('media_root', "image_tokens='qwen2-vl'")
     >>> flags = Spelling("cli", {"media_root": "--media-root", "image_tokens": "--image-tokens"},
     ...                  assign=" ", quote=False)
     >>> with spelling(flags):
-    ...     key("media_root"), setting("image_tokens", "qwen2-vl"), key("video_tokens")
+    ...     spell("media_root"), spell_set("image_tokens", "qwen2-vl"), spell("video_tokens")
     ('--media-root', '--image-tokens qwen2-vl', 'video_tokens')
 """
 
@@ -32,11 +32,11 @@ __all__ = [
     "PYTHON",
     "Spelling",
     "current_spelling",
-    "key",
-    "setting",
+    "spell",
+    "spell_set",
+    "spell_value",
     "spelled_as",
     "spelling",
-    "value",
 ]
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -121,16 +121,16 @@ def spelled_as(how: Spelling) -> Callable[[F], F]:
     return decorate
 
 
-def key(param: str) -> str:
+def spell(param: str) -> str:
     """``param`` as the current front end writes it (``media_root``, ``--media-root``...)."""
     return _CURRENT.get().key(param)
 
 
-def setting(param: str, value: Any) -> str:
+def spell_set(param: str, value: Any) -> str:
     """``param`` set to ``value`` (``max_length=4096``, ``--max-length 4096``...)."""
     return _CURRENT.get().setting(param, value)
 
 
-def value(value: Any) -> str:
+def spell_value(value: Any) -> str:
     """A value as the current front end writes it (``'qwen2-vl'`` in Python, else bare)."""
     return _CURRENT.get().value(value)

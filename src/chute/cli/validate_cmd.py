@@ -28,6 +28,7 @@ from chute.cli._output import emit_json, guarded, progress_bar, table
 from chute.errors import ConfigError
 from chute.formats import FormatReader, FormatSpec
 from chute.media.check import MediaCheck
+from chute.recipe.outcome import SampleCheck
 from chute.recipe.validate import ValidationReport, check_json_object, validate_source
 from chute.sources import JsonlSource
 from chute.sources.record import Record
@@ -109,8 +110,9 @@ def validate(
     check: Any = check_json_object
     described = "JSON objects"
     if recipe.tokenizer is not None:
-        check = recipe.build()
-        described = repr(check)
+        built = recipe.build()
+        described = repr(built)
+        check = SampleCheck(built)  # judged as stats, preprocess and the Loader judge it
         if decode:
             check = MediaCheck(check)
             described += ", media decoded"

@@ -138,10 +138,11 @@ class _Say:
 
 def _validate(source: Any, recipe: Any, result: DemoResult, say: _Say, out: Path) -> None:
     from chute.media.check import MediaCheck
+    from chute.recipe.outcome import SampleCheck
     from chute.recipe.validate import validate_source
 
     say.step("Validate every record in parallel: the recipe, and every image decoded in full")
-    report = validate_source(source, MediaCheck(recipe), rejects=out / "rejects.jsonl")
+    report = validate_source(source, MediaCheck(SampleCheck(recipe)), rejects=out / "rejects.jsonl")
     result.rejected = dict(report.tally.counts)
     say(f"{report.valid:,} valid, {report.rejected} rejected in {report.seconds:.2f} s")
     say(

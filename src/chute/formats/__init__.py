@@ -34,7 +34,7 @@ import itertools
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from chute._internal.spelling import key
+from chute._internal.spelling import spell
 from chute.errors import ConfigError, SampleError
 from chute.formats.alpaca import convert_alpaca
 from chute.formats.chat import convert_chat
@@ -173,13 +173,13 @@ def sniff_format(records: Iterable[Any], limit: int = 16) -> str:
     if not seen:
         names = ", ".join(f for f in FORMAT_NAMES if f != "auto")
         raise ConfigError(
-            f"none of the first {n} records matches a known format; pass {key('format')} one "
-            f"of {names} (with {key('columns')} for custom keys)",
+            f"none of the first {n} records matches a known format; pass {spell('format')} one "
+            f"of {names} (with {spell('columns')} for custom keys)",
             param="format",
         )
     counts = ", ".join(f"{n} ({c})" for n, c in sorted(seen.items()))
     raise ConfigError(
-        f"the first records look like different formats: {counts}; pass {key('format')}",
+        f"the first records look like different formats: {counts}; pass {spell('format')}",
         param="format",
     )
 

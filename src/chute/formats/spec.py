@@ -24,7 +24,7 @@ from typing import Any
 
 import orjson
 
-from chute._internal.spelling import key, setting
+from chute._internal.spelling import spell, spell_set
 from chute.errors import ConfigError
 
 __all__ = ["COLUMN_KEYS", "FORMAT_NAMES", "TAG_KEYS", "FormatSpec", "ResolvedSpec", "lookup"]
@@ -169,12 +169,12 @@ class FormatSpec:
                     what == "placeholders" and value is None
                 ):
                     raise ConfigError(
-                        f"{key(what)}[{name!r}]: expected a non-empty string, got {value!r}"
+                        f"{spell(what)}[{name!r}]: expected a non-empty string, got {value!r}"
                     )
         if self.name == "auto" and (self.columns or self.tags):
             raise ConfigError(
-                f"{key('columns')}/{key('tags')} need an explicit format: pass "
-                f"{setting('format', 'alpaca')}, sharegpt, messages or text together with them"
+                f"{spell('columns')}/{spell('tags')} need an explicit format: pass "
+                f"{spell_set('format', 'alpaca')}, sharegpt, messages or text together with them"
             )
         # Freeze into plain dicts so the spec pickles and compares by value.
         object.__setattr__(self, "columns", dict(self.columns))

@@ -106,7 +106,9 @@ def lengths_of(
     key, describe = lengths_key(source, recipe) if cache else (None, {})
     if key is None:
         out, kinds, tally = compute_lengths(source, recipe, workers=workers, progress=progress)
-        return Lengths(out[0], out[1], out[2], kinds=tuple(kinds), tally=tally)
+        return Lengths(
+            out[0], out[1], out[2], kinds=tuple(kinds), tally=tally, first_trained=out[3]
+        )
     hit = read_cached(key, cache_dir)
     if hit is not None:
         return hit

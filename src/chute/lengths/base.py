@@ -28,11 +28,13 @@ import numpy as np
 
 from chute.errors import ConfigError, RejectTally
 
-__all__ = ["STATUS_OK", "STATUS_REJECTED", "STATUS_TRUNCATED", "Lengths"]
+__all__ = ["ROWS", "STATUS_OK", "STATUS_REJECTED", "STATUS_TRUNCATED", "Lengths"]
 
 STATUS_OK = 0
 STATUS_TRUNCATED = 1
 STATUS_REJECTED = 2  # and up: STATUS_REJECTED + k is a reject of kind ``kinds[k]``
+# Rows of a lengths pass's array: length, image_tokens, status, first_trained.
+ROWS = 4
 
 
 @dataclass
@@ -49,6 +51,9 @@ class Lengths:
         kinds: reject kinds, by code.
         tally: rejected records by kind with ``path:line`` examples.
         key: the cache key the arrays were stored under (``None``: not cached).
+        first_trained: per sample, the position of its first trained token (its length when
+            none is), so a later ``max_length`` is decided as the recipe would
+            (``chute.recipe.outcome.overflow_outcome``); ``None``: unknown (taken as 0).
     """
 
     length: np.ndarray
@@ -57,6 +62,7 @@ class Lengths:
     kinds: tuple[str, ...] = ()
     tally: RejectTally = field(default_factory=RejectTally)
     key: str | None = None
+    first_trained: np.ndarray | None = None
     _fingerprint: dict[str, Any] | None = field(default=None, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -69,7 +75,7 @@ class Lengths:
         if length.size and int(length.max()) >= 2**31:
             raise ConfigError(f"a sample length of {int(length.max())} tokens exceeds int32")
         self.length = length if length.dtype == np.int32 else length.astype(np.int32)
-        for name in ("image_tokens", "status"):
+        for name in ("image_tokens", "status", "first_trained"):
             value = getattr(self, name)
             if value is not None and len(value) != len(self.length):
                 raise ConfigError(

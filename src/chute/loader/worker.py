@@ -29,13 +29,8 @@ from chute.collate.packed import row_sample_ids
 from chute.errors import SampleError, as_sample_error
 from chute.loader.transport import share_one_storage
 from chute.loader.watchdog import SampleTimeout, Watchdog
-from chute.sample.contract import (
-    as_tokenized,
-    bad_values,
-    check_sample,
-    describe_item,
-    location_of,
-)
+from chute.recipe.outcome import sample_of
+from chute.sample.contract import bad_values, describe_item, location_of
 from chute.sample.rejects import reject_entry
 from chute.sources.record import Record
 
@@ -164,7 +159,7 @@ class BatchBuilder:
         ids = task.ids
         report = BatchReport(task.epoch, task.step, len(ids))
         source, dog = self.source, self._watchdog
-        convert = self.recipe if self.recipe is not None else as_tokenized
+        recipe = self.recipe
         spans = task.spans
         media = self.media
         samples: list[dict[str, Any]] = []
@@ -177,7 +172,7 @@ class BatchBuilder:
                 try:
                     with dog:
                         item = source[index]
-                        sample = check_sample(convert(item))
+                        sample = sample_of(recipe, item)  # as every entry point judges it
                         if media is not None:
                             sample = media(sample)
                         if spans is not None:

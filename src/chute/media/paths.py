@@ -37,7 +37,7 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-from chute._internal.spelling import key
+from chute._internal.spelling import spell
 from chute.errors import ConfigError, SampleError
 
 __all__ = ["INLINE", "REMOTE", "MediaPaths", "is_remote"]
@@ -133,8 +133,8 @@ class MediaPaths:
                 "unsafe_path",
                 f"{source} resolves to {real}, outside the media root {real_root} ({why} "
                 f"there); media references must stay inside their root: set "
-                f"{key('media_root')} to the folder the dataset's paths are relative to, or name "
-                f"the target's folder in {key('media_allowed_roots')}",
+                f"{spell('media_root')} to the folder the dataset's paths are relative to, or name "
+                f"the target's folder in {spell('media_allowed_roots')}",
             )
         return real
 

@@ -18,7 +18,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
-from chute._internal.spelling import key, setting, value
+from chute._internal.spelling import spell, spell_set, spell_value
 from chute.errors import ConfigError, SampleError
 from chute.media.images import DEFAULT_MAX_PIXELS
 from chute.media.paths import MediaPaths, is_remote
@@ -86,7 +86,7 @@ class MediaPlan:
             not isinstance(image_token_id, int) or isinstance(image_token_id, bool)
         ):
             raise ConfigError(
-                f"expected an integer, got {value(image_token_id)}", param="image_token_id"
+                f"expected an integer, got {spell_value(image_token_id)}", param="image_token_id"
             )
         self.image_token_id = image_token_id
         self.paths = MediaPaths(media_root, allow_urls=allow_urls, allowed_roots=allowed_roots)
@@ -97,7 +97,7 @@ class MediaPlan:
             or max_image_pixels < 1
         ):
             raise ConfigError(
-                f"expected a positive integer, got {value(max_image_pixels)}",
+                f"expected a positive integer, got {spell_value(max_image_pixels)}",
                 param="max_image_pixels",
             )
         self.max_image_pixels = max_image_pixels
@@ -154,7 +154,7 @@ class MediaPlan:
                 if count is None:
                     raise ConfigError(
                         f"the data has {part.kind}s ({part.value}) but no token count per "
-                        f"{part.kind} is set; pass {setting(f'{part.kind}_tokens', 'N')} (a "
+                        f"{part.kind} is set; pass {spell_set(f'{part.kind}_tokens', 'N')} (a "
                         f"fixed count, or the header-counting rule's fields)",
                         param=f"{part.kind}_tokens",
                     )
@@ -169,9 +169,9 @@ class MediaPlan:
         rule = self.image_rule
         if rule is None:
             raise ConfigError(
-                f"the data has images but image tokens are turned off ({value(None)}); pass "
-                f"{setting('image_tokens', 576)} (LLaVA-1.5), 256 (Qwen-VL), "
-                f"{value('qwen2-vl')} (from each image's size) or {value('auto')} (the default)",
+                f"the data has images but image tokens are turned off ({spell_value(None)}); pass "
+                f"{spell_set('image_tokens', 576)} (LLaVA-1.5), 256 (Qwen-VL), "
+                f"{spell_value('qwen2-vl')} (from each image's size) or {spell_value('auto')} (the default)",
                 param="image_tokens",
             )
         dynamic = isinstance(rule, DynamicImageTokens)
@@ -191,7 +191,7 @@ class MediaPlan:
             raise SampleError(
                 "image_missing",
                 f"{resolved}: no such file (relative paths resolve against {where}; set "
-                f"{key('media_root')} if they are relative to another folder)",
+                f"{spell('media_root')} if they are relative to another folder)",
             )
         if dynamic:
             w, h = image_size(resolved)
@@ -222,13 +222,13 @@ class MediaPlan:
         token_id = self.tokenizer.token_to_id(token)
         if token_id is None:
             fix = (
-                f"pass {key(option)} (LLaVA's original code uses -200)"
+                f"pass {spell(option)} (LLaVA's original code uses -200)"
                 if option
                 else "use a tokenizer that has it"
             )
             raise ConfigError(
                 f"{kind} token {token!r} is not in the tokenizer's vocabulary; {fix}, or name "
-                f"the token with {key('image_token')}"
+                f"the token with {spell('image_token')}"
             )
         return token_id
 
@@ -277,7 +277,7 @@ def _count_or_none(count: Any, name: str) -> Any:
         return count
     if not isinstance(count, int) or isinstance(count, bool) or count < 1:
         raise ConfigError(
-            f"expected a positive number of tokens or {value(None)}, got {value(count)}",
+            f"expected a positive number of tokens or {spell_value(None)}, got {spell_value(count)}",
             param=name,
         )
     return count

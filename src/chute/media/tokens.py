@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from chute._internal.spelling import value as spelled
+from chute._internal.spelling import spell_value
 from chute.errors import ConfigError
 from chute.media.sizes import qwen2vl_grid
 
@@ -43,7 +43,7 @@ class FixedImageTokens:
     def __post_init__(self) -> None:
         if not isinstance(self.tokens, int) or isinstance(self.tokens, bool) or self.tokens < 1:
             raise ConfigError(
-                f"expected a positive number of tokens per image, got {spelled(self.tokens)} "
+                f"expected a positive number of tokens per image, got {spell_value(self.tokens)} "
                 f"(LLaVA-1.5: 576, Qwen-VL: 256)",
                 param="image_tokens",
             )
@@ -120,7 +120,7 @@ def image_tokens_rule(value: Any) -> FixedImageTokens | DynamicImageTokens | Non
         return value
     if isinstance(value, bool):
         raise ConfigError(
-            f"expected a count, a preset or a rule, got {spelled(value)}", param="image_tokens"
+            f"expected a count, a preset or a rule, got {spell_value(value)}", param="image_tokens"
         )
     if isinstance(value, int):
         return FixedImageTokens(value)
@@ -130,7 +130,7 @@ def image_tokens_rule(value: Any) -> FixedImageTokens | DynamicImageTokens | Non
         if value in _PRESETS:
             return _PRESETS[value]
         raise ConfigError(
-            f"unknown preset {spelled(value)}; use a count (e.g. 576), auto, one of "
+            f"unknown preset {spell_value(value)}; use a count (e.g. 576), auto, one of "
             f"{', '.join(_PRESETS)}, or the fields of a dynamic rule (patch_size, merge_size, "
             f"min_pixels, max_pixels)",
             param="image_tokens",

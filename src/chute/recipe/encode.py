@@ -39,9 +39,16 @@ from typing import Any
 
 import numpy as np
 
-from chute._internal.spelling import key, setting
+from chute._internal.spelling import spell, spell_set
 from chute.errors import SampleError
 from chute.media.refs import MediaSlot
+from chute.recipe.outcome import (
+    NOTHING_TRAINED,
+    TOO_LONG,
+    TRUNCATED,
+    first_trained,
+    overflow_outcome,
+)
 from chute.templates.base import Rendered
 from chute.tokenize.base import Tokenizer
 
@@ -179,22 +186,36 @@ def _literal_media_token(
 
 
 def fit_length(enc: Encoded, max_length: int | None, overflow: str) -> Encoded:
-    """Apply ``max_length``: cut (never inside a media item) or reject.
+    """Apply ``max_length``: keep, cut (never inside a media item) or reject.
+
+    ``chute.recipe.outcome.overflow_outcome`` decides, as it does for ``chute stats``.
 
     Raises:
         SampleError: ``too_long`` (``overflow="drop"``); ``no_trainable_tokens`` when nothing is
             left to train on (checked with or without truncation).
     """
     n = len(enc.ids)
-    if max_length is not None and n > max_length:
-        if overflow == "drop":
-            raise SampleError(
-                "too_long",
-                f"{n} tokens, more than {setting('max_length', max_length)} "
-                f"({setting('overflow', 'drop')}); raise {key('max_length')} or use "
-                f"{setting('overflow', 'truncate')}",
+    outcome = overflow_outcome(n, first_trained(enc.labels), max_length, overflow)
+    if outcome == TOO_LONG:
+        raise SampleError(
+            "too_long",
+            f"{n} tokens, more than {spell_set('max_length', max_length)} "
+            f"({spell_set('overflow', 'drop')}); raise {spell('max_length')} or use "
+            f"{spell_set('overflow', 'truncate')}",
+        )
+    if outcome == NOTHING_TRAINED:
+        if max_length is not None and n > max_length:
+            why = f"truncation to {spell_set('max_length', max_length)} cut every trained token"
+            fix = (
+                f"raise {spell('max_length')}, or use {spell_set('overflow', 'drop')} to skip "
+                f"such samples"
             )
-        cut = max_length
+        else:
+            why = "no token is trained (no assistant turn, or every turn has loss off)"
+            fix = f"check the roles, or use {spell_set('train_on', 'all')}"
+        raise SampleError("no_trainable_tokens", f"{why}; {fix}")
+    if outcome == TRUNCATED:
+        cut = max_length if max_length is not None else n  # TRUNCATED: n > max_length
         for item in enc.media:
             start, end = item["span"]
             if start < cut < end:
@@ -206,13 +227,4 @@ def fit_length(enc: Encoded, max_length: int | None, overflow: str) -> Encoded:
             [m for m in enc.media if m["span"][1] <= cut],
             truncated=True,
         )
-    # Trained labels are token ids (>= 0); everything else is IGNORE (-100).
-    if int(enc.labels.max(initial=IGNORE)) == IGNORE:
-        if enc.truncated:
-            why = f"truncation to {setting('max_length', max_length)} cut every trained token"
-            fix = f"raise {key('max_length')}, or use {setting('overflow', 'drop')} to skip such samples"
-        else:
-            why = "no token is trained (no assistant turn, or every turn has loss off)"
-            fix = f"check the roles, or use {setting('train_on', 'all')}"
-        raise SampleError("no_trainable_tokens", f"{why}; {fix}")
     return enc

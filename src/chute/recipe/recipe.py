@@ -36,7 +36,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from chute._internal.spelling import key, value
+from chute._internal.spelling import spell, spell_value
 from chute.errors import ConfigError, SampleError
 from chute.formats import FormatReader, FormatSpec
 from chute.media.images import DEFAULT_MAX_PIXELS
@@ -140,8 +140,8 @@ class Recipe:
         if isinstance(format, FormatSpec):
             if columns or tags or placeholders:
                 raise ConfigError(
-                    f"{key('columns')}/{key('tags')}/{key('placeholders')}: put them in the "
-                    f"FormatSpec you pass as {key('format')}"
+                    f"{spell('columns')}/{spell('tags')}/{spell('placeholders')}: put them in the "
+                    f"FormatSpec you pass as {spell('format')}"
                 )
             self.format = format
         else:
@@ -155,16 +155,18 @@ class Recipe:
             not isinstance(max_length, int) or isinstance(max_length, bool) or max_length < 1
         ):
             raise ConfigError(
-                f"expected a positive integer or {value(None)}, got {value(max_length)}",
+                f"expected a positive integer or {spell_value(None)}, got {spell_value(max_length)}",
                 param="max_length",
             )
         if overflow not in OVERFLOW:
             raise ConfigError(
-                f"expected one of {', '.join(OVERFLOW)}, got {value(overflow)}", param="overflow"
+                f"expected one of {', '.join(OVERFLOW)}, got {spell_value(overflow)}",
+                param="overflow",
             )
         if system is not None and not isinstance(system, str):
             raise ConfigError(
-                f"expected a string or {value(None)}, got {type(system).__name__}", param="system"
+                f"expected a string or {spell_value(None)}, got {type(system).__name__}",
+                param="system",
             )
         self.max_length = max_length
         self.overflow = overflow

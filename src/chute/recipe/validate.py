@@ -1,9 +1,10 @@
 r"""Check every record of a source in parallel; count rejects by reason; write a rejects file.
 
 The check is any picklable callable ``check(record)`` that raises ``SampleError`` for a bad
-record. The default only parses JSON and requires an object; a ``Recipe`` is also a check (it
-raises on every kind of bad sample), so ``chute validate --format ... --tokenizer ...`` runs the
-real pipeline over the data.
+record. The default only parses JSON and requires an object; ``SampleCheck(recipe)`` judges each
+record as every other entry point does (``chute.recipe.outcome``: the recipe, then the sample
+contract), so ``chute validate --tokenizer ...`` counts what preprocess and the Loader count. A
+check that returns a sample marked ``truncated`` is counted in ``truncated``.
 
 Example:
     >>> import tempfile, pathlib
@@ -63,6 +64,7 @@ class ValidationReport:
 
     records: int = 0
     valid: int = 0
+    truncated: int = 0
     tally: RejectTally = field(default_factory=RejectTally)
     blank_lines: int = 0
     seconds: float = 0.0
@@ -76,6 +78,7 @@ class ValidationReport:
         return {
             "records": self.records,
             "valid": self.valid,
+            "truncated": self.truncated,
             "rejected": self.rejected,
             "blank_lines": self.blank_lines,
             "by_reason": dict(self.tally.counts),
@@ -110,8 +113,11 @@ def validate_source(
     report = ValidationReport(records=n, blank_lines=getattr(source, "blank_lines", 0))
     parts_dir = Path(tempfile.mkdtemp(prefix="chute-rejects-")) if rejects else None
     try:
-        for k, (valid, tally) in enumerate(_run(source, check, bounds, workers, parts_dir)):
+        for k, (valid, truncated, tally) in enumerate(
+            _run(source, check, bounds, workers, parts_dir)
+        ):
             report.valid += valid
+            report.truncated += truncated
             report.tally.merge(tally)
             if progress is not None:
                 progress(bounds[k][1] - bounds[k][0])
@@ -132,7 +138,7 @@ def validate_source(
 
 def _run(
     source: Any, check: Check, bounds: list[tuple[int, int]], workers: int, parts_dir: Path | None
-) -> Iterator[tuple[int, RejectTally]]:
+) -> Iterator[tuple[int, int, RejectTally]]:
     tasks = [(k, lo, hi, parts_dir) for k, (lo, hi) in enumerate(bounds)]
     if workers == 1 or len(bounds) <= 1:
         for task in tasks:
@@ -149,20 +155,22 @@ def _init_worker(source: Any, check: Check) -> None:
     _WORKER["source"], _WORKER["check"] = source, check
 
 
-def _check_chunk_in_worker(task: tuple[int, int, int, Path | None]) -> tuple[int, RejectTally]:
+def _check_chunk_in_worker(
+    task: tuple[int, int, int, Path | None],
+) -> tuple[int, int, RejectTally]:
     return _check_chunk(_WORKER["source"], _WORKER["check"], *task)
 
 
 def _check_chunk(
     source: Any, check: Check, k: int, lo: int, hi: int, parts_dir: Path | None
-) -> tuple[int, RejectTally]:
+) -> tuple[int, int, RejectTally]:
     tally = RejectTally()
-    valid = 0
+    valid = truncated = 0
     out: BinaryIO | None = None
     try:
         for record in source.records_between(lo, hi):
             try:
-                check(record)
+                result = check(record)
             except Exception as exc:
                 error = as_sample_error(exc, record.path, record.line)
                 tally.add(error)
@@ -172,7 +180,8 @@ def _check_chunk(
                     out.write(orjson.dumps(reject_entry(record, error)) + b"\n")
             else:
                 valid += 1
+                truncated += isinstance(result, dict) and bool(result.get("truncated"))
     finally:
         if out is not None:
             out.close()
-    return valid, tally
+    return valid, truncated, tally

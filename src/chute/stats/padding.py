@@ -6,12 +6,14 @@ every strategy over the same lengths and reports, per plan, the padding efficien
 truncated. It is what ``chute stats`` prints; the input is a ``Lengths`` however obtained (the
 lengths pass, the lengths cache, or a token cache), so other front ends can reuse it.
 
-Samples longer than ``max_length`` follow ``overflow``, the same for every plan: ``truncate``
-(they count as ``max_length`` tokens, and as truncated) or ``drop``. Rejected records are left
-out and counted by reason.
+Samples longer than ``max_length`` follow ``overflow``, the same for every plan and decided by
+the recipe's own rule (``chute.recipe.outcome.overflow_outcome``): ``truncate`` (they count as
+``max_length`` tokens, and as truncated; one whose every trained token lies past the cut is
+rejected as ``no_trainable_tokens``) or ``drop`` (rejected as ``too_long``). Rejected records
+are left out and counted by reason in ``rejected``, as ``chute validate`` counts them.
 
 Example:
-    >>> from chute.lengths import Lengths
+    >>> from chute.lengths import STATUS_TRUNCATED, Lengths
     >>> stats = padding_stats(Lengths.of([5, 9, 3, 12, 7, 2]), max_length=10, batch_size=2)
     >>> stats["samples"], stats["tokens"], sorted(stats["efficiency"])
     (6, 36, ['budget', 'grouped', 'packed', 'random'])
@@ -28,7 +30,7 @@ from typing import Any
 import numpy as np
 
 from chute.errors import ConfigError
-from chute.lengths import Lengths
+from chute.lengths import STATUS_TRUNCATED, Lengths
 from chute.plan import (
     BudgetPlanner,
     GroupedPlanner,
@@ -40,6 +42,7 @@ from chute.plan import (
 )
 from chute.plan.base import check_positive
 from chute.plan.shuffle import Permutation
+from chute.recipe.outcome import KEPT, OUTCOME_KINDS, TOO_LONG, TRUNCATED, overflow_outcome
 
 __all__ = ["PERCENTILES", "PLAN_NAMES", "padding_stats"]
 
@@ -87,22 +90,28 @@ def padding_stats(
         raise ConfigError(f"plans must be among {list(PLAN_NAMES)}, got {unknown}")
     raw = lengths.length
     valid = raw >= 0
-    over = valid & (raw > max_length)
-    fed = np.where(valid, np.minimum(raw, max_length), -1).astype(np.int32)
-    dropped = truncated = 0
-    if overflow == "drop":
-        fed[over] = -1
-        dropped = int(np.count_nonzero(over))
-    else:
-        truncated = int(np.count_nonzero(over))
-    truncated += lengths.num_truncated  # cut by the recipe's own max_length
+    first = lengths.first_trained if lengths.first_trained is not None else np.zeros_like(raw)
+    # what --max-length does to each sample: the rule the recipe applies (one code path)
+    outcome = np.where(valid, overflow_outcome(raw, first, max_length, overflow), -1)
+    fed = np.where(
+        (outcome == KEPT) | (outcome == TRUNCATED), np.minimum(raw, max_length), -1
+    ).astype(np.int32)
+    rejected = dict(lengths.rejected)
+    for code, kind in OUTCOME_KINDS.items():
+        n = int(np.count_nonzero(outcome == code))
+        if n:
+            rejected[kind] = rejected.get(kind, 0) + n
+    dropped = int(np.count_nonzero(outcome == TOO_LONG))
+    truncated = int(np.count_nonzero(outcome == TRUNCATED))
+    if lengths.status is not None:  # cut by the recipe's own max_length, and kept here
+        truncated += int(np.count_nonzero((lengths.status == STATUS_TRUNCATED) & (outcome == KEPT)))
     kept = fed[fed >= 0].astype(np.int64)
     tokens = int(kept.sum())
     out: dict[str, Any] = {
         "records": len(lengths),
         "samples": int(kept.size),
         "tokens": tokens,
-        "rejected": lengths.rejected,
+        "rejected": rejected,
         "dropped": dropped,
         "truncated": truncated,
         "max_length": max_length,

@@ -23,7 +23,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from chute._internal.spelling import key
+from chute._internal.spelling import spell
 from chute.errors import ConfigError
 from chute.templates.base import TRAIN_ON, RenderContext, Rendered, Template, train_flags
 from chute.templates.builtin import BUILTIN
@@ -55,7 +55,7 @@ def get_template(value: Any, tokenizer: Any = None) -> Template:
         source = getattr(tokenizer, "chat_template", None)
         if not source:
             raise ConfigError(
-                f"none given and the tokenizer has no chat_template; pass {key('template')} "
+                f"none given and the tokenizer has no chat_template; pass {spell('template')} "
                 f"one of {', '.join(BUILTIN)}, a tokenizer_config.json, or a .jinja file",
                 param="template",
             )

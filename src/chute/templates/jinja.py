@@ -48,7 +48,7 @@ from typing import Any
 
 from jinja2 import TemplateError
 
-from chute._internal.spelling import setting
+from chute._internal.spelling import spell_set
 from chute.errors import ConfigError, SampleError
 from chute.sample.conversation import Conversation
 from chute.templates.base import RenderContext, Rendered, Template, train_flags
@@ -213,7 +213,7 @@ class JinjaTemplate(Template):
                     "template_error",
                     f"cannot find message {i} ({msgs[i]['role']}) in the chat template's output; "
                     f"the template rewrites it in a way chute cannot align (try a built-in "
-                    f"template, or {setting('train_on', 'all')})",
+                    f"template, or {spell_set('train_on', 'all')})",
                 )
             located[i] = span
         return located
