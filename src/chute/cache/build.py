@@ -49,6 +49,7 @@ from chute.errors import (
     ErrorBudgetExceeded,
     RejectTally,
 )
+from chute.recipe.outcome import preflight
 from chute.sources import JsonlSource
 from chute.world import World
 
@@ -222,6 +223,7 @@ def preprocess(
     if len(set(names)) != len(names):
         raise ConfigError(f"names must be unique, got {names}", param="stages")
     source = JsonlSource(cfg.sources)
+    preflight(recipe, source)  # a recipe that cannot work fails before anything is written
     if len(source) == 0:
         raise ConfigError(
             f"{', '.join(cfg.sources)} hold no records; nothing to cache", param="sources"

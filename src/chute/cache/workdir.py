@@ -3,7 +3,8 @@
 * ``prepare_dir`` refuses a directory that holds something other than a cache, and deletes only
   chute's own files on ``--overwrite``;
 * ``establish`` publishes ``plan.json`` (every rank publishes the same bytes) or checks that the
-  one there is the same job, naming each differing field;
+  one there is the same job, naming each differing field (a plan under which no chunk was
+  committed is replaced: a run that failed on its configuration never blocks its fix);
 * ``committed_record`` says whether a chunk's commit record and every file it lists are in place;
 * ``finish`` waits for the other ranks' chunks through the filesystem and writes the manifest
   when every chunk is committed (or returns the one another rank wrote).
@@ -96,6 +97,19 @@ def establish(layout: Layout, plan: dict[str, Any], cfg: PreprocessConfig) -> No
         publish(layout.plan, blob)
         existing = read_json(layout.plan)  # another rank may have published at the same time
     diffs = differences(existing, plan)
+    if diffs and not layout.recorded() and not layout.manifest.is_file():
+        # An earlier run of another config committed nothing (it failed on its configuration,
+        # or was stopped at once): nothing to protect, so it must not block this run. Its
+        # uncommitted files are harmless: chunks are rewritten, and only files a commit
+        # record lists are ever read.
+        log.warning(
+            "%s: replacing the plan of an earlier run that committed no chunk (%s)",
+            layout.root,
+            "; ".join(f"{name.removeprefix('fingerprint.')} differs" for name, _, _ in diffs[:3]),
+        )
+        publish(layout.plan, blob)
+        existing = read_json(layout.plan)
+        diffs = differences(existing, plan)
     if diffs:
         lines = "\n".join(
             f"  {name.removeprefix('fingerprint.')} differs: in {layout.root} {a!r}, this run {b!r}"

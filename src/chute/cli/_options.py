@@ -107,6 +107,20 @@ RECIPE_OPTIONS: tuple[_Flag, ...] = (
         "auto: qwen2-vl when the tokenizer's image token is <|image_pad|>, else 576.",
     ),
     _Flag(
+        "video_tokens",
+        int | None,
+        None,
+        ("--video-tokens",),
+        "Tokens per video (a fixed count); needed for data with videos.",
+    ),
+    _Flag(
+        "audio_tokens",
+        int | None,
+        None,
+        ("--audio-tokens",),
+        "Tokens per audio clip (a fixed count); needed for data with audio.",
+    ),
+    _Flag(
         "columns",
         str | None,
         None,
@@ -216,6 +230,8 @@ class RecipeArgs:
     train_on: str = "assistant"
     media_root: Path | None = None
     image_tokens: str | None = None
+    video_tokens: int | None = None
+    audio_tokens: int | None = None
     columns: str | None = None
     tags: str | None = None
     system: str | None = None
@@ -264,6 +280,8 @@ class RecipeArgs:
             "train_on": self.train_on,
             "media_root": self.media_root,
             "image_tokens": self.image_tokens or "auto",
+            "video_tokens": self.video_tokens,
+            "audio_tokens": self.audio_tokens,
             "columns": parse_pairs(self.columns, "--columns"),
             "tags": parse_pairs(self.tags, "--tags"),
             "system": self.system,

@@ -34,7 +34,7 @@ import numpy as np
 from chute._internal.pools import process_pool
 from chute.errors import RejectTally, SampleError
 from chute.lengths.base import ROWS, STATUS_OK, STATUS_REJECTED, STATUS_TRUNCATED
-from chute.recipe.outcome import first_trained, judge
+from chute.recipe.outcome import first_trained, judge, preflight
 
 __all__ = ["compute_lengths"]
 
@@ -68,6 +68,7 @@ def compute_lengths(
         and ``first_trained`` (see ``chute.lengths.base``); the reject kinds by code; the
         reject tally.
     """
+    preflight(recipe, source)  # a recipe that cannot work fails now, not after a chunk
     n = len(source)
     if out is None:
         out = np.empty((ROWS, n), dtype=np.int32)

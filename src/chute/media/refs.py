@@ -154,8 +154,8 @@ class MediaPlan:
                 if count is None:
                     raise ConfigError(
                         f"the data has {part.kind}s ({part.value}) but no token count per "
-                        f"{part.kind} is set; pass {spell_set(f'{part.kind}_tokens', 'N')} (a "
-                        f"fixed count, or the header-counting rule's fields)",
+                        f"{part.kind} is set; pass {spell(f'{part.kind}_tokens')} (tokens per "
+                        f"{part.kind}, e.g. {spell_set(f'{part.kind}_tokens', 64)})",
                         param=f"{part.kind}_tokens",
                     )
                 token_id = self._token_id(part.kind, None, None)

@@ -47,6 +47,7 @@ __all__ = [
     "first_trained",
     "judge",
     "overflow_outcome",
+    "preflight",
     "sample_of",
 ]
 
@@ -166,3 +167,43 @@ class SampleCheck:
 
     def __repr__(self) -> str:
         return repr(self.recipe)
+
+
+def preflight(check: Any, source: Any, *, per_file: int = 8, limit: int = 64) -> None:
+    """Raise a job-level error met in the first records of each file, before a long pass.
+
+    ``check`` runs over the first records of each of ``source``'s files; a ``ConfigError``
+    (e.g. media the recipe cannot count, a media token missing from the vocabulary) is raised.
+    Bad records are ignored here (the pass counts them); only what would stop the pass is
+    raised, so it stops in a second instead of after its first chunk, and before anything is
+    written. Best effort: a configuration problem first met later still stops the pass there.
+
+    Args:
+        check: ``check(record)``: a ``Recipe``, ``SampleCheck`` or any per-record check.
+        source: a ``JsonlSource`` (its files are probed one by one) or any map-style dataset.
+        per_file: records probed at the start of each file.
+        limit: records probed in all.
+    """
+    if check is None:
+        return
+    for lo, hi in _probe_ranges(source, per_file, limit):
+        between = getattr(source, "records_between", None)
+        records = between(lo, hi) if callable(between) else (source[i] for i in range(lo, hi))
+        for record in records:
+            try:
+                check(record)
+            except Exception as exc:
+                path, line = location_of(record)
+                as_sample_error(exc, path, line)  # re-raises job-level errors (ChuteError)
+
+
+def _probe_ranges(source: Any, per_file: int, limit: int) -> list[tuple[int, int]]:
+    sizes = [len(f) for f in getattr(source, "files", ())] or [len(source)]
+    out, start, budget = [], 0, limit
+    for size in sizes:
+        take = min(size, per_file, budget)
+        if take > 0:
+            out.append((start, start + take))
+            budget -= take
+        start += size
+    return out

@@ -32,6 +32,7 @@ import orjson
 from chute._internal.files import atomic_file
 from chute._internal.pools import process_pool
 from chute.errors import RejectTally, SampleError, as_sample_error
+from chute.recipe.outcome import preflight
 from chute.sample.rejects import reject_entry
 from chute.sources.record import Record
 
@@ -106,6 +107,7 @@ def validate_source(
         progress: called with the number of records checked as chunks finish.
     """
     t0 = time.perf_counter()
+    preflight(check, source)  # a check that cannot work fails now, not in every worker
     n = len(source)
     workers = max(1, workers or os.cpu_count() or 1)
     chunk = max(1000, min(200_000, -(-n // (workers * 8)))) if n else 1
