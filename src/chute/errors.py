@@ -138,14 +138,14 @@ SAMPLE_ERROR_KINDS: dict[str, str] = {
     "not_an_object": "the record is valid JSON but not an object",
     "empty_record": "a JSON array element is empty (e.g. a trailing comma)",
     # Recipe: record shape (formats)
-    "unknown_format": "no format adapter recognises the record's keys (pass format=... or columns=...)",
+    "unknown_format": "no format adapter recognises the record's keys (set the format, or the columns)",
     "missing_field": "a field the record's format requires is absent (for pre-tokenized samples: "
     "input_ids)",
     "wrong_type": "a field has the wrong JSON type or shape (e.g. a number where text belongs, "
     "input_ids that are not integers)",
     "empty_conversation": "the record holds no message (or only a system message, or empty text)",
     "bad_role_order": "messages are not in a trainable order (user, assistant, user, ...)",
-    "unknown_role": "a message's role is not one the format's role mapping knows (pass tags=...)",
+    "unknown_role": "a message's role is not one the format's role mapping knows (set the tags)",
     # Recipe: template and tokens
     "template_error": "the chat template raised, cannot express the conversation, or its output "
     "cannot be aligned with the messages",

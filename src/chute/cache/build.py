@@ -35,6 +35,7 @@ from typing import Any
 import numpy as np
 import orjson
 
+from chute._internal.progress import progress as progress_of
 from chute._internal.spelling import spelled_as
 from chute.cache.config import CONFIG, PreprocessConfig, load_config
 from chute.cache.fingerprint import build_fingerprint, sources_fingerprint
@@ -155,7 +156,7 @@ def preprocess(
     overwrite: bool = False,
     stages: Sequence[ChunkStage] = (),
     pixels: bool | Mapping[str, Any] | None = None,
-    progress: Callable[[int, int], None] | None = None,
+    progress: bool | Callable[[int, int], None] | None = None,
     **sections: Any,
 ) -> PreprocessReport:
     """Run the recipe over every record of the sources and write (or finish) a cache.
@@ -175,7 +176,9 @@ def preprocess(
         pixels: also store every image pre-decoded (the ``pixels`` stage,
             ``chute.cache.pixels``): ``True``, or its options (``{"size": 336}``), merged
             over the config's ``stages.pixels``.
-        progress: called as ``progress(records_done, records_total)`` for this rank's chunks.
+        progress: ``None``: a bar on a terminal, else a log line now and then, on rank 0
+            (``chute._internal.progress``); ``False``: silent; ``True``: on every rank; or
+            called as ``progress(records_done, records_total)`` for this rank's chunks.
         **sections: ``sources=``, ``recipe=``, ``cache=``, ``stages=`` when ``config`` is not
             given.
 
@@ -271,12 +274,12 @@ def preprocess(
     )
     budget = _Budget(cfg.cache.max_bad_fraction, committed.values())
     total = sum(job.bounds(k)[1] - job.bounds(k)[0] for k in todo)
-    done = [0]
+    bar = progress_of(total, "preprocess", enabled=None if callable(progress) else progress)
 
     def moved(n: int) -> None:
-        done[0] += n
-        if progress is not None:
-            progress(done[0], total)
+        bar.update(n)
+        if callable(progress):
+            progress(bar.done, total)
 
     def on_done(k: int, record: dict[str, Any]) -> None:
         report.built += 1
@@ -284,7 +287,8 @@ def preprocess(
         budget.add(record, where=f" on shard {world.rank}/{world.world_size}")
 
     workers_n = cfg.cache.workers or default_workers()
-    run_chunks(job, todo, workers=workers_n, on_done=on_done, progress=moved)
+    with bar:
+        run_chunks(job, todo, workers=workers_n, on_done=on_done, progress=moved)
     budget.check(f" on shard {world.rank}/{world.world_size}")  # small data: all records seen
     report.manifest, report.finalized = finish(
         layout, plan, world, cfg.cache.wait_timeout, all_stages

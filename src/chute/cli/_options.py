@@ -27,6 +27,7 @@ from typing import Any, TypeVar
 import typer
 import yaml
 
+from chute._internal.progress import silenced
 from chute._internal.spelling import Spelling
 from chute.errors import ConfigError
 
@@ -382,8 +383,18 @@ def recipe_options(
 
 
 def output_options(command: F) -> F:
-    """Add ``--json`` and ``--quiet`` to a command, passed to it as ``output: OutputArgs``."""
+    """Add ``--json`` and ``--quiet`` to a command, passed to it as ``output: OutputArgs``.
+
+    With either, every step the command runs reports no progress (``silenced``).
+    """
+
+    @functools.wraps(command)
+    def run(*args: Any, output: OutputArgs, **kwargs: Any) -> Any:
+        with silenced(not output.progress):
+            return command(*args, output=output, **kwargs)
+
+    run.__signature__ = inspect.signature(command)  # type: ignore[attr-defined]
     group = _with_group(
         _OUTPUT_FLAGS, lambda values: OutputArgs(**values), "output", {}, {}, "Output"
     )
-    return group(command)
+    return group(run)  # type: ignore[arg-type]

@@ -25,7 +25,7 @@ from chute.cli._options import (
     parse_pairs,
     recipe_options,
 )
-from chute.cli._output import emit_json, guarded, progress_bar, table
+from chute.cli._output import emit_json, guarded, shown, table
 from chute.errors import ConfigError
 from chute.formats import FormatReader, FormatSpec
 from chute.media.check import MediaCheck
@@ -144,10 +144,9 @@ def validate(
     budget = ErrorBudget(max_bad_fraction=max_bad_fraction)  # checks the value, names the flag
     data = open_data_files(paths, cache_dir=cache_dir)
     source = JsonlSource(data.paths, cache_dir=cache_dir)
-    with progress_bar(len(source), "validating", unit="rec", enabled=output.progress) as bar:
-        report = validate_source(
-            source, check, workers=workers, rejects=rejects, progress=bar.update
-        )
+    report = validate_source(
+        source, check, workers=workers, rejects=rejects, progress=shown(output.progress)
+    )
     over = budget.exceeded_by(report.rejected, report.records)
     data.warn()
     if output.as_json:

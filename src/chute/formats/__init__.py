@@ -189,7 +189,8 @@ def _unknown_message(data: Any) -> str:
         keys = ", ".join(sorted(data)[:12]) or "none"
         return (
             f"no format recognises a record with keys {keys}; expected messages, conversations, "
-            f"instruction, prompt+completion or text: pass format= and columns= to map your keys"
+            f"instruction, prompt+completion or text: pass {spell('format')} and "
+            f"{spell('columns')} to map your keys"
         )
     return (
         f"no format recognises a JSON {type(data).__name__} record; a record is an object (or a "

@@ -34,7 +34,6 @@ from chute.loader.planning import check_collate, check_excluded, check_packed_co
 from chute.loader.state import STATE_FORMAT, STATE_VERSION, check_compatible, read_position
 from chute.loader.worker import BatchBuilder, BatchReport
 from chute.plan import Plan, Planner, continue_epoch
-from chute.recipe.outcome import preflight
 from chute.sample.budget import ErrorBudget
 from chute.world import World
 
@@ -143,7 +142,6 @@ class Loader:
         if not isinstance(self.world, World):
             raise ConfigError(f"world must be a chute.World, got {type(world).__name__}")
         check_collate(collate, pad_id, pad_to_multiple_of)
-        preflight(recipe, self.source)  # a recipe that cannot work fails here, not in a worker
         setup = resolve_plan(
             self.source,
             recipe,

@@ -44,6 +44,8 @@ import numpy as np
 
 from chute._internal.files import atomic_file
 from chute._internal.pools import process_pool
+from chute._internal.progress import ProgressArg
+from chute._internal.progress import progress as progress_of
 from chute.errors import ConfigError, SampleError
 from chute.media.images import DecodeOptions, decode_image
 
@@ -90,6 +92,7 @@ def build_pixel_store(
     workers: int | None = None,
     per_task: int = 512,
     extra: dict[str, Any] | None = None,
+    progress: ProgressArg = None,
 ) -> StoreReport:
     """Decode and prepare every image of ``paths`` once, into a store at ``out``.
 
@@ -102,6 +105,8 @@ def build_pixel_store(
         workers: processes (default: all cores; 1 runs here).
         per_task: images per chunk file.
         extra: more JSON-able facts for the manifest (e.g. what the store was built from).
+        progress: ``None``: a bar on a terminal, else a log line now and then, on rank 0
+            (``chute._internal.progress``); ``False``: silent; or called with images done.
 
     Returns:
         A ``StoreReport``; images that fail to decode are listed in ``failures.jsonl`` and
@@ -127,11 +132,17 @@ def build_pixel_store(
         for k, lo in enumerate(range(0, len(unique), per_task))
     ]
     workers = max(1, workers or os.cpu_count() or 1)
-    if workers == 1 or len(tasks) <= 1:
-        results = [_write_chunk(*t) for t in tasks]
-    else:
-        with process_pool(min(workers, len(tasks))) as pool:
-            results = list(pool.map(_write_chunk_task, tasks))
+    results: list[tuple[list[tuple[Any, ...]], list[dict[str, Any]]]] = []
+    with progress_of(len(unique), "pixels", unit="img", enabled=progress) as bar:
+        if workers == 1 or len(tasks) <= 1:
+            for task in tasks:
+                results.append(_write_chunk(*task))
+                bar.update(len(task[1]))
+        else:
+            with process_pool(min(workers, len(tasks))) as pool:
+                for task, result in zip(tasks, pool.map(_write_chunk_task, tasks), strict=True):
+                    results.append(result)
+                    bar.update(len(task[1]))
     rows: list[tuple[Any, ...]] = []
     failures: list[dict[str, Any]] = []
     for entries, failed in results:

@@ -173,7 +173,8 @@ def _literal_media_token(
         raise SampleError(
             "image_placeholder_mismatch",
             f"the rendered text contains the media token {token!r} {text.count(token)} time(s) "
-            f"but the record has no media; remove it from the text (or set placeholders= if it "
+            f"but the record has no media; remove it from the text (or set "
+            f"{spell('placeholders')} if it "
             f"marks an image)",
         )
     got = [m.group() for m in found]

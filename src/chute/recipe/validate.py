@@ -31,6 +31,8 @@ import orjson
 
 from chute._internal.files import atomic_file
 from chute._internal.pools import process_pool
+from chute._internal.progress import ProgressArg
+from chute._internal.progress import progress as progress_of
 from chute.errors import RejectTally, SampleError, as_sample_error
 from chute.recipe.outcome import preflight
 from chute.sample.rejects import reject_entry
@@ -95,7 +97,7 @@ def validate_source(
     *,
     workers: int | None = None,
     rejects: str | os.PathLike[str] | None = None,
-    progress: Callable[[int], None] | None = None,
+    progress: ProgressArg = None,
 ) -> ValidationReport:
     """Run ``check`` over every record of ``source`` in ``workers`` processes.
 
@@ -104,7 +106,9 @@ def validate_source(
         check: raises ``SampleError`` for a bad record.
         workers: processes (default: all cores; 1 runs in this process).
         rejects: write every rejected record, in source order, to this JSONL file.
-        progress: called with the number of records checked as chunks finish.
+        progress: ``None``: a bar on a terminal, else a log line now and then, on rank 0
+            (``chute._internal.progress``); ``False``: silent; or called with the number of
+            records checked as chunks finish.
     """
     t0 = time.perf_counter()
     preflight(check, source)  # a check that cannot work fails now, not in every worker
@@ -115,14 +119,14 @@ def validate_source(
     report = ValidationReport(records=n, blank_lines=getattr(source, "blank_lines", 0))
     parts_dir = Path(tempfile.mkdtemp(prefix="chute-rejects-")) if rejects else None
     try:
-        for k, (valid, truncated, tally) in enumerate(
-            _run(source, check, bounds, workers, parts_dir)
-        ):
-            report.valid += valid
-            report.truncated += truncated
-            report.tally.merge(tally)
-            if progress is not None:
-                progress(bounds[k][1] - bounds[k][0])
+        with progress_of(n, "validate", enabled=progress) as bar:
+            for k, (valid, truncated, tally) in enumerate(
+                _run(source, check, bounds, workers, parts_dir)
+            ):
+                report.valid += valid
+                report.truncated += truncated
+                report.tally.merge(tally)
+                bar.update(bounds[k][1] - bounds[k][0])
         if rejects is not None and parts_dir is not None:
             with atomic_file(rejects) as out:
                 for k in range(len(bounds)):

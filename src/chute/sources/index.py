@@ -38,6 +38,8 @@ import numpy as np
 import orjson
 
 from chute._internal.files import FileIdentity, atomic_file, cache_root, file_identity
+from chute._internal.progress import ProgressArg
+from chute._internal.progress import progress as progress_of
 from chute.errors import SourceChanged, SourceError
 from chute.sources.decompress import COMPRESSED_SUFFIXES, decompressed_copy
 from chute.sources.scan_array import ArrayScan, scan_array
@@ -111,9 +113,13 @@ def open_index(
     *,
     cache_dir: str | os.PathLike[str] | None = None,
     rebuild: bool = False,
-    progress: Progress | None = None,
+    progress: ProgressArg = None,
 ) -> FileIndex:
-    """Open the index of ``path``, building it first when it is missing or stale."""
+    """Open the index of ``path``, building it first when it is missing or stale.
+
+    ``progress`` reports the scan of a build: ``None``, a bar on a terminal (else a log line
+    now and then) on rank 0; ``False``: silent; or called with the bytes scanned.
+    """
     t0 = time.perf_counter()
     shown = os.fspath(path)
     data_path = _data_path(shown, cache_dir)
@@ -136,7 +142,9 @@ def open_index(
                 seconds=time.perf_counter() - t0,
                 sidecar=sidecar,
             )
-    return _build(shown, data_path, identity, sidecar, progress, t0)
+    name = f"index {Path(shown).name}"
+    with progress_of(identity.size, name, unit="B", enabled=progress) as bar:
+        return _build(shown, data_path, identity, sidecar, bar.update, t0)
 
 
 def _data_path(path: str, cache_dir: str | os.PathLike[str] | None) -> str:

@@ -23,6 +23,7 @@ from typing import Any
 
 import orjson
 
+from chute._internal.spelling import spell
 from chute.errors import ConfigError
 
 __all__ = [
@@ -238,7 +239,7 @@ def _pick_template(value: Any, path: Path) -> str | None:
             return named["default"]
         raise ConfigError(
             f"{path} has several chat templates ({', '.join(map(str, named))}) and "
-            f"none named 'default'; pass template= one of them explicitly",
+            f"none named 'default'; pass {spell('template')} one of them explicitly",
             param="tokenizer",
         )
     raise ConfigError(f"{path}: chat_template is neither a string nor a list", param="tokenizer")
