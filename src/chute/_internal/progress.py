@@ -5,10 +5,11 @@ preprocessing, pre-decoding images, overlap checks) reports through ``progress(.
 library behaves the same from the CLI, a notebook or a training script under torchrun:
 
 * on a terminal (stderr is a TTY): a tqdm bar on stderr, shown once the step has run for a
-  second (quick steps stay quiet);
+  second (quick steps stay quiet, here and below);
 * otherwise (a log file, a batch job): one ``INFO`` line on the ``chute.progress`` logger every
   ``every`` seconds, ``lengths: 1,200,000 / 5,000,000 rec (24%), 41,000 rec/s, ETA 93 s``;
-* at the end, one ``INFO`` summary line: ``lengths: 5,000,000 rec in 122 s (41,000 rec/s)``;
+* at the end, one ``INFO`` summary line: ``lengths: 5,000,000 rec in 122 s (41,000 rec/s)``
+  (the Loader logs it once its lengths pass is done);
 * under torchrun, rank 0 only (every rank does the same work; one report is enough).
 
 Functions that run a long step take ``progress=``: ``None`` (the default: as above), ``False``
@@ -69,6 +70,7 @@ class Progress:
         every: seconds between log lines when there is no terminal.
         stream: where the bar goes (default stderr); a bar only where it is a TTY.
         callback: also called with each increment.
+        quiet_below: a step shorter than this (seconds) shows no bar and logs no summary.
     """
 
     def __init__(
@@ -81,8 +83,10 @@ class Progress:
         every: float = 10.0,
         stream: TextIO | None = None,
         callback: Callable[[int], Any] | None = None,
+        quiet_below: float = 1.0,
     ):
         self.total, self.desc, self.unit, self.every = total, desc, unit, every
+        self.quiet_below = quiet_below
         self.callback = callback
         self.done = 0
         self.t0 = self._last = time.monotonic()
@@ -103,7 +107,7 @@ class Progress:
                 unit_divisor=1024 if unit == "B" else 1000,
                 file=out,
                 leave=False,
-                delay=1.0,
+                delay=quiet_below,
                 dynamic_ncols=True,
             )
 
@@ -140,8 +144,8 @@ class Progress:
         if self._bar is not None:
             self._bar.close()
             self._bar = None
-        if self.shown:
-            seconds = time.monotonic() - self.t0
+        seconds = time.monotonic() - self.t0
+        if self.shown and seconds >= self.quiet_below:
             speed = f" ({rate(self.done / seconds)} {self.unit}/s)" if seconds > 0 else ""
             log.info(
                 "%s: %s %s in %s s%s", self.desc, f"{self.done:,}", self.unit, rate(seconds), speed

@@ -56,8 +56,8 @@ def _is_number(v: Any) -> bool:
 
 
 def _fmt(v: Any) -> str:
-    if isinstance(v, float):
-        return f"{v:,.3f}" if abs(v) < 1000 else f"{v:,.0f}"
+    if isinstance(v, float):  # the precision given, at most 3 decimals: 13.8, not 13.800
+        return f"{v:,.3f}".rstrip("0").rstrip(".") if abs(v) < 1000 else f"{v:,.0f}"
     if isinstance(v, int) and not isinstance(v, bool):
         return f"{v:,}"
     return str(v)
