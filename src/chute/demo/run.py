@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from chute._internal.tables import table
+from chute.errors import ConfigError
 
 __all__ = ["DemoResult", "run_demo"]
 
@@ -90,7 +91,10 @@ def run_demo(
         say(f"a byte-level BPE tokenizer trained on it, offline: {tokenizer}")
     else:
         if tokenizer is None:
-            raise ValueError("--data needs --tokenizer (a tokenizer.json, folder or tiktoken file)")
+            raise ConfigError(
+                "data needs a tokenizer (a tokenizer.json, folder or tiktoken file)",
+                param="tokenizer",
+            )
         options = dict(recipe_options or {})
         say(f"your data: {data}, tokenizer {tokenizer}")
     recipe = Recipe(tokenizer=str(tokenizer), max_length=max_length, **options)
