@@ -37,12 +37,12 @@ def test_a_terminal_gets_a_bar_and_a_log_gets_lines_and_a_summary(
         bar.update(60)
     assert "lengths:" in screen.getvalue() and "/100 [" in screen.getvalue()  # a tqdm bar
 
-    with caplog.at_level(logging.INFO, logger="chute.progress"):
-        with Progress(
-            100, "lengths", enabled=True, stream=io.StringIO(), every=0, quiet_below=0
-        ) as bar:
-            bar.update(25)
-            bar.update(75)
+    with (
+        caplog.at_level(logging.INFO, logger="chute.progress"),
+        Progress(100, "lengths", enabled=True, stream=io.StringIO(), every=0, quiet_below=0) as bar,
+    ):
+        bar.update(25)
+        bar.update(75)
     lines = [r.getMessage() for r in caplog.records]
     assert lines[0].startswith("lengths: 25 / 100 rec (25%)") and "ETA" in lines[0]
     assert lines[-1].startswith("lengths: 100 rec in ")  # the summary

@@ -397,4 +397,4 @@ def output_options(command: F) -> F:
     group = _with_group(
         _OUTPUT_FLAGS, lambda values: OutputArgs(**values), "output", {}, {}, "Output"
     )
-    return group(run)  # type: ignore[arg-type]
+    return group(run)  # type: ignore[return-value]

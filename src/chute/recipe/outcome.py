@@ -163,7 +163,7 @@ class SampleCheck:
         result = judge(self.recipe, [record])[0]
         if isinstance(result, SampleError):
             raise result
-        return result  # type: ignore[no-any-return]
+        return result
 
     def __repr__(self) -> str:
         return repr(self.recipe)
