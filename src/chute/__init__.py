@@ -37,6 +37,7 @@ _EXPORTS: dict[str, str] = {
     "LoaderTimeout": "chute.errors",
     "MissingDependency": "chute.errors",
     "LockstepError": "chute.errors",
+    "RemoteError": "chute.errors",
     "SampleError": "chute.errors",
     "SourceChanged": "chute.errors",
     "SourceError": "chute.errors",
@@ -63,7 +64,10 @@ _EXPORTS: dict[str, str] = {
     "RandomPlanner": "chute.plan",
     "Recipe": "chute.recipe",
     "JsonlSource": "chute.sources",
+    "ParquetSource": "chute.sources",
     "Record": "chute.sources",
+    "RemoteOptions": "chute.sources",
+    "open_source": "chute.sources",
     "JinjaTemplate": "chute.templates",
     "get_template": "chute.templates",
     "Tokenizer": "chute.tokenize",
@@ -101,6 +105,7 @@ __all__ = [
     "MissingDependency",
     "PackedCollate",
     "PackedPlanner",
+    "ParquetSource",
     "Part",
     "PixelStore",
     "Plan",
@@ -109,6 +114,8 @@ __all__ = [
     "RandomPlanner",
     "Recipe",
     "Record",
+    "RemoteError",
+    "RemoteOptions",
     "SampleError",
     "SourceChanged",
     "SourceError",
@@ -121,6 +128,7 @@ __all__ = [
     "lengths_of",
     "load_tokenizer",
     "open_cache",
+    "open_source",
     "preprocess",
     "sniff_format",
 ]
@@ -151,6 +159,7 @@ if TYPE_CHECKING:  # static analysers and IDEs see the real names
         LoaderTimeout,
         LockstepError,
         MissingDependency,
+        RemoteError,
         SampleError,
         SourceChanged,
         SourceError,
@@ -178,7 +187,7 @@ if TYPE_CHECKING:  # static analysers and IDEs see the real names
     )
     from chute.recipe import Recipe
     from chute.sample import Conversation, ErrorBudget, Message, Part
-    from chute.sources import JsonlSource, Record
+    from chute.sources import JsonlSource, ParquetSource, Record, RemoteOptions, open_source
     from chute.templates import JinjaTemplate, get_template
     from chute.tokenize import Tokenizer, load_tokenizer
     from chute.world import World

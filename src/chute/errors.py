@@ -34,6 +34,7 @@ __all__ = [
     "LockstepError",
     "MissingDependency",
     "RejectTally",
+    "RemoteError",
     "SampleError",
     "SourceChanged",
     "SourceError",
@@ -87,6 +88,21 @@ class SourceError(ChuteError):
 
 class SourceChanged(SourceError):
     """A data file changed (size, mtime or bytes) while a source over it was open."""
+
+
+class RemoteError(SourceError):
+    """An object in remote storage is missing, refused, or still failing after the retries.
+
+    ``url`` is the object, with any credential masked.
+    """
+
+    def __init__(self, message: str, url: str | None = None, missing: bool = False):
+        super().__init__(message)
+        self.url = url
+        self.missing = missing  # the store says there is no such object (not a fault)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (str(self), self.url, self.missing))
 
 
 class ErrorBudgetExceeded(ChuteError):
@@ -163,7 +179,10 @@ SAMPLE_ERROR_KINDS: dict[str, str] = {
     "decompression bomb",
     "unsafe_path": "a media path escapes its media root ('..', an absolute path elsewhere, a "
     "symlink pointing outside)",
-    "url_not_allowed": "a media reference is a URL and allow_urls is off (chute never fetches)",
+    "url_not_allowed": "a media reference is a URL outside every remote media root and "
+    "allow_urls is off (chute fetches only under a media root)",
+    "media_unavailable": "a media file under a remote media root could not be fetched (timeouts, "
+    "dropped connections, access refused) after the retries",
     # Media stage (decoding in the loader's workers, chute validate)
     "image_token_mismatch": "the image tokens in input_ids differ from the features the "
     "decoded images give (the file changed since counting, or the sample was built elsewhere)",

@@ -36,6 +36,7 @@ import numpy as np
 import orjson
 
 from chute._internal.progress import progress as progress_of
+from chute._internal.remote import absolute
 from chute._internal.spelling import spelled_as
 from chute.cache.config import CONFIG, PreprocessConfig, load_config
 from chute.cache.fingerprint import build_fingerprint, sources_fingerprint
@@ -43,7 +44,7 @@ from chute.cache.layout import CACHE_FORMAT, FORMAT_VERSION, Layout, sweep_temps
 from chute.cache.pool import run_chunks
 from chute.cache.schema import token_dtype
 from chute.cache.stages import ChunkStage, make_stages
-from chute.cache.workdir import committed_record, establish, finish, prepare_dir
+from chute.cache.workdir import committed_records, establish, finish, prepare_dir
 from chute.cache.writer import ChunkJob
 from chute.errors import (
     ConfigError,
@@ -51,7 +52,7 @@ from chute.errors import (
     RejectTally,
 )
 from chute.recipe.outcome import preflight
-from chute.sources import JsonlSource
+from chute.sources import open_source
 from chute.world import World
 
 __all__ = ["PreprocessReport", "parse_shard", "preprocess"]
@@ -164,7 +165,8 @@ def preprocess(
     Args:
         config: a ``PreprocessConfig``, its mapping, or a YAML file; or leave it out and pass
             the sections as keywords (``sources=[...], recipe={...}, cache={...}``).
-        out: the cache directory (default: the config's ``out``).
+        out: the cache directory, or a URL (``s3://bucket/caches/run1``; docs/cache.md),
+            default: the config's ``out``.
         overrides: dotted ``key=value`` settings applied to the config.
         workers: set ``cache.workers`` (processes on this rank).
         full_hash: set ``cache.full_hash``.
@@ -213,7 +215,7 @@ def preprocess(
         )
     cfg = cfg.resolved()
     world = parse_shard(shard) or World.detect()
-    layout = Layout(os.path.abspath(target))
+    layout = Layout(absolute(target))
     recipe = cfg.recipe.build()
     all_stages = [*make_stages(cfg.stages, recipe), *stages]
     names = [s.name for s in all_stages]
@@ -225,7 +227,7 @@ def preprocess(
             )
     if len(set(names)) != len(names):
         raise ConfigError(f"names must be unique, got {names}", param="stages")
-    source = JsonlSource(cfg.sources)
+    source = open_source(cfg.sources)
     preflight(recipe, source)  # a recipe that cannot work fails before anything is written
     if len(source) == 0:
         raise ConfigError(
@@ -251,22 +253,22 @@ def preprocess(
     establish(layout, plan, cfg)
     sweep_temps(layout.root)
     sweep_temps(layout.chunks)
-    report = PreprocessReport(str(layout.root), (world.rank, world.world_size), plan["chunks"])
+    report = PreprocessReport(layout.shown, (world.rank, world.world_size), plan["chunks"])
     mine = list(range(world.rank, plan["chunks"], world.world_size))
-    committed = {k: r for k in mine if (r := committed_record(layout, k)) is not None}
+    committed = committed_records(layout, mine)
     todo = [k for k in mine if k not in committed]
     report.reused = len(committed)
     if committed:
         log.info(
             "%s: %d of this rank's %d chunks already committed",
-            layout.root,
+            layout.shown,
             len(committed),
             len(mine),
         )
     job = ChunkJob(
         source=source,
         recipe=recipe,
-        root=str(layout.root),
+        root=layout.shown,  # a URL for a remote cache: workers write through its storage
         chunk_size=chunk_size,
         dtype=dtype.name,
         file_starts=np.cumsum([0] + [len(f) for f in source.files[:-1]]).tolist(),

@@ -40,6 +40,7 @@ from typing import Any, ClassVar
 
 import yaml
 
+from chute._internal.remote import absolute
 from chute._internal.spelling import Spelling, spelling
 from chute.cache.config_checks import (
     Problems,
@@ -160,16 +161,16 @@ class RecipeConfig:
             template = os.path.abspath(template)
         root: Any = self.media_root
         if isinstance(root, Mapping):  # data file (or glob) -> folder
-            root = {os.path.abspath(k): os.path.abspath(v) for k, v in sorted(root.items())}
+            root = {absolute(k): absolute(v) for k, v in sorted(root.items())}
         elif root:
-            root = os.path.abspath(root)
+            root = absolute(root)
         return RecipeConfig(
             **{
                 **asdict(self),
                 "tokenizer": os.path.abspath(self.tokenizer),
                 "template": template,
                 "media_root": root,
-                "media_allowed_roots": [os.path.abspath(p) for p in self.media_allowed_roots],
+                "media_allowed_roots": [absolute(p) for p in self.media_allowed_roots],
             }
         )
 
@@ -296,11 +297,11 @@ class PreprocessConfig:
     def resolved(self) -> PreprocessConfig:
         """A copy with absolute paths, so it means the same from any working directory."""
         return PreprocessConfig(
-            sources=[os.path.abspath(os.path.expanduser(s)) for s in self.sources],
+            sources=[absolute(s) for s in self.sources],
             recipe=self.recipe.resolved(),
             cache=CacheOptions(**asdict(self.cache)),
             stages={k: dict(v) for k, v in self.stages.items()},
-            out=os.path.abspath(self.out) if self.out else None,
+            out=absolute(self.out) if self.out else None,
         )
 
 

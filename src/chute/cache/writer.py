@@ -30,7 +30,7 @@ import numpy as np
 import orjson
 import pyarrow as pa
 
-from chute.cache.layout import Layout, publish
+from chute.cache.layout import Layout
 from chute.cache.schema import chunk_batch
 from chute.cache.stages import ChunkStage
 from chute.errors import RejectTally, SampleError
@@ -119,15 +119,15 @@ class ChunkJob:
         entries: dict[str, Any] = {}
         if rejects:
             blob = b"".join(rejects)
-            publish(layout.rejects_part(k), blob)
+            layout.publish(layout.rejects_part(k), blob)
             entries["rejects"] = file_entry(layout.rejects_part(k).name, blob)
         for suffix, data in sorted(files.items()):
-            publish(layout.extra(k, suffix), data)
+            layout.publish(layout.extra(k, suffix), data)
             entries[suffix] = file_entry(layout.extra(k, suffix).name, data)
-        publish(layout.chunk(k), arrow)
+        layout.publish(layout.chunk(k), arrow)
         entries["arrow"] = file_entry(layout.chunk(k).name, arrow)
         record = self._record(k, lo, hi, samples, tally, flags, entries)
-        publish(layout.record(k), orjson.dumps(record, option=orjson.OPT_SORT_KEYS) + b"\n")
+        layout.publish(layout.record(k), orjson.dumps(record, option=orjson.OPT_SORT_KEYS) + b"\n")
         return record
 
     def _take(

@@ -12,12 +12,13 @@ import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import typer
 
 from chute.errors import SourceError
-from chute.sources import expand_paths, open_index
-from chute.sources.index import FileIndex
+from chute.sources import expand_paths, open_index, open_parquet
+from chute.sources.base import is_parquet
 
 __all__ = ["DataFiles", "open_data_files"]
 
@@ -27,7 +28,7 @@ class DataFiles:
     """The usable files (in order, with their indexes) and the skipped ones, with why."""
 
     paths: list[str] = field(default_factory=list)
-    indexes: list[FileIndex] = field(default_factory=list)
+    indexes: list[Any] = field(default_factory=list)  # FileIndex, or a Parquet footer index
     skipped: list[tuple[str, str]] = field(default_factory=list)
 
     def warn(self) -> None:
@@ -58,7 +59,11 @@ def open_data_files(
     out = DataFiles()
     for path in expand_paths(list(paths)):
         try:
-            index = open_index(path, cache_dir=cache_dir, rebuild=rebuild, progress=progress)
+            index: Any = (
+                open_parquet(path)  # its own index: the row groups in the footer
+                if is_parquet(path)
+                else open_index(path, cache_dir=cache_dir, rebuild=rebuild, progress=progress)
+            )
         except (SourceError, OSError) as exc:
             message = str(exc)
             prefix = f"{path}: "

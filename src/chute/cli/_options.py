@@ -21,7 +21,6 @@ import functools
 import inspect
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, TypeVar
 
 import typer
@@ -94,10 +93,10 @@ RECIPE_OPTIONS: tuple[_Flag, ...] = (
     _Flag("train_on", str, "assistant", ("--train-on",), "assistant, last or all."),
     _Flag(
         "media_root",
-        Path | None,
+        str | None,
         None,
         ("--media-root",),
-        "Folder for relative media paths (default: the data file's).",
+        "Folder (or URL: s3://bucket/images) for relative media paths (default: the data file's).",
     ),
     _Flag(
         "image_tokens",
@@ -229,7 +228,7 @@ class RecipeArgs:
     max_length: int | None = None
     overflow: str = "truncate"
     train_on: str = "assistant"
-    media_root: Path | None = None
+    media_root: str | None = None
     image_tokens: str | None = None
     video_tokens: int | None = None
     audio_tokens: int | None = None

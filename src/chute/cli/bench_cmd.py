@@ -187,11 +187,11 @@ def bench(
 def open_source(paths: list[str], cache_dir: Path | None) -> Any:
     """One token cache directory (``chute preprocess --out``), or the data files as one source."""
     from chute.cache import is_cache_dir, open_cache
-    from chute.sources import JsonlSource
+    from chute.sources import open_source
 
     caches = [p for p in paths if is_cache_dir(p)]
     if not caches:
-        return JsonlSource(paths, cache_dir=cache_dir)
+        return open_source(paths, cache_dir=cache_dir)
     if len(paths) > 1:
         raise ConfigError(
             f"give one cache directory, or data files; got the cache {caches[0]} with "

@@ -1,4 +1,8 @@
-"""``chute index PATH...``: build (or check) the byte-offset index of each data file."""
+"""``chute index PATH...``: build (or check) the byte-offset index of each data file.
+
+Parquet files carry their own index (the row groups in the footer): they are listed with their
+rows and row groups, nothing is built. URLs (``s3://...``) are indexed like local files.
+"""
 
 from __future__ import annotations
 
@@ -12,7 +16,8 @@ from chute._internal.tables import rate
 from chute.cli._data import open_data_files
 from chute.cli._options import CACHE_DIR, OutputArgs, output_options
 from chute.cli._output import emit_json, guarded, progress_bar, table
-from chute.sources import expand_paths
+from chute.sources import expand_paths, open_parquet
+from chute.sources.base import is_parquet
 
 
 def register(app: typer.Typer) -> None:
@@ -22,7 +27,9 @@ def register(app: typer.Typer) -> None:
 @guarded
 @output_options
 def index(
-    paths: list[str] = typer.Argument(..., help="JSONL / JSON-array files or globs."),
+    paths: list[str] = typer.Argument(
+        ..., help="JSONL / JSON-array / Parquet files, globs or URLs (s3://bucket/*.jsonl)."
+    ),
     cache_dir: Path | None = CACHE_DIR,
     rebuild: bool = typer.Option(
         False, "--rebuild", help="Rebuild even when a valid index exists."
@@ -43,6 +50,9 @@ def index(
     with progress_bar(total_bytes, "indexing", enabled=output.progress) as bar:
         data = open_data_files(files, cache_dir=cache_dir, rebuild=rebuild, progress=bar.update)
     for p, ix in zip(data.paths, data.indexes, strict=True):
+        if is_parquet(p):
+            rows.append(_parquet_row(p))
+            continue
         rows.append(
             {
                 "path": p,
@@ -78,7 +88,7 @@ def index(
             r["records"],
             r["blank_lines"],
             _size(r["bytes"]),
-            "built" if r["built"] else "up to date",
+            r.get("index") or ("built" if r["built"] else "up to date"),
             r["seconds"],
         ]
         for r in rows
@@ -98,6 +108,23 @@ def index(
         f"{_size(summary['bytes'])} in {seconds:.3f} s{speed}"
     )
     raise typer.Exit(data.exit_code())
+
+
+def _parquet_row(path: str) -> dict[str, Any]:
+    t0 = time.perf_counter()
+    pf = open_parquet(path)
+    return {
+        "path": path,
+        "kind": "parquet",
+        "records": len(pf),
+        "blank_lines": 0,
+        "bytes": pf.bytes,
+        "seconds": round(time.perf_counter() - t0, 4),
+        "built": False,
+        "closed": True,
+        "row_groups": pf.row_groups,
+        "index": f"footer: {pf.row_groups} row groups",
+    }
 
 
 def _size(n: float) -> str:

@@ -18,7 +18,7 @@ from chute.cli._options import CACHE_DIR, RECIPE_FLAG_HELP, RecipeArgs, recipe_o
 from chute.cli._output import emit_json, guarded
 from chute.cli._render import decode_marked, pretty_sample
 from chute.errors import ConfigError, SampleError
-from chute.sources import JsonlSource
+from chute.sources import open_source
 
 
 def register(app: typer.Typer) -> None:
@@ -64,7 +64,7 @@ def inspect(
     if recipe.tokenizer is None:
         raise ConfigError(f"--tokenizer is required to inspect a data file ({path})")
     built = recipe.build()
-    source = JsonlSource(path, cache_dir=cache_dir)
+    source = open_source(path, cache_dir=cache_dir)
     try:
         record = source[index]
     except IndexError:

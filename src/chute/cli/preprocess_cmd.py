@@ -28,8 +28,11 @@ def preprocess(
     overrides: list[str] | None = typer.Argument(
         None, help="Dotted overrides of config keys, e.g. recipe.max_length=4096."
     ),
-    out: Path | None = typer.Option(
-        None, "--out", "-o", help="The cache directory (default: the config's out)."
+    out: str | None = typer.Option(
+        None,
+        "--out",
+        "-o",
+        help="The cache directory, or a URL (s3://bucket/caches/run1); default: the config's out.",
     ),
     workers: int | None = typer.Option(
         None, help="Processes on this rank (default: this machine's cores / ranks on it)."
@@ -129,4 +132,4 @@ def _print(r: dict[str, Any]) -> None:
             typer.echo(f"\n{kind}:")
             for example in r["examples"].get(kind, []):
                 typer.echo(f"  {example}")
-        typer.echo(f"\nrejected records: {Path(r['path']) / 'rejects.jsonl'}")
+        typer.echo(f"\nrejected records: {r['path'].rstrip('/')}/rejects.jsonl")

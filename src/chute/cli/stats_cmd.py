@@ -18,7 +18,7 @@ from chute.cli._options import OutputArgs, RecipeArgs, output_options, recipe_op
 from chute.cli._output import emit_json, fail, guarded, shown, table
 from chute.errors import ConfigError
 from chute.lengths import Lengths, lengths_of
-from chute.sources import JsonlSource
+from chute.sources import open_source
 from chute.stats import padding_stats
 
 
@@ -52,7 +52,7 @@ def load_lengths(
             )
         return lengths_of(open_cache(caches[0], verify_sources=False)), None
     data = open_data_files(paths, cache_dir=cache_dir)
-    source = JsonlSource(data.paths, cache_dir=cache_dir)
+    source = open_source(data.paths, cache_dir=cache_dir)
     lengths = lengths_of(
         source, recipe, workers=workers, cache_dir=cache_dir, progress=shown(show_progress)
     )

@@ -32,7 +32,7 @@ from chute.media.check import MediaCheck
 from chute.recipe.outcome import SampleCheck
 from chute.recipe.validate import ValidationReport, check_json_object, validate_source
 from chute.sample.budget import ErrorBudget
-from chute.sources import JsonlSource
+from chute.sources import open_source
 from chute.sources.record import Record
 
 
@@ -143,7 +143,7 @@ def validate(
             described = f"format {spec.name}"
     budget = ErrorBudget(max_bad_fraction=max_bad_fraction)  # checks the value, names the flag
     data = open_data_files(paths, cache_dir=cache_dir)
-    source = JsonlSource(data.paths, cache_dir=cache_dir)
+    source = open_source(data.paths, cache_dir=cache_dir)
     report = validate_source(
         source, check, workers=workers, rejects=rejects, progress=shown(output.progress)
     )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 from pathlib import Path
 from typing import Any
@@ -26,7 +27,7 @@ PathLike = str | os.PathLike[str]
 
 
 def as_source(source: Any) -> Any:
-    """``source`` itself, a cache (a cache directory), or a ``JsonlSource`` over paths."""
+    """``source`` itself, a cache (a cache directory), or a source over paths (JSON or Parquet)."""
     if isinstance(source, str | os.PathLike):
         from chute.cache import is_cache_dir, open_cache
 
@@ -37,9 +38,9 @@ def as_source(source: Any) -> Any:
         and source
         and all(isinstance(s, str | os.PathLike) for s in source)
     ):
-        from chute.sources import JsonlSource
+        from chute.sources import open_source
 
-        return JsonlSource(source)
+        return open_source(source)
     if not (hasattr(source, "__len__") and hasattr(source, "__getitem__")):
         raise ConfigError(
             f"source must be a JsonlSource, a path or list of paths, a cache, or a map-style "
@@ -107,6 +108,18 @@ def media_stage_for(media: Any, recipe: Any, collate: Any, source: Any = None) -
                 param="media",
             ) from None
     stage = stage.bind(recipe)
+    if (
+        stage.remote is None
+        and stage.fetch is None
+        and callable(getattr(source, "media_paths", None))
+    ):
+        # over a cache, without the recipe: images under its remote media roots are fetched
+        # (a local root missing on this machine is no error here: its images are in the cache's
+        # pixel store, or their absence is a counted skip at load time)
+        from chute.media.remote import RemoteMedia
+
+        with contextlib.suppress(ConfigError, OSError):
+            stage = dataclasses.replace(stage, remote=RemoteMedia(source.media_paths()))
     return stage, collate if isinstance(collate, MediaCollate) else MediaCollate(collate)
 
 

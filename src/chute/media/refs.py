@@ -22,6 +22,7 @@ from chute._internal.spelling import spell, spell_set, spell_value
 from chute.errors import ConfigError, SampleError
 from chute.media.images import DEFAULT_MAX_PIXELS
 from chute.media.paths import MediaPaths, is_remote
+from chute.media.remote import RemoteMedia
 from chute.media.sizes import image_size
 from chute.media.tokens import DynamicImageTokens, image_tokens_rule
 from chute.sample.conversation import Part
@@ -90,6 +91,7 @@ class MediaPlan:
             )
         self.image_token_id = image_token_id
         self.paths = MediaPaths(media_root, allow_urls=allow_urls, allowed_roots=allowed_roots)
+        self._remote: RemoteMedia | None = None
         self.check_images = bool(check_images)
         if (
             isinstance(max_image_pixels, bool)
@@ -144,12 +146,15 @@ class MediaPlan:
                 count = rule
                 extra: dict[str, Any] = {"size": None, "grid_thw": None}
                 if rule is not None and not isinstance(rule, int):
-                    if is_remote(resolved) or resolved.startswith(_INLINE):
+                    local = resolved
+                    if self.paths.fetchable(resolved, data_path):
+                        local = self.remote.local(resolved, data_path, part.kind)
+                    elif is_remote(resolved) or resolved.startswith(_INLINE):
                         raise SampleError(
                             "url_not_allowed",
                             f"{resolved}: counting {part.kind} tokens needs the local file",
                         )
-                    count, found = rule.count_tokens(resolved)
+                    count, found = rule.count_tokens(local)
                     extra.update(found)
                 if count is None:
                     raise ConfigError(
@@ -175,7 +180,12 @@ class MediaPlan:
                 param="image_tokens",
             )
         dynamic = isinstance(rule, DynamicImageTokens)
-        if is_remote(resolved):  # allow_urls=True, else resolve() refused it
+        if dynamic and is_remote(resolved) and self.paths.fetchable(resolved, data_path):
+            # Under a remote media root: the header is read from a local copy (which the
+            # media stage then decodes without fetching again). A fixed count reads nothing.
+            w, h = image_size(self.remote.local(resolved, data_path))
+            return self._dynamic_count(rule, resolved, w, h)
+        if is_remote(resolved):  # allow_urls=True or a remote root, else resolve() refused it
             if dynamic:
                 raise SampleError(
                     "url_not_allowed",
@@ -195,15 +205,27 @@ class MediaPlan:
             )
         if dynamic:
             w, h = image_size(resolved)
-            if w * h > self.max_image_pixels:
-                raise SampleError(
-                    "image_too_large",
-                    f"{resolved}: {w}x{h} = {w * h:,} pixels, more than max_image_pixels="
-                    f"{self.max_image_pixels:,}",
-                )
-            count, grid = rule.count((w, h))
-            return count, [w, h], list(grid) if grid is not None else None
+            return self._dynamic_count(rule, resolved, w, h)
         return rule.count(None)[0], None, None
+
+    def _dynamic_count(
+        self, rule: Any, resolved: str, w: int, h: int
+    ) -> tuple[int, list[int] | None, list[int] | None]:
+        if w * h > self.max_image_pixels:
+            raise SampleError(
+                "image_too_large",
+                f"{resolved}: {w}x{h} = {w * h:,} pixels, more than max_image_pixels="
+                f"{self.max_image_pixels:,}",
+            )
+        count, grid = rule.count((w, h))
+        return count, [w, h], list(grid) if grid is not None else None
+
+    @property
+    def remote(self) -> RemoteMedia:
+        """The fetcher of media under remote media roots (made on first use)."""
+        if self._remote is None:
+            self._remote = RemoteMedia(self.paths)
+        return self._remote
 
     def token_id(self, kind: str = "image") -> int:
         """The id written for one ``kind`` token (``image``, ``video``, ``audio``).

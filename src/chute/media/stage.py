@@ -35,6 +35,7 @@ from chute.errors import ConfigError, SampleError
 from chute.media.images import DecodeOptions, decode_image
 from chute.media.paths import is_remote
 from chute.media.processor import ProcessorTransform
+from chute.media.remote import RemoteMedia
 from chute.media.tokens import DynamicImageTokens, FixedImageTokens
 from chute.media.transforms import DynamicResolution, ImageFeatures, ImageTransform
 
@@ -64,7 +65,9 @@ class MediaStage:
             ``None`` (default): a Loader over a cache built with ``--pixels`` fills in the
             cache's store; ``False``: decode every image even then.
         fetch: ``fetch(url) -> bytes`` for URL references (with ``Recipe(allow_urls=True)``);
-            chute itself never fetches.
+            chute itself fetches only under a remote media root (``remote``).
+        remote: the fetcher of media under remote media roots (``RemoteMedia``); filled in
+            from the recipe's media roots by ``bind``.
         token_ids: kind -> the token id marking that kind in ``input_ids``; filled in from the
             recipe by ``bind`` (the Loader calls it).
     """
@@ -75,6 +78,7 @@ class MediaStage:
     audio: Any = None
     store: Any = None
     fetch: Callable[[str], bytes] | None = None
+    remote: RemoteMedia | None = None
     token_ids: Mapping[str, int] | None = None
     fixed_tokens: int | None = None
 
@@ -130,7 +134,10 @@ class MediaStage:
                 with contextlib.suppress(ConfigError):
                     ids[kind] = plan.token_id(kind)
         fixed = rule.tokens if isinstance(rule, FixedImageTokens) else None
-        return dataclasses.replace(self, token_ids=ids, fixed_tokens=fixed)
+        remote = self.remote
+        if remote is None and self.fetch is None:
+            remote = RemoteMedia(plan.paths, max_bytes=self.decode.max_bytes)
+        return dataclasses.replace(self, token_ids=ids, fixed_tokens=fixed, remote=remote)
 
     # -- per sample ----------------------------------------------------------------------------
 
@@ -152,7 +159,8 @@ class MediaStage:
                     f"the data has {refs_key} but the media stage has no {kind}=...; pass "
                     f"MediaStage({kind}=...) to load them"
                 )
-            feats = [self._load(kind, loader, ref) for ref in refs]
+            where = sample.get("path")
+            feats = [self._load(kind, loader, ref, where) for ref in refs]
             self._check(kind, sample["input_ids"], refs, feats)
             values_key, grid_key = OUTPUT_KEYS[kind]
             out[values_key] = [f.pixels for f in feats]
@@ -160,9 +168,14 @@ class MediaStage:
                 out[grid_key] = [f.grid_thw for f in feats]
         return out
 
-    def _load(self, kind: str, loader: Any, ref: Mapping[str, Any]) -> ImageFeatures:
+    def _load(
+        self, kind: str, loader: Any, ref: Mapping[str, Any], data_path: str | None
+    ) -> ImageFeatures:
         path = ref["path"]
+        remote = is_remote(path) and self.fetch is None and self.remote is not None
         if kind != "image":
+            if remote:
+                return loader(self.remote.local(path, data_path, kind))  # type: ignore[union-attr]
             return loader(path)
         if self.has_store:
             pixels = self.store.get(path)
@@ -171,7 +184,14 @@ class MediaStage:
         source: Any = path
         if is_remote(path) and self.fetch is not None:
             source = self.fetch(path)
-        image = decode_image(source, self.decode)
+        elif remote:
+            source = self.remote.read(path, data_path)  # type: ignore[union-attr]
+        try:
+            image = decode_image(source, self.decode)
+        except SampleError as exc:
+            if not isinstance(source, bytes) or "<bytes>" not in exc.message:
+                raise
+            raise SampleError(exc.kind, exc.message.replace("<bytes>", path)) from None
         return loader(image)
 
     def _check(self, kind: str, ids: np.ndarray, refs: Any, feats: list[ImageFeatures]) -> None:

@@ -12,16 +12,19 @@ __all__ = ["Record", "parse_json"]
 
 
 class Record:
-    r"""One raw line of a JSONL file or one element of a JSON array.
+    r"""One raw line of a JSONL file, one element of a JSON array, or one row of a Parquet file.
 
     Parsing is lazy and happens on first access of ``data``: reading a record never raises for
     bad content, so a broken line becomes a counted ``SampleError`` in whichever guarded step
-    touches it, not a crash of the reader.
+    touches it, not a crash of the reader. A Parquet row arrives already decoded
+    (``Record.from_data``); its ``raw`` is then its JSON rendering, made on demand (for a
+    rejects file), with binary values shown as ``"<N bytes>"``.
 
     Attributes:
         raw: the record's bytes (no newline, no BOM, no trailing ``\\r``).
         path: the file, as the user named it (for a compressed file: the ``.gz``/``.zst`` path).
-        line: 1-based line in the file where the record begins (what an editor shows).
+        line: 1-based line in the file where the record begins (what an editor shows); for a
+            Parquet file, the row counting from 1.
         index: the record's global index in its source.
         element: 1-based element number for JSON array files, ``None`` for JSONL.
 
@@ -31,7 +34,7 @@ class Record:
         ('hi', 'd.jsonl:3')
     """
 
-    __slots__ = ("_data", "element", "index", "line", "path", "raw")
+    __slots__ = ("_data", "_raw", "element", "index", "line", "path")
 
     def __init__(
         self,
@@ -42,12 +45,26 @@ class Record:
         index: int,
         element: int | None = None,
     ):
-        self.raw = raw
+        self._raw: bytes | None = raw
         self.path = path
         self.line = line
         self.index = index
         self.element = element
         self._data: Any = _UNPARSED
+
+    @classmethod
+    def from_data(cls, data: Any, *, path: str, line: int, index: int) -> Record:
+        """A record whose value is already decoded (a Parquet row)."""
+        record = cls(b"", path=path, line=line, index=index)
+        record._raw = None
+        record._data = data
+        return record
+
+    @property
+    def raw(self) -> bytes:
+        if self._raw is None:
+            self._raw = orjson.dumps(self._data, default=_plain, option=orjson.OPT_SERIALIZE_NUMPY)
+        return self._raw
 
     @property
     def data(self) -> Any:
@@ -69,11 +86,24 @@ class Record:
         return f"Record({self.location}, {preview}{more})"
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (_rebuild_record, (self.raw, self.path, self.line, self.index, self.element))
+        if self._raw is None:
+            return (_rebuild_row, (self._data, self.path, self.line, self.index))
+        return (_rebuild_record, (self._raw, self.path, self.line, self.index, self.element))
 
 
 def _rebuild_record(raw: bytes, path: str, line: int, index: int, element: int | None) -> Record:
     return Record(raw, path=path, line=line, index=index, element=element)
+
+
+def _rebuild_row(data: Any, path: str, line: int, index: int) -> Record:
+    return Record.from_data(data, path=path, line=line, index=index)
+
+
+def _plain(value: Any) -> Any:
+    """How a decoded value orjson cannot write appears in ``raw`` (bytes: only their size)."""
+    if isinstance(value, bytes | bytearray | memoryview):
+        return f"<{len(bytes(value))} bytes>"
+    return str(value)
 
 
 class _Unparsed:

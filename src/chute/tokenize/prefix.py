@@ -1,0 +1,138 @@
+r"""Encode only what is kept: the first tokens of a long text, identical to encoding all of it.
+
+A recipe that keeps ``max_length`` tokens should not tokenize a 50 MB document whole. This module
+finds a cut ``c`` in the text such that ``encode(text[:c])`` is exactly the first tokens of
+``encode(text)``, encoding only a window a small multiple of the tokens needed.
+
+Why a cut can be exact. A ``tokenizers`` pipeline splits the text into *pre-tokens* (added tokens
+first, then the pre-tokenizer's regex) and runs BPE inside each pre-token alone; no merge
+crosses a pre-token boundary. So if the text is cut where a pre-token starts, every pre-token
+before the cut is the same in the prefix as in the whole text, and so are their tokens, provided
+the splitting up to the cut does not depend on what lies after it. The GPT-style split patterns
+(GPT-2, Llama 3, Qwen2/3) decide each match from the characters it covers plus at most a couple
+beyond (``\s+(?!\S)`` looks one character ahead; a greedy run stops at the first character
+outside it), and the normalizers in use (NFC, or none) act within a character and what combines
+with it. A cut is therefore taken only where:
+
+1. a pre-token (or added token) starts: the encoding's ``word_ids`` change there;
+2. at least one complete pre-token follows it inside the window, so no run the regex read
+   around the cut reaches the window's end;
+3. the window is unchanged by normalization (its characters are already NFC), so character
+   offsets mean the same before and after;
+4. and it is checked, not only argued: ``encode(text[:c])`` must equal the window's tokens before
+   ``c``, and so must the tokens of a second window twice as long.
+
+Where no such cut exists within reach (one pre-token longer than the window, e.g. a run of one
+repeated character, CJK text without any punctuation, a whitespace run of thousands of
+characters; text that normalization changes; a backend that gives no pre-token boundaries),
+``None`` is returned and the caller encodes the whole text, as before: exactness first. The search
+itself is bounded (windows up to 256 characters per needed token), so giving up costs little.
+
+Example:
+    >>> from tokenizers import Tokenizer, models, pre_tokenizers
+    >>> from chute.tokenize.hf import HFTokenizer
+    >>> vocab = {"[UNK]": 0, "a": 1, "b": 2}
+    >>> rust = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
+    >>> rust.pre_tokenizer = pre_tokenizers.Whitespace()
+    >>> tok = HFTokenizer(rust)
+    >>> text = "a b " * 20_000
+    >>> cut = safe_prefix_end(tok, text, need=10)
+    >>> cut is not None and cut < 200
+    True
+    >>> tok.encode(text[:cut]) == tok.encode(text)[: len(tok.encode(text[:cut]))]
+    True
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["MIN_PREFIX_CHARS", "safe_prefix_end"]
+
+# Below this many characters a text is encoded whole: the search would cost more than it saves.
+MIN_PREFIX_CHARS = 1 << 15
+# First window: this many characters per token needed (English averages ~4, code ~3, CJK ~1.5);
+# too small a window only costs a doubling.
+_CHARS_PER_TOKEN = 6
+# The search gives up when the window passes this many characters per needed token.
+_MAX_CHARS_PER_TOKEN = 256
+# Pre-token starts tried in one window before a larger one is tried (each costs an encode).
+_MAX_CANDIDATES = 4
+
+
+def safe_prefix_end(tokenizer: Any, text: str, need: int) -> int | None:
+    """A cut ``c`` with ``encode(text[:c])`` a prefix of ``encode(text)`` of at least ``need`` tokens.
+
+    Args:
+        tokenizer: a chute ``Tokenizer``; only ``HFTokenizer`` (a ``tokenizers`` pipeline) is
+            supported, others get ``None``.
+        text: the text to encode.
+        need: how many leading tokens must be exact.
+
+    Returns:
+        The cut (a character offset), or ``None`` when the whole text must be encoded (it is
+        short, no safe cut was found, or the backend cannot say where pre-tokens start).
+    """
+    rust = getattr(tokenizer, "rust", None)
+    if rust is None or len(text) < MIN_PREFIX_CHARS or need < 1:
+        return None
+    normalizer = rust.normalizer
+    window = max(4096, need * _CHARS_PER_TOKEN)
+    # Past this, a window that still holds no safe cut is one huge pre-token (a run of one
+    # character, CJK without punctuation, a whitespace run): searching on would cost as much as
+    # encoding the text.
+    limit = max(window, need * _MAX_CHARS_PER_TOKEN)
+    while window * 2 < len(text) and window <= limit:
+        found = _cut_in_window(rust, normalizer, text, window, need)
+        if found == "normalization":
+            return None
+        if isinstance(found, int):
+            return found
+        window *= 2
+    return None
+
+
+def _cut_in_window(
+    rust: Any, normalizer: Any, text: str, window: int, need: int
+) -> int | str | None:
+    """The cut found in ``text[:window]``, ``None`` to try a larger window, or why to give up."""
+    piece = text[:window]
+    longer = text[: window * 2]
+    if normalizer is not None and normalizer.normalize_str(longer) != longer:
+        return "normalization"  # offsets would move: keep exact by encoding everything
+    enc = rust.encode(piece, add_special_tokens=False)
+    words = enc.word_ids
+    offsets = enc.offsets
+    ids = enc.ids
+    n = len(ids)
+    if n <= need:
+        return None
+    last_word_start = n - 1
+    while last_word_start > 0 and _same_word(words, last_word_start - 1, last_word_start):
+        last_word_start -= 1
+    # the candidate must leave one whole pre-token between it and the (maybe cut) last one
+    second_last_start = last_word_start - 1
+    while second_last_start > 0 and _same_word(words, second_last_start - 1, second_last_start):
+        second_last_start -= 1
+    tried = 0
+    for i in range(need, second_last_start):
+        if _same_word(words, i - 1, i):
+            continue
+        tried += 1
+        if tried > _MAX_CANDIDATES:
+            return None
+        cut = offsets[i][0]
+        if cut <= offsets[i - 1][0]:
+            continue
+        head = rust.encode(text[:cut], add_special_tokens=False).ids
+        if head != ids[:i]:
+            continue
+        if rust.encode(longer, add_special_tokens=False).ids[:i] != head:
+            return None
+        return cut
+    return None
+
+
+def _same_word(words: list[int | None], a: int, b: int) -> bool:
+    """Whether tokens ``a`` and ``b`` belong to one pre-token (added tokens are their own)."""
+    return words[a] is not None and words[a] == words[b]
