@@ -126,20 +126,31 @@ def marked(rendered: Any) -> str:
     return "".join([*out, rendered.text[k:]])
 
 
-@pytest.mark.parametrize("doc", ["formats.md", "templates.md"])
+# options of an example that are not template variables
+EXAMPLE_OPTIONS = {"template", "bos", "drop_system", "system"}
+
+
+@pytest.mark.parametrize("doc", ["formats.md", "templates.md", "guides/migrate-llama-factory.md"])
 def test_rendered_examples_are_what_chute_renders(doc: str, tmp_path: Path) -> None:
     tokenizer = llama2_style_tokenizer(tmp_path / "tok")
     text = (REPO / "docs" / doc).read_text()
     shared = RECORD.search(text)
     examples = EXAMPLE.findall(text)
-    assert len(examples) == text.count("<!-- example: ") >= 6
+    assert len(examples) == text.count("<!-- example: ") >= 4
     for options, record_text, shown in examples:
-        opts = dict(kv.split("=", 1) for kv in options.split())
+        opts = dict(kv.split("=", 1) for kv in shlex.split(options))
         record = json.loads(record_text or shared.group(1))  # type: ignore[union-attr]
         if opts.get("drop_system") == "true":
             record = {"messages": [m for m in record["messages"] if m["role"] != "system"]}
         special = {"bos": opts["bos"]} if "bos" in opts else None  # Llama 3's own bos
-        recipe = Recipe(tokenizer=tokenizer, template=opts["template"], special_tokens=special)
+        variables = {k: v == "true" for k, v in opts.items() if k not in EXAMPLE_OPTIONS}
+        recipe = Recipe(
+            tokenizer=tokenizer,
+            template=opts["template"],
+            special_tokens=special,
+            system=opts.get("system"),
+            template_vars=variables,
+        )
         # compared without the final newline (ChatML ends with one; a block cannot show it)
         assert marked(recipe.render(record)).rstrip("\n") == shown.rstrip("\n"), options
 

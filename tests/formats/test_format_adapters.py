@@ -174,7 +174,7 @@ def test_qwen_vl_inline_tags_and_ref_box_pass_through() -> None:
         (
             {"conversations": [{"from": "narrator", "value": "x"}]},
             "unknown_role",
-            r"role 'narrator' is not one of .*tags=.*\(field 'conversations\[0\]\.from'\)",
+            r"role 'narrator' is not one of .*map it with tags .*\(field 'conversations\[0\]\.from'\)",
         ),
         ({"conversations": [{"from": "human"}]}, "missing_field", r"conversations\[0\]\.value"),
         ({"conversations": [{"from": "human", "value": 7}]}, "wrong_type", r"got a number"),

@@ -94,14 +94,47 @@ def test_a_loader_without_media_loads_the_pixels_and_skips_bad_images(
 
 
 def test_a_count_without_a_default_transform_is_refused(tmp_path: Path) -> None:
+    from PIL import Image
+
+    Image.new("RGB", (32, 32)).save(tmp_path / "a.png")
     path = tmp_path / "d.jsonl"
-    path.write_text(json.dumps({"instruction": "hi", "output": "yo"}) + "\n")
+    rows = [
+        {
+            "messages": [
+                {"role": "user", "content": "<image>hi"},
+                {"role": "assistant", "content": "yo"},
+            ],
+            "images": ["a.png"],
+        }
+    ]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))  # fmt: skip
     recipe = Recipe(tokenizer=tiny_tokenizer(), template="chatml", image_tokens=144)
     with pytest.raises(ConfigError, match="pass media=MediaStage.*or media=False"):
         Loader(path, recipe, world=World(0, 1))
     assert Loader(path, recipe, world=World(0, 1), media=False).media is None
-    plain = Recipe(tokenizer=tiny_tokenizer(), template="chatml")  # images refused: no stage
-    assert Loader(path, plain, world=World(0, 1)).media is None
+
+
+def test_text_data_gets_no_stage_and_a_late_image_stops_the_loader(tmp_path: Path) -> None:
+    from PIL import Image
+
+    Image.new("RGB", (32, 32)).save(tmp_path / "a.png")
+    text = {"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}]}
+    late = {"messages": [{"role": "user", "content": "<image>hi"},
+                         {"role": "assistant", "content": "yo"}], "images": ["a.png"]}  # fmt: skip
+    path = tmp_path / "d.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in [text] * 300 + [late]))
+    recipe = Recipe(tokenizer=tiny_tokenizer(), template="chatml")  # image_tokens="auto"
+    loader = Loader(path, recipe, batch_size=50, world=World(0, 1), shuffle=False)
+    assert loader.media is None and "image_counts" not in next(iter(loader))
+    with pytest.raises(
+        ConfigError,
+        match=r"d.jsonl:301 references images, but the Loader has no media stage.*media=False",
+    ):
+        list(loader)
+    assert len(list(Loader(path, recipe, batch_size=50, world=World(0, 1), media=False))) == 7
+    # the lengths of a length-aware plan show the image: the stage is built up front
+    grouped = Loader(path, recipe, batch_size=50, world=World(0, 1), plan="grouped")
+    assert grouped.media is not None
 
 
 # -- modality-aware grouping --------------------------------------------------------------------

@@ -1,12 +1,17 @@
-"""Process-pool plumbing shared by validate, preprocess and length passes."""
+"""Process pools shared by validate, preprocess, the lengths pass and the pixel store."""
 
 from __future__ import annotations
 
 import multiprocessing
 import sys
+from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor
 from multiprocessing.context import BaseContext
+from typing import Any
 
-__all__ = ["pool_context"]
+from chute._internal.spelling import Spelling, current_spelling, spelling
+
+__all__ = ["pool_context", "process_pool"]
 
 
 def pool_context() -> BaseContext:
@@ -17,3 +22,32 @@ def pool_context() -> BaseContext:
     """
     method = "fork" if sys.platform.startswith("linux") else "spawn"
     return multiprocessing.get_context(method)
+
+
+def process_pool(
+    workers: int,
+    initializer: Callable[..., None] | None = None,
+    initargs: tuple[Any, ...] = (),
+    *,
+    context: BaseContext | None = None,
+) -> ProcessPoolExecutor:
+    """A pool of ``workers`` processes whose error messages spell parameters as this one does.
+
+    Example:
+        >>> with process_pool(1) as pool:
+        ...     pool.submit(sum, [1, 2]).result()
+        3
+    """
+    return ProcessPoolExecutor(
+        max_workers=workers,
+        mp_context=context or pool_context(),
+        initializer=_enter,
+        initargs=(current_spelling(), initializer, initargs),
+    )
+
+
+def _enter(how: Spelling, initializer: Callable[..., None] | None, args: tuple[Any, ...]) -> None:
+    # the worker keeps this spelling for its lifetime (the pool's workers serve one job)
+    spelling(how).__enter__()
+    if initializer is not None:
+        initializer(*args)

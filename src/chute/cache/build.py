@@ -35,8 +35,10 @@ from typing import Any
 import numpy as np
 import orjson
 
+from chute._internal.progress import progress as progress_of
 from chute._internal.remote import absolute
-from chute.cache.config import PreprocessConfig, load_config
+from chute._internal.spelling import spelled_as
+from chute.cache.config import CONFIG, PreprocessConfig, load_config
 from chute.cache.fingerprint import build_fingerprint, sources_fingerprint
 from chute.cache.layout import CACHE_FORMAT, FORMAT_VERSION, Layout, sweep_temps
 from chute.cache.pool import run_chunks
@@ -49,6 +51,7 @@ from chute.errors import (
     ErrorBudgetExceeded,
     RejectTally,
 )
+from chute.recipe.outcome import preflight
 from chute.sources import open_source
 from chute.world import World
 
@@ -141,6 +144,7 @@ def parse_shard(value: str | tuple[int, int] | None) -> World | None:
     return World(rank=int(i), world_size=int(n))
 
 
+@spelled_as(CONFIG)
 def preprocess(
     config: PreprocessConfig | Mapping[str, Any] | str | os.PathLike[str] | None = None,
     *,
@@ -153,7 +157,7 @@ def preprocess(
     overwrite: bool = False,
     stages: Sequence[ChunkStage] = (),
     pixels: bool | Mapping[str, Any] | None = None,
-    progress: Callable[[int, int], None] | None = None,
+    progress: bool | Callable[[int, int], None] | None = None,
     **sections: Any,
 ) -> PreprocessReport:
     """Run the recipe over every record of the sources and write (or finish) a cache.
@@ -174,7 +178,9 @@ def preprocess(
         pixels: also store every image pre-decoded (the ``pixels`` stage,
             ``chute.cache.pixels``): ``True``, or its options (``{"size": 336}``), merged
             over the config's ``stages.pixels``.
-        progress: called as ``progress(records_done, records_total)`` for this rank's chunks.
+        progress: ``None``: a bar on a terminal, else a log line now and then, on rank 0
+            (``chute._internal.progress``); ``False``: silent; ``True``: on every rank; or
+            called as ``progress(records_done, records_total)`` for this rank's chunks.
         **sections: ``sources=``, ``recipe=``, ``cache=``, ``stages=`` when ``config`` is not
             given.
 
@@ -204,7 +210,9 @@ def preprocess(
         cfg = load_config(cfg, [f"stages.pixels={orjson.dumps(merged).decode()}"])
     target = out if out is not None else cfg.out
     if target is None:
-        raise ConfigError("out: no output directory; pass --out DIR (or out: in the config)")
+        raise ConfigError(
+            "no output directory; pass --out DIR (or out: in the config)", param="out"
+        )
     cfg = cfg.resolved()
     world = parse_shard(shard) or World.detect()
     layout = Layout(absolute(target))
@@ -214,13 +222,17 @@ def preprocess(
     for name in names:
         if not isinstance(name, str) or not name.isidentifier() or name == "chunks":
             raise ConfigError(
-                f"stages: a stage's name must be an identifier other than 'chunks', got {name!r}"
+                f"a stage's name must be an identifier other than 'chunks', got {name!r}",
+                param="stages",
             )
     if len(set(names)) != len(names):
-        raise ConfigError(f"stages: names must be unique, got {names}")
+        raise ConfigError(f"names must be unique, got {names}", param="stages")
     source = open_source(cfg.sources)
+    preflight(recipe, source)  # a recipe that cannot work fails before anything is written
     if len(source) == 0:
-        raise ConfigError(f"sources: {', '.join(cfg.sources)} hold no records; nothing to cache")
+        raise ConfigError(
+            f"{', '.join(cfg.sources)} hold no records; nothing to cache", param="sources"
+        )
     dtype = token_dtype(recipe.tokenizer.vocab_size, [recipe.media.image_token_id])
     chunk_size = cfg.cache.chunk_size
     plan = {
@@ -264,12 +276,12 @@ def preprocess(
     )
     budget = _Budget(cfg.cache.max_bad_fraction, committed.values())
     total = sum(job.bounds(k)[1] - job.bounds(k)[0] for k in todo)
-    done = [0]
+    bar = progress_of(total, "preprocess", enabled=None if callable(progress) else progress)
 
     def moved(n: int) -> None:
-        done[0] += n
-        if progress is not None:
-            progress(done[0], total)
+        bar.update(n)
+        if callable(progress):
+            progress(bar.done, total)
 
     def on_done(k: int, record: dict[str, Any]) -> None:
         report.built += 1
@@ -277,7 +289,8 @@ def preprocess(
         budget.add(record, where=f" on shard {world.rank}/{world.world_size}")
 
     workers_n = cfg.cache.workers or default_workers()
-    run_chunks(job, todo, workers=workers_n, on_done=on_done, progress=moved)
+    with bar:
+        run_chunks(job, todo, workers=workers_n, on_done=on_done, progress=moved)
     budget.check(f" on shard {world.rank}/{world.world_size}")  # small data: all records seen
     report.manifest, report.finalized = finish(
         layout, plan, world, cfg.cache.wait_timeout, all_stages

@@ -41,6 +41,7 @@ from typing import Any, ClassVar
 import yaml
 
 from chute._internal.remote import absolute
+from chute._internal.spelling import Spelling, spelling
 from chute.cache.config_checks import (
     Problems,
     apply_overrides,
@@ -55,7 +56,14 @@ from chute.media.images import DEFAULT_MAX_PIXELS
 from chute.recipe import OVERFLOW, TASKS, TRUNCATION
 from chute.templates.base import TRAIN_ON
 
-__all__ = ["CacheOptions", "PreprocessConfig", "RecipeConfig", "apply_overrides", "load_config"]
+__all__ = [
+    "CONFIG",
+    "CacheOptions",
+    "PreprocessConfig",
+    "RecipeConfig",
+    "apply_overrides",
+    "load_config",
+]
 
 # -- sections -------------------------------------------------------------------------------
 
@@ -88,7 +96,7 @@ class RecipeConfig:
     template_vars: dict[str, Any] = field(default_factory=dict)
     special_tokens: dict[str, str | None] = field(default_factory=dict)
     media_root: str | dict[str, str] | None = None
-    image_tokens: Any = None
+    image_tokens: Any = "auto"
     image_token: str | None = None
     image_token_id: int | None = None
     video_tokens: int | dict[str, Any] | None = None
@@ -135,6 +143,10 @@ class RecipeConfig:
         """The ``Recipe`` (loads the tokenizer); its errors name ``recipe.<field>``."""
         from chute.recipe import Recipe
 
+        with spelling(CONFIG):
+            return Recipe(**self._arguments())
+
+    def _arguments(self) -> dict[str, Any]:
         args = asdict(self)
         for name, module, cls in (
             ("video_tokens", "chute.media.video", "VideoFrames"),
@@ -145,11 +157,8 @@ class RecipeConfig:
                 try:
                     args[name] = rule(**args[name])
                 except TypeError as exc:
-                    raise ConfigError(f"recipe.{name}: {exc} (fields of {cls})") from None
-        try:
-            return Recipe(**args)
-        except ConfigError as exc:
-            raise ConfigError(f"recipe.{exc}") from None
+                    raise ConfigError(f"{exc} (fields of {cls})", param=name) from None
+        return args
 
     def resolved(self) -> RecipeConfig:
         """A copy whose paths (tokenizer, template file, media_root) are absolute."""
@@ -304,6 +313,19 @@ class PreprocessConfig:
 
 _TOP_KEYS = ["sources", "recipe", "cache", "stages", "out"]
 
+# Errors raised while a config is in use name its keys (``recipe.media_root``) and the override
+# that sets one (``recipe.image_tokens=576``), not the Recipe's Python keywords.
+CONFIG = Spelling(
+    "config",
+    {
+        **{f.name: f"recipe.{f.name}" for f in fields(RecipeConfig)},
+        **{f.name: f"cache.{f.name}" for f in fields(CacheOptions)},
+        **{name: name for name in _TOP_KEYS},
+    },
+    assign="=",
+    quote=False,
+)
+
 
 def _top_problems(data: Mapping[str, Any]) -> Problems:
     out: Problems = []
@@ -353,12 +375,12 @@ def load_config(
     if isinstance(config, str | os.PathLike):
         path = Path(config)
         if not path.is_file():
-            raise ConfigError(f"config: {path}: no such file (a YAML preprocessing config)")
+            raise ConfigError(f"{path}: no such file (a YAML preprocessing config)", param="config")
         try:
             data = yaml.safe_load(path.read_text(encoding="utf-8"))
         except yaml.YAMLError as exc:
-            raise ConfigError(f"config: {path} is not valid YAML: {exc}") from None
+            raise ConfigError(f"{path} is not valid YAML: {exc}", param="config") from None
         if data is None:
-            raise ConfigError(f"config: {path} is empty; it needs sources and recipe")
+            raise ConfigError(f"{path} is empty; it needs sources and recipe", param="config")
         return PreprocessConfig.from_dict(data, overrides)
     return PreprocessConfig.from_dict(config, overrides)

@@ -79,7 +79,7 @@ _CHECKS: dict[str, tuple[Any, str]] = {
     ),
     "image_tokens": (
         lambda v: v is None or (_is_int(v) and v > 0) or isinstance(v, str | Mapping),
-        "a token count (576), a preset (llava-1.5, qwen-vl, qwen2-vl, qwen2.5-vl), a mapping "
+        "auto, a token count (576), a preset (llava-1.5, qwen-vl, qwen2-vl, qwen2.5-vl), a mapping "
         "of DynamicImageTokens fields, or null",
     ),
 }

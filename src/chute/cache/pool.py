@@ -18,10 +18,10 @@ import os
 import signal
 import sys
 from collections.abc import Callable, Sequence
-from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from concurrent.futures import FIRST_COMPLETED, Future, wait
 from typing import Any
 
-from chute._internal.pools import pool_context
+from chute._internal.pools import pool_context, process_pool
 from chute.cache.writer import ChunkJob
 
 __all__ = ["die_with_parent", "run_chunks"]
@@ -79,12 +79,7 @@ def run_chunks(
         return
     ctx = pool_context()
     counter = ctx.Value("q", 0)
-    pool = ProcessPoolExecutor(
-        max_workers=min(workers, len(chunks)),
-        mp_context=ctx,
-        initializer=_init,
-        initargs=(job, counter),
-    )
+    pool = process_pool(min(workers, len(chunks)), _init, (job, counter), context=ctx)
     futures: dict[Future[dict[str, Any]], int] = {}
     try:
         futures = {pool.submit(_run, k): k for k in chunks}

@@ -337,8 +337,9 @@ class Cache:
             recipe = recipe.build()
         if not callable(getattr(recipe, "fingerprint", None)):
             raise ConfigError(
-                f"recipe: expected a Recipe, a RecipeConfig or a PreprocessConfig, got "
-                f"{type(recipe).__name__}"
+                f"expected a Recipe, a RecipeConfig or a PreprocessConfig, got "
+                f"{type(recipe).__name__}",
+                param="recipe",
             )
         diffs = sources + differences(built["recipe"], recipe.fingerprint())
         if diffs:

@@ -3,7 +3,8 @@
 * ``prepare_dir`` refuses a directory that holds something other than a cache, and deletes only
   chute's own files on ``--overwrite``;
 * ``establish`` publishes ``plan.json`` (every rank publishes the same bytes) or checks that the
-  one there is the same job, naming each differing field;
+  one there is the same job, naming each differing field (a plan under which no chunk was
+  committed is replaced: a run that failed on its configuration never blocks its fix);
 * ``committed_record`` says whether a chunk's commit record and every file it lists are in place;
 * ``finish`` waits for the other ranks' chunks through the filesystem and writes the manifest
   when every chunk is committed (or returns the one another rank wrote).
@@ -48,24 +49,27 @@ _HEARTBEAT_SECONDS = 5.0
 def prepare_dir(layout: Layout, overwrite: bool, world: World) -> None:
     root = layout.shown
     if not layout.storage.is_dir_or_absent():
-        raise ConfigError(f"out: {root} exists and is not a directory")
+        raise ConfigError(f"{root} exists and is not a directory", param="out")
     foreign = not layout.is_empty_or_absent() and not layout.looks_like_cache()
     if foreign:
         raise ConfigError(
-            f"out: {root} is not empty and holds no chute cache; choose a new or empty "
-            f"directory (chute never deletes files it did not write)"
+            f"{root} is not empty and holds no chute cache; choose a new or empty "
+            f"directory (chute never deletes files it did not write)",
+            param="out",
         )
     if overwrite and layout.looks_like_cache():
         if world.world_size > 1:
             raise ConfigError(
-                "overwrite: not with several ranks (each would delete what the others write); "
-                f"delete {root} once before launching them, or run one rank with --overwrite"
+                "not with several ranks (each would delete what the others write); "
+                f"delete {root} once before launching them, or run one rank with --overwrite",
+                param="overwrite",
             )
         _delete(layout)
     if not layout.exists(layout.plan) and _has_chunks(layout):
         raise ConfigError(
-            f"out: {root} holds chunk files but no plan.json (an interrupted --overwrite?); "
-            f"they cannot be trusted: run again with --overwrite"
+            f"{root} holds chunk files but no plan.json (an interrupted --overwrite?); "
+            f"they cannot be trusted: run again with --overwrite",
+            param="out",
         )
     layout.storage.prepare()
 
@@ -93,6 +97,19 @@ def establish(layout: Layout, plan: dict[str, Any], cfg: PreprocessConfig) -> No
         layout.publish(layout.plan, blob)
         existing = layout.read_json(layout.plan)  # another rank may have published at the same time
     diffs = differences(existing, plan)
+    if diffs and not layout.recorded() and not layout.exists(layout.manifest):
+        # An earlier run of another config committed nothing (it failed on its configuration,
+        # or was stopped at once): nothing to protect, so it must not block this run. Its
+        # uncommitted files are harmless: chunks are rewritten, and only files a commit
+        # record lists are ever read.
+        log.warning(
+            "%s: replacing the plan of an earlier run that committed no chunk (%s)",
+            layout.shown,
+            "; ".join(f"{name.removeprefix('fingerprint.')} differs" for name, _, _ in diffs[:3]),
+        )
+        layout.publish(layout.plan, blob)
+        existing = layout.read_json(layout.plan)
+        diffs = differences(existing, plan)
     if diffs:
         lines = "\n".join(
             f"  {name.removeprefix('fingerprint.')} differs: in {layout.shown} {a!r}, this run {b!r}"

@@ -33,7 +33,8 @@ import pyarrow as pa
 from chute.cache.layout import Layout
 from chute.cache.schema import chunk_batch
 from chute.cache.stages import ChunkStage
-from chute.errors import RejectTally, SampleError, as_sample_error
+from chute.errors import RejectTally, SampleError
+from chute.recipe.outcome import judge
 from chute.sample.rejects import reject_entry
 from chute.sources.record import Record
 
@@ -153,20 +154,8 @@ class ChunkJob:
                 flags.append(True)
 
     def _process(self, records: list[Record]) -> list[Any]:
-        try:
-            return self.recipe.batch(records)
-        except SampleError:
-            pass
-        except Exception as exc:
-            as_sample_error(exc, None, None)  # re-raises job-level errors (ChuteError)
-        # Something raised outside the per-record guards: find the record, one at a time.
-        out: list[Any] = []
-        for record in records:
-            try:
-                out.append(self.recipe(record))
-            except Exception as exc:
-                out.append(as_sample_error(exc, record.path, record.line))
-        return out
+        # the same judgement as validate, stats and the Loader (chute.recipe.outcome)
+        return judge(self.recipe, records)
 
     def _record(
         self,

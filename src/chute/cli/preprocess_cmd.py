@@ -14,28 +14,11 @@ from typing import Any
 import typer
 
 from chute.cli._options import OutputArgs, output_options
-from chute.cli._output import emit_json, guarded, progress_bar, table
+from chute.cli._output import emit_json, guarded, shown, table
 
 
 def register(app: typer.Typer) -> None:
     app.command("preprocess")(preprocess)
-
-
-class _Bar:
-    """A progress bar created on the first report (the total is known only then)."""
-
-    def __init__(self, enabled: bool):
-        self.enabled = enabled
-        self.bar: Any = None
-
-    def __call__(self, done: int, total: int) -> None:
-        if self.bar is None:
-            self.bar = progress_bar(total, "preprocessing", unit="rec", enabled=self.enabled)
-        self.bar.update(done - self.bar.n)
-
-    def close(self) -> None:
-        if self.bar is not None:
-            self.bar.close()
 
 
 @guarded
@@ -100,22 +83,18 @@ def preprocess(
         options["size"] = image_size
     if options and not pixels:
         raise ConfigError("--image-size and --image-transform set up --pixels; add --pixels")
-    bar = _Bar(enabled=output.progress)
-    try:
-        report = run(
-            config,
-            out=out,
-            overrides=overrides or [],
-            workers=workers,
-            shard=shard,
-            full_hash=full_hash,
-            wait_timeout=wait_timeout,
-            overwrite=overwrite,
-            pixels=options or pixels,
-            progress=bar,
-        )
-    finally:
-        bar.close()
+    report = run(
+        config,
+        out=out,
+        overrides=overrides or [],
+        workers=workers,
+        shard=shard,
+        full_hash=full_hash,
+        wait_timeout=wait_timeout,
+        overwrite=overwrite,
+        pixels=options or pixels,
+        progress=shown(output.progress),
+    )
     if output.as_json:
         emit_json(report.to_json())
         return

@@ -13,8 +13,9 @@ from typing import Any
 
 import typer
 
+from chute.cli._data import DataFiles, open_data_files
 from chute.cli._options import OutputArgs, RecipeArgs, output_options, recipe_options
-from chute.cli._output import emit_json, fail, guarded, progress_bar, table
+from chute.cli._output import emit_json, fail, guarded, shown, table
 from chute.errors import ConfigError
 from chute.lengths import Lengths, lengths_of
 from chute.sources import open_source
@@ -32,10 +33,11 @@ def load_lengths(
     cache_dir: Path | None,
     workers: int | None,
     show_progress: bool,
-) -> Lengths:
+) -> tuple[Lengths, DataFiles | None]:
     """The lengths of the data named on the command line: data files, or one cache directory.
 
     A cache (``chute preprocess``) holds its lengths already (memory-mapped, no tokenizing).
+    Returns the files read too (``None`` for a cache), with any set aside as holding no data.
     """
     from chute.cache import is_cache_dir, open_cache
 
@@ -48,10 +50,13 @@ def load_lengths(
                 f"{caches[0]} is a cache: its lengths come from the recipe that built it; leave "
                 f"out --tokenizer and the other recipe options"
             )
-        return lengths_of(open_cache(caches[0], verify_sources=False))
-    source = open_source(paths, cache_dir=cache_dir)
-    with progress_bar(len(source), "lengths", unit="rec", enabled=show_progress) as bar:
-        return lengths_of(source, recipe, workers=workers, cache_dir=cache_dir, progress=bar.update)
+        return lengths_of(open_cache(caches[0], verify_sources=False)), None
+    data = open_data_files(paths, cache_dir=cache_dir)
+    source = open_source(data.paths, cache_dir=cache_dir)
+    lengths = lengths_of(
+        source, recipe, workers=workers, cache_dir=cache_dir, progress=shown(show_progress)
+    )
+    return lengths, data
 
 
 @guarded
@@ -119,7 +124,7 @@ def stats(
             require_matplotlib()  # fail before the lengths pass, not after
         except ImportError as exc:
             raise fail(str(exc)) from None
-    lengths = load_lengths(
+    lengths, data = load_lengths(
         paths, built, cache_dir=cache_dir, workers=workers, show_progress=output.progress
     )
     result = padding_stats(
@@ -140,10 +145,15 @@ def stats(
 
         plot_stats(result, plot)
         result["plot"] = str(plot)
+    if data is not None:
+        result["skipped"] = data.to_json()
+        data.warn()
     if output.as_json:
         emit_json(result)
-        return
-    _print(result)
+    else:
+        _print(result)
+    if data is not None and data.skipped:
+        raise typer.Exit(1)
 
 
 def _print(result: dict[str, Any]) -> None:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from chute._internal.spelling import spell
 from chute.errors import SampleError
 from chute.formats.chat import _json_type, parse_tools
 from chute.formats.media import bind_media, media_list
@@ -87,7 +88,7 @@ def _text(data: dict[str, Any], keys: tuple[str, ...], fmt: str, *, required: bo
             raise SampleError(
                 "missing_field",
                 f"an {fmt} record needs {' or '.join(repr(k) for k in keys)} (keys present: "
-                f"{', '.join(sorted(data)) or 'none'}); remap keys with columns=...",
+                f"{', '.join(sorted(data)) or 'none'}); remap keys with {spell('columns')}",
                 field=keys[0] if keys else None,
             )
         return ""

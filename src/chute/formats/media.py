@@ -27,6 +27,7 @@ import base64
 import re
 from typing import Any
 
+from chute._internal.spelling import spell
 from chute.errors import SampleError
 from chute.sample.conversation import Message, Part
 
@@ -185,7 +186,7 @@ def bind_media(
                 raise SampleError(
                     "image_placeholder_mismatch",
                     f"{n_ph} {token} placeholder(s) in the messages but the record has {where}; "
-                    f"list the {kind}s, or change the placeholder text (placeholders=...) if "
+                    f"list the {kind}s, or change the placeholder text ({spell('placeholders')}) if "
                     f"{token} is meant literally",
                     field=fields.get(kind),
                 )

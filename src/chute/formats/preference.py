@@ -38,6 +38,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from chute._internal.spelling import spell
 from chute.errors import SampleError
 from chute.formats.chat import _json_type
 from chute.formats.spec import lookup
@@ -100,7 +101,7 @@ def read_pair(data: Any, reader: Any) -> Pair:
             raise SampleError(
                 "missing_field",
                 f"a preference record needs a {name!r} response (keys present: "
-                f"{', '.join(sorted(data)) or 'none'}); remap it with columns={{{name!r}: ...}}",
+                f"{', '.join(sorted(data)) or 'none'}); remap it with {spell('columns')} ({name}=...)",
                 field=PAIR_KEYS[name][0],
             )
         found.append((value, key))
@@ -133,7 +134,7 @@ def read_rated(data: Any, reader: Any) -> Rated:
         raise SampleError(
             "missing_field",
             f"an unpaired preference (KTO) record needs a boolean 'label' (keys present: "
-            f"{', '.join(sorted(data)) or 'none'}); remap it with columns={{'kto_tag': ...}}",
+            f"{', '.join(sorted(data)) or 'none'}); remap it with {spell('columns')} (kto_tag=...)",
             field=KTO_KEYS[0],
         )
     if not isinstance(label, bool):

@@ -24,6 +24,7 @@ from typing import Any
 
 import orjson
 
+from chute._internal.spelling import spell, spell_set
 from chute.errors import ConfigError
 
 __all__ = ["COLUMN_KEYS", "FORMAT_NAMES", "TAG_KEYS", "FormatSpec", "ResolvedSpec", "lookup"]
@@ -149,7 +150,8 @@ class FormatSpec:
     def __post_init__(self) -> None:
         if self.name not in FORMAT_NAMES:
             raise ConfigError(
-                f"format: unknown format {self.name!r}; choose one of {', '.join(FORMAT_NAMES)}"
+                f"unknown format {self.name!r}; choose one of {', '.join(FORMAT_NAMES)}",
+                param="format",
             )
         for what, given, known in (
             ("columns", self.columns, COLUMN_KEYS),
@@ -158,23 +160,24 @@ class FormatSpec:
         ):
             if not isinstance(given, Mapping):
                 raise ConfigError(
-                    f"{what}: expected a mapping, got {type(given).__name__} {given!r}"
+                    f"expected a mapping, got {type(given).__name__} {given!r}", param=what
                 )
-            for key, value in given.items():
-                if key not in known:
+            for name, value in given.items():
+                if name not in known:
                     raise ConfigError(
-                        f"{what}: unknown key {key!r}; known keys: {', '.join(sorted(known))}"
+                        f"unknown key {name!r}; known keys: {', '.join(sorted(known))}",
+                        param=what,
                     )
                 if not (isinstance(value, str) and value) and not (
                     what == "placeholders" and value is None
                 ):
                     raise ConfigError(
-                        f"{what}[{key!r}]: expected a non-empty string, got {value!r}"
+                        f"{spell(what)}[{name!r}]: expected a non-empty string, got {value!r}"
                     )
         if self.name == "auto" and (self.columns or self.tags):
             raise ConfigError(
-                "columns/tags need an explicit format: pass format='alpaca', 'sharegpt', "
-                "'messages' or 'text' together with them"
+                f"{spell('columns')}/{spell('tags')} need an explicit format: pass "
+                f"{spell_set('format', 'alpaca')}, sharegpt, messages or text together with them"
             )
         # Freeze into plain dicts so the spec pickles and compares by value.
         object.__setattr__(self, "columns", dict(self.columns))

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from chute._internal.spelling import spell
 from chute.errors import SampleError
 from chute.formats.chat import _json_type
 from chute.formats.media import bind_media, media_list
@@ -34,7 +35,7 @@ def convert_text(data: Any, spec: ResolvedSpec) -> Conversation:
         raise SampleError(
             "missing_field",
             f"a text record needs {' or '.join(repr(k) for k in keys)} (keys present: "
-            f"{', '.join(sorted(data)) or 'none'}); remap it with columns={{'text': ...}}",
+            f"{', '.join(sorted(data)) or 'none'}); remap it with {spell('columns')} (text=...)",
             field=keys[0],
         )
     if type(text) is not str:

@@ -36,6 +36,8 @@ from typing import Any
 import numpy as np
 import orjson
 
+from chute._internal.progress import ProgressArg
+from chute._internal.progress import progress as progress_of
 from chute.errors import ConfigError
 from chute.lengths.base import STATUS_OK, STATUS_REJECTED, STATUS_TRUNCATED, Lengths
 from chute.lengths.compute import compute_lengths
@@ -85,7 +87,7 @@ def lengths_of(
     workers: int | None = None,
     cache: bool = True,
     cache_dir: str | os.PathLike[str] | None = None,
-    progress: Callable[[int], None] | None = None,
+    progress: ProgressArg = None,
     local_rank: int = 0,
     wait_timeout: float = 3600.0,
 ) -> Lengths:
@@ -97,7 +99,9 @@ def lengths_of(
         workers: processes for the lengths pass (default: all cores).
         cache: read and write the lengths cache (``False``: always compute, store nothing).
         cache_dir: the cache root (default ``$CHUTE_CACHE_DIR`` or ``~/.cache/chute``).
-        progress: called with the number of records done, for progress bars.
+        progress: ``None``: a bar on a terminal, else a log line now and then, on rank 0
+            (``chute._internal.progress``); ``False``: silent; or called with the number of
+            records done.
         local_rank: this process's rank within its node; ranks other than 0 wait for local
             rank 0 to write the cache instead of computing it again.
         wait_timeout: seconds a waiting rank waits before it gives up.
@@ -133,15 +137,26 @@ def _per_record(
     workers: int | None,
     cache: bool,
     cache_dir: Any,
-    progress: Callable[[int], None] | None,
+    progress: ProgressArg,
     local_rank: int,
     wait_timeout: float,
 ) -> Lengths:
     """The lengths of every record under ``recipe``: cached, or computed (and cached)."""
     key, describe = lengths_key(source, recipe) if cache else (None, {})
     if key is None:
-        out, kinds, tally = compute_lengths(source, recipe, workers=workers, progress=progress)
-        return Lengths(out[0], out[1], out[2], kinds=tuple(kinds), tally=tally, longest=out[3])
+        with progress_of(len(source), "lengths", enabled=progress) as bar:
+            out, kinds, tally = compute_lengths(
+                source, recipe, workers=workers, progress=bar.update
+            )
+        return Lengths(
+            out[0],
+            out[1],
+            out[2],
+            kinds=tuple(kinds),
+            tally=tally,
+            first_trained=out[3],
+            longest=out[4],
+        )
     hit = read_cached(key, cache_dir)
     if hit is not None:
         return hit
@@ -153,9 +168,10 @@ def _per_record(
     )
 
     def fill(out: Any) -> tuple[list[str], Any]:
-        _, kinds, tally = compute_lengths(
-            source, recipe, workers=workers, out=out, progress=progress
-        )
+        with progress_of(n, "lengths", enabled=progress) as bar:
+            _, kinds, tally = compute_lengths(
+                source, recipe, workers=workers, out=out, progress=bar.update
+            )
         return kinds, tally
 
     return write_cached(key, n, fill, cache_dir=cache_dir, describe=describe)

@@ -6,6 +6,7 @@ One array per column, indexed by global sample id::
     length      812   -1   2048   97   430      -1: the recipe rejected the record
     image_tok     0     0   576     0     0
     status        0     3     1     0     0      0 ok, 1 truncated by max_length, 2+k: kinds[k]
+    first_tr.    31    0     12    9    40      the first trained token (decides max_length)
     longest     812   -1   2048   97   430      a preference pair's longer side (else = length)
 
 A sample's ``length`` is all its tokens (what a packed row holds); ``longest`` its longest
@@ -35,11 +36,13 @@ import numpy as np
 
 from chute.errors import ConfigError, RejectTally
 
-__all__ = ["STATUS_OK", "STATUS_REJECTED", "STATUS_TRUNCATED", "Lengths"]
+__all__ = ["ROWS", "STATUS_OK", "STATUS_REJECTED", "STATUS_TRUNCATED", "Lengths"]
 
 STATUS_OK = 0
 STATUS_TRUNCATED = 1
 STATUS_REJECTED = 2  # and up: STATUS_REJECTED + k is a reject of kind ``kinds[k]``
+# Rows of a lengths pass's array: length, image_tokens, status, first_trained, longest.
+ROWS = 5
 
 
 @dataclass
@@ -56,6 +59,9 @@ class Lengths:
         kinds: reject kinds, by code.
         tally: rejected records by kind with ``path:line`` examples.
         key: the cache key the arrays were stored under (``None``: not cached).
+        first_trained: per sample, the position of its first trained token (its length when
+            none is), so a later ``max_length`` is decided as the recipe would
+            (``chute.recipe.outcome.overflow_outcome``); ``None``: unknown (taken as 0).
         longest: the longest sequence of each sample (``None``: ``length``).
         sequences: sequences per sample (2 for preference pairs, padded as two rows).
         pieces: with ``overflow="split"``, the ``PieceTable`` from windows to records.
@@ -67,6 +73,7 @@ class Lengths:
     kinds: tuple[str, ...] = ()
     tally: RejectTally = field(default_factory=RejectTally)
     key: str | None = None
+    first_trained: np.ndarray | None = None
     longest: np.ndarray | None = None
     sequences: int = 1
     pieces: Any = None
@@ -82,7 +89,7 @@ class Lengths:
         if length.size and int(length.max()) >= 2**31:
             raise ConfigError(f"a sample length of {int(length.max())} tokens exceeds int32")
         self.length = length if length.dtype == np.int32 else length.astype(np.int32)
-        for name in ("image_tokens", "status", "longest"):
+        for name in ("image_tokens", "status", "first_trained", "longest"):
             value = getattr(self, name)
             if value is not None and len(value) != len(self.length):
                 raise ConfigError(

@@ -26,6 +26,7 @@ from chute.loader.options import (
     check_seconds,
     check_workers,
     fingerprint_of,
+    media_guard,
     media_stage_for,
     pad_id_from,
     rejects_path_for,
@@ -178,7 +179,9 @@ class Loader:
         check_packed_collate(setup, collate)
         self.collate = collate or setup.collate
         # bound to the recipe itself (also for a cache, whose samples it made)
-        self.media, self.collate = media_stage_for(media, self.recipe, self.collate, self.source)
+        self.media, self.collate = media_stage_for(
+            media, self.recipe, self.collate, self.source, setup.lengths
+        )
         self.rejects_path = rejects_path_for(rejects, self.world) if rejects is not None else None
         self.books = Accounting(
             ErrorBudget(max_bad_fraction, max_consecutive_bad, budget_min_samples),
@@ -194,6 +197,7 @@ class Loader:
             top_up=bool(top_up),
             keep_rejects=self.rejects_path is not None,
             media=self.media,
+            media_guard=self.media is None and media_guard(media, self.recipe),
         )
         self._fingerprint = fingerprint_of(self.source)
         self._epoch, self._consumed = 0, 0

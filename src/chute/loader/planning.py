@@ -42,6 +42,7 @@ __all__ = [
 ]
 
 log = logging.getLogger("chute.loader")
+_WARNED: set[str] = set()  # lengths whose exclusions were logged in this process
 
 
 @dataclass
@@ -184,7 +185,13 @@ def check_excluded(setup: PlanSetup, budget: ErrorBudget) -> None:
     if lengths is None or not lengths.num_rejected:
         return
     total, bad = len(lengths), lengths.num_rejected
-    log.warning(
+    seen = lengths.fingerprint()["hash"]
+    # Several loaders over the same lengths (chute bench, one per worker count; a resumed run)
+    # say it once per process.
+    level = logging.DEBUG if seen in _WARNED else logging.WARNING
+    _WARNED.add(seen)
+    log.log(
+        level,
         "%d of %d samples were rejected by the recipe while computing lengths and are left out "
         "of the plan (Loader.excluded):\n%s",
         bad,

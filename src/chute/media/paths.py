@@ -49,6 +49,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from chute._internal.remote import check_url, is_url, join_url, parent_url
+from chute._internal.spelling import spell
 from chute.errors import ConfigError, SampleError
 
 __all__ = ["INLINE", "REMOTE", "MediaPaths", "is_remote"]
@@ -92,8 +93,8 @@ class MediaPaths:
         self.default: str | None = None
         self.by_source: dict[str, str] = {}
         if isinstance(media_root, Mapping):
-            for key, folder in media_root.items():
-                self.by_source[_pattern(key)] = _folder(folder, f"media_root[{key!r}]")
+            for pattern, folder in media_root.items():
+                self.by_source[_pattern(pattern)] = _folder(folder, f"media_root[{pattern!r}]")
         elif media_root is not None:
             self.default = _folder(media_root, "media_root")
         self._real: dict[str, str] = {}
@@ -158,9 +159,9 @@ class MediaPaths:
             raise SampleError(
                 "unsafe_path",
                 f"{source} resolves to {real}, outside the media root {real_root} ({why} "
-                f"there); media references must stay inside their root: set media_root= to the "
-                f"folder the dataset's paths are relative to, or name the target's folder in "
-                f"media_allowed_roots=",
+                f"there); media references must stay inside their root: set "
+                f"{spell('media_root')} to the folder the dataset's paths are relative to, or name "
+                f"the target's folder in {spell('media_allowed_roots')}",
             )
         return real
 
@@ -215,25 +216,26 @@ def _inside_url(url: str, root: str) -> bool:
 
 def _folder(value: Any, name: str) -> str:
     if not isinstance(value, str | os.PathLike):
-        raise ConfigError(f"{name}: expected a folder path, got {type(value).__name__}")
+        raise ConfigError(f"expected a folder path, got {type(value).__name__}", param=name)
     if is_url(os.fspath(value)):
         return check_url(os.fspath(value), name).rstrip("/")  # existence shows per reference
     folder = os.path.abspath(os.path.expanduser(os.fspath(value)))
     if not os.path.isdir(folder):
         raise ConfigError(
-            f"{name}: {folder} is not a folder; pass the folder the dataset's media paths are "
-            f"relative to"
+            f"{folder} is not a folder; pass the folder the dataset's media paths are relative to",
+            param=name,
         )
     return folder
 
 
-def _pattern(key: Any) -> str:
+def _pattern(entry: Any) -> str:
     """A mapping key as an absolute path or glob (``*/x.jsonl`` matches at any depth)."""
-    if not isinstance(key, str | os.PathLike):
+    if not isinstance(entry, str | os.PathLike):
         raise ConfigError(
-            f"media_root: mapping keys are data file paths or globs, got {type(key).__name__}"
+            f"mapping keys are data file paths or globs, got {type(entry).__name__}",
+            param="media_root",
         )
-    text = os.path.expanduser(os.fspath(key))
+    text = os.path.expanduser(os.fspath(entry))
     if is_url(text):
         return text
     if any(c in text for c in "*?[") and (text.startswith("*") or os.path.isabs(text)):

@@ -18,6 +18,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
+from chute._internal.spelling import spell, spell_set, spell_value
 from chute.errors import ConfigError, SampleError
 from chute.media.images import DEFAULT_MAX_PIXELS
 from chute.media.paths import MediaPaths, is_remote
@@ -47,9 +48,9 @@ class MediaPlan:
 
     Args:
         tokenizer: the recipe's tokenizer (for token ids and the default image token).
-        image_tokens: a count, a preset or a rule (see ``image_tokens_rule``); ``"auto"``:
-            ``qwen2-vl`` when the image token is ``<|image_pad|>``, else ``llava-1.5`` (576);
-            ``None`` makes the first image a ``ConfigError``.
+        image_tokens: a count, a preset or a rule (see ``image_tokens_rule``); ``"auto"`` (the
+            default): ``qwen2-vl`` when the image token is ``<|image_pad|>``, else ``llava-1.5``
+            (576); ``None`` makes the first image a ``ConfigError``.
         image_token: the token marking an image (default: the tokenizer's, else ``<image>``).
         image_token_id: the id written for it (default: the token's id).
         video_tokens: fixed tokens per video, a ``VideoFrames`` (counts from the header), or
@@ -69,7 +70,7 @@ class MediaPlan:
         self,
         tokenizer: Tokenizer,
         *,
-        image_tokens: Any = None,
+        image_tokens: Any = "auto",
         image_token: str | None = None,
         image_token_id: int | None = None,
         video_tokens: Any = None,
@@ -85,7 +86,9 @@ class MediaPlan:
         if image_token_id is not None and (
             not isinstance(image_token_id, int) or isinstance(image_token_id, bool)
         ):
-            raise ConfigError(f"image_token_id: expected an integer, got {image_token_id!r}")
+            raise ConfigError(
+                f"expected an integer, got {spell_value(image_token_id)}", param="image_token_id"
+            )
         self.image_token_id = image_token_id
         self.paths = MediaPaths(media_root, allow_urls=allow_urls, allowed_roots=allowed_roots)
         self._remote: RemoteMedia | None = None
@@ -96,7 +99,8 @@ class MediaPlan:
             or max_image_pixels < 1
         ):
             raise ConfigError(
-                f"max_image_pixels: expected a positive integer, got {max_image_pixels!r}"
+                f"expected a positive integer, got {spell_value(max_image_pixels)}",
+                param="max_image_pixels",
             )
         self.max_image_pixels = max_image_pixels
         self.tokenizer = tokenizer
@@ -154,9 +158,10 @@ class MediaPlan:
                     extra.update(found)
                 if count is None:
                     raise ConfigError(
-                        f"{part.kind}_tokens: the data has {part.kind}s ({part.value}) but no "
-                        f"token count per {part.kind} is set; pass {part.kind}_tokens=N "
-                        f"(counting from the {part.kind}'s content is not supported yet)"
+                        f"the data has {part.kind}s ({part.value}) but no token count per "
+                        f"{part.kind} is set; pass {spell(f'{part.kind}_tokens')} (tokens per "
+                        f"{part.kind}, e.g. {spell_set(f'{part.kind}_tokens', 64)})",
+                        param=f"{part.kind}_tokens",
                     )
                 token_id = self._token_id(part.kind, None, None)
                 info.update(num_tokens=count, **extra)
@@ -169,9 +174,10 @@ class MediaPlan:
         rule = self.image_rule
         if rule is None:
             raise ConfigError(
-                "image_tokens: the data has images but no token count per image is set; pass "
-                "image_tokens=576 (LLaVA-1.5), 256 (Qwen-VL) or 'qwen2-vl' (from each image's "
-                "size)"
+                f"the data has images but image tokens are turned off ({spell_value(None)}); pass "
+                f"{spell_set('image_tokens', 576)} (LLaVA-1.5), 256 (Qwen-VL), "
+                f"{spell_value('qwen2-vl')} (from each image's size) or {spell_value('auto')} (the default)",
+                param="image_tokens",
             )
         dynamic = isinstance(rule, DynamicImageTokens)
         if dynamic and is_remote(resolved) and self.paths.fetchable(resolved, data_path):
@@ -195,7 +201,7 @@ class MediaPlan:
             raise SampleError(
                 "image_missing",
                 f"{resolved}: no such file (relative paths resolve against {where}; set "
-                f"media_root= if they are relative to another folder)",
+                f"{spell('media_root')} if they are relative to another folder)",
             )
         if dynamic:
             w, h = image_size(resolved)
@@ -238,13 +244,13 @@ class MediaPlan:
         token_id = self.tokenizer.token_to_id(token)
         if token_id is None:
             fix = (
-                f"pass {option}= (LLaVA's original code uses -200)"
+                f"pass {spell(option)} (LLaVA's original code uses -200)"
                 if option
                 else "use a tokenizer that has it"
             )
             raise ConfigError(
                 f"{kind} token {token!r} is not in the tokenizer's vocabulary; {fix}, or name "
-                f"the token with image_token=..."
+                f"the token with {spell('image_token')}"
             )
         return token_id
 
@@ -287,13 +293,16 @@ def _markup(tok: Tokenizer, image_token: str | None) -> tuple[dict[str, str], di
     return tokens, text
 
 
-def _count_or_none(value: Any, name: str) -> Any:
+def _count_or_none(count: Any, name: str) -> Any:
     """A fixed count, ``None``, or a rule with ``count_tokens(path)`` (e.g. ``VideoFrames``)."""
-    if value is None or callable(getattr(value, "count_tokens", None)):
-        return value
-    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-        raise ConfigError(f"{name}: expected a positive number of tokens or None, got {value!r}")
-    return value
+    if count is None or callable(getattr(count, "count_tokens", None)):
+        return count
+    if not isinstance(count, int) or isinstance(count, bool) or count < 1:
+        raise ConfigError(
+            f"expected a positive number of tokens or {spell_value(None)}, got {spell_value(count)}",
+            param=name,
+        )
+    return count
 
 
 def _rule_json(rule: Any) -> Any:

@@ -31,6 +31,7 @@ from typing import Any
 
 import numpy as np
 
+from chute._internal.spelling import spell_set
 from chute.errors import ConfigError, SampleError
 from chute.media.images import DecodeOptions, decode_image
 from chute.media.paths import is_remote
@@ -88,18 +89,21 @@ class MediaStage:
         ):
             if not callable(self.image):
                 raise ConfigError(
-                    f"image: expected ImageTransform, DynamicResolution, ProcessorTransform or "
-                    f"a callable, got {type(self.image).__name__}"
+                    f"expected ImageTransform, DynamicResolution, ProcessorTransform or "
+                    f"a callable, got {type(self.image).__name__}",
+                    param="image",
                 )
             self.image = ProcessorTransform(self.image)
         if not isinstance(self.decode, DecodeOptions):
             raise ConfigError(
-                f"decode: expected chute.media.DecodeOptions, got {type(self.decode).__name__}"
+                f"expected chute.media.DecodeOptions, got {type(self.decode).__name__}",
+                param="decode",
             )
         if self.has_store and not hasattr(self.image, "prepare"):
             raise ConfigError(
-                "store: a pixel store keeps the output of a transform's geometry step; "
-                "ProcessorTransform has none, use ImageTransform or DynamicResolution"
+                "a pixel store keeps the output of a transform's geometry step; "
+                "ProcessorTransform has none, use ImageTransform or DynamicResolution",
+                param="store",
             )
         if self.has_store:
             self.store.check_transform(self.image)
@@ -246,9 +250,10 @@ def _check_rule(transform: Any, rule: Any) -> None:
     if isinstance(transform, DynamicResolution):
         if not isinstance(rule, DynamicImageTokens):
             raise ConfigError(
-                f"media: the recipe counts a fixed {rule.tokens} tokens per image but the "
+                f"the recipe counts a fixed {rule.tokens} tokens per image but the "
                 f"media stage's DynamicResolution gives a count per image size; pass "
-                f"Recipe(image_tokens=transform.rule()) or a fixed ImageTransform"
+                f"Recipe(image_tokens=transform.rule()) or a fixed ImageTransform",
+                param="media",
             )
         want = transform.rule()
         diffs = [
@@ -258,22 +263,25 @@ def _check_rule(transform: Any, rule: Any) -> None:
         ]
         if diffs:
             raise ConfigError(
-                "media: the recipe's image token rule and the DynamicResolution transform "
+                "the recipe's image token rule and the DynamicResolution transform "
                 f"differ ({'; '.join(diffs)}), so token counts would not match the patches; "
-                "pass Recipe(image_tokens=transform.rule())"
+                "pass Recipe(image_tokens=transform.rule())",
+                param="media",
             )
         return
     if isinstance(rule, DynamicImageTokens):
         raise ConfigError(
-            "media: the recipe counts image tokens from each image's size (a dynamic rule) but "
+            "the recipe counts image tokens from each image's size (a dynamic rule) but "
             "the media stage's ImageTransform makes every image the same size; use "
-            "DynamicResolution(...) with the same patch_size, merge_size, min_pixels, max_pixels"
+            "DynamicResolution(...) with the same patch_size, merge_size, min_pixels, max_pixels",
+            param="media",
         )
     per_image = transform.tokens_per_image
     if per_image is not None and per_image != rule.tokens:
         raise ConfigError(
-            f"media: the recipe writes {rule.tokens} tokens per image but the ImageTransform's "
-            f"tokens_per_image is {per_image}; make them equal (LLaVA-1.5 with CLIP-336: 576)"
+            f"the recipe writes {rule.tokens} tokens per image but the ImageTransform's "
+            f"tokens_per_image is {per_image}; make them equal (LLaVA-1.5 with CLIP-336: 576)",
+            param="media",
         )
 
 
@@ -338,8 +346,8 @@ def default_media_stage(rule: Any, video: Any = None, audio: Any = None) -> Medi
     else:
         tokens = getattr(rule, "tokens", rule)
         raise ConfigError(
-            f"the recipe counts {tokens} tokens per image (image_tokens={tokens}) but no media "
-            f"stage was given, and no default transform makes {tokens} features; pass "
+            f"the recipe counts {tokens} tokens per image ({spell_set('image_tokens', tokens)}) "
+            f"but no media stage was given, and no default transform makes {tokens} features; pass "
             f"media=MediaStage(ImageTransform(..., tokens_per_image={tokens})) to load the "
             f"images, or media=False to train on the text alone (the image tokens then stand "
             f"for no pixels)"

@@ -36,7 +36,6 @@ import hashlib
 import json
 import os
 from collections.abc import Iterable
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -44,7 +43,9 @@ from typing import Any
 import numpy as np
 
 from chute._internal.files import atomic_file
-from chute._internal.pools import pool_context
+from chute._internal.pools import process_pool
+from chute._internal.progress import ProgressArg
+from chute._internal.progress import progress as progress_of
 from chute.errors import ConfigError, SampleError
 from chute.media.images import DecodeOptions, decode_image
 
@@ -91,6 +92,7 @@ def build_pixel_store(
     workers: int | None = None,
     per_task: int = 512,
     extra: dict[str, Any] | None = None,
+    progress: ProgressArg = None,
 ) -> StoreReport:
     """Decode and prepare every image of ``paths`` once, into a store at ``out``.
 
@@ -103,6 +105,8 @@ def build_pixel_store(
         workers: processes (default: all cores; 1 runs here).
         per_task: images per chunk file.
         extra: more JSON-able facts for the manifest (e.g. what the store was built from).
+        progress: ``None``: a bar on a terminal, else a log line now and then, on rank 0
+            (``chute._internal.progress``); ``False``: silent; or called with images done.
 
     Returns:
         A ``StoreReport``; images that fail to decode are listed in ``failures.jsonl`` and
@@ -113,8 +117,9 @@ def build_pixel_store(
     t0 = time.perf_counter()
     if not hasattr(transform, "prepare"):
         raise ConfigError(
-            "transform: a pixel store needs a transform with a geometry step (ImageTransform "
-            f"or DynamicResolution), got {type(transform).__name__}"
+            "a pixel store needs a transform with a geometry step (ImageTransform "
+            f"or DynamicResolution), got {type(transform).__name__}",
+            param="transform",
         )
     folder = Path(out)
     folder.mkdir(parents=True, exist_ok=True)
@@ -127,11 +132,17 @@ def build_pixel_store(
         for k, lo in enumerate(range(0, len(unique), per_task))
     ]
     workers = max(1, workers or os.cpu_count() or 1)
-    if workers == 1 or len(tasks) <= 1:
-        results = [_write_chunk(*t) for t in tasks]
-    else:
-        with ProcessPoolExecutor(min(workers, len(tasks)), mp_context=pool_context()) as pool:
-            results = list(pool.map(_write_chunk_task, tasks))
+    results: list[tuple[list[tuple[Any, ...]], list[dict[str, Any]]]] = []
+    with progress_of(len(unique), "pixels", unit="img", enabled=progress) as bar:
+        if workers == 1 or len(tasks) <= 1:
+            for task in tasks:
+                results.append(_write_chunk(*task))
+                bar.update(len(task[1]))
+        else:
+            with process_pool(min(workers, len(tasks))) as pool:
+                for task, result in zip(tasks, pool.map(_write_chunk_task, tasks), strict=True):
+                    results.append(result)
+                    bar.update(len(task[1]))
     rows: list[tuple[Any, ...]] = []
     failures: list[dict[str, Any]] = []
     for entries, failed in results:
@@ -219,8 +230,9 @@ class PixelStore:
         manifest = self.path / "manifest.json"
         if not manifest.is_file():
             raise ConfigError(
-                f"store: {self.path} holds no complete pixel store (no manifest.json); build "
-                f"one with chute.media.build_pixel_store(paths, transform, {str(self.path)!r})"
+                f"{self.path} holds no complete pixel store (no manifest.json); build "
+                f"one with chute.media.build_pixel_store(paths, transform, {str(self.path)!r})",
+                param="store",
             )
         self.manifest = json.loads(manifest.read_text())
         if (self.manifest.get("format"), self.manifest.get("version")) != (
@@ -228,9 +240,10 @@ class PixelStore:
             STORE_VERSION,
         ):
             raise ConfigError(
-                f"store: {self.path} is {self.manifest.get('format')} version "
+                f"{self.path} is {self.manifest.get('format')} version "
                 f"{self.manifest.get('version')}; this chute reads {STORE_FORMAT} version "
-                f"{STORE_VERSION}: rebuild it with build_pixel_store"
+                f"{STORE_VERSION}: rebuild it with build_pixel_store",
+                param="store",
             )
         self._index: np.ndarray | None = None
         self._paths: np.ndarray | None = None
@@ -251,8 +264,9 @@ class PixelStore:
             if (have or {}).get(k) != (want or {}).get(k)
         ]
         raise ConfigError(
-            f"store: {self.path} was built with another transform ({'; '.join(diffs)}); "
-            f"rebuild it with build_pixel_store(paths, transform, {str(self.path)!r})"
+            f"{self.path} was built with another transform ({'; '.join(diffs)}); "
+            f"rebuild it with build_pixel_store(paths, transform, {str(self.path)!r})",
+            param="store",
         )
 
     def __len__(self) -> int:

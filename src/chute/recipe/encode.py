@@ -41,8 +41,16 @@ from typing import Any
 
 import numpy as np
 
+from chute._internal.spelling import spell, spell_set
 from chute.errors import SampleError
 from chute.media.refs import MediaSlot
+from chute.recipe.outcome import (
+    NOTHING_TRAINED,
+    TOO_LONG,
+    TRUNCATED,
+    first_trained,
+    overflow_outcome,
+)
 from chute.templates.base import Rendered
 from chute.tokenize.base import Tokenizer
 
@@ -167,7 +175,8 @@ def _literal_media_token(
         raise SampleError(
             "image_placeholder_mismatch",
             f"the rendered text contains the media token {token!r} {text.count(token)} time(s) "
-            f"but the record has no media; remove it from the text (or set placeholders= if it "
+            f"but the record has no media; remove it from the text (or set "
+            f"{spell('placeholders')} if it "
             f"marks an image)",
         )
     got = [m.group() for m in found]
@@ -182,7 +191,9 @@ def _literal_media_token(
 def fit_length(
     enc: Encoded, max_length: int | None, overflow: str, truncation: str = "right"
 ) -> Encoded:
-    """Apply ``max_length``: cut (never inside a media item), reject, or leave for splitting.
+    """Apply ``max_length``: keep, cut (never inside a media item), reject, or leave for splitting.
+
+    ``chute.recipe.outcome.overflow_outcome`` decides, as it does for ``chute stats``.
 
     Args:
         enc: the encoded sample.
@@ -199,51 +210,62 @@ def fit_length(
             left to train on (checked with or without truncation).
     """
     n = len(enc.ids)
-    if max_length is not None and n > max_length:
-        if overflow == "drop":
+    over = max_length is not None and n > max_length
+    if overflow == "split":
+        if over and enc.media:
             raise SampleError(
                 "too_long",
-                f"{n} tokens, more than max_length={max_length} (overflow='drop'); raise "
-                f"max_length or use overflow='truncate'",
+                f"{n} tokens with {len(enc.media)} media item(s), more than "
+                f"{spell_set('max_length', max_length)}; {spell_set('overflow', 'split')} cuts "
+                f"documents into windows of text only (a window must not cut an image apart): "
+                f"raise {spell('max_length')}, or use {spell_set('overflow', 'truncate')} for "
+                f"such data",
             )
-        if overflow == "split":
-            if enc.media:
-                raise SampleError(
-                    "too_long",
-                    f"{n} tokens with {len(enc.media)} media item(s), more than max_length="
-                    f"{max_length}; overflow='split' cuts documents into windows of text only "
-                    f"(a window must not cut an image apart): raise max_length, or use "
-                    f"overflow='truncate' for such data",
-                )
-        elif truncation == "left":
-            enc = _keep_end(enc, n - max_length)
-        else:
-            enc = _keep_start(enc, max_length)
-    # Trained labels are token ids (>= 0); everything else is IGNORE (-100).
-    if int(enc.labels.max(initial=IGNORE)) == IGNORE:
-        if enc.truncated:
-            why = f"truncation to max_length={max_length} cut every trained token"
-            fix = "raise max_length, or use overflow='drop' to skip such samples"
+        max_length = None  # the whole sample is kept: windows are cut from it later
+    if over and overflow == "truncate" and truncation == "left" and max_length is not None:
+        enc = _keep_end(enc, n - max_length)
+        if first_trained(enc.labels) >= len(enc.ids):
+            raise SampleError(
+                "no_trainable_tokens",
+                f"truncation to the last {spell_set('max_length', max_length)} tokens "
+                f"({spell_set('truncation', 'left')}) cut every trained token; raise "
+                f"{spell('max_length')}, or use {spell_set('overflow', 'drop')} to skip such "
+                f"samples",
+            )
+        return enc
+    outcome = overflow_outcome(n, first_trained(enc.labels), max_length, overflow)
+    if outcome == TOO_LONG:
+        raise SampleError(
+            "too_long",
+            f"{n} tokens, more than {spell_set('max_length', max_length)} "
+            f"({spell_set('overflow', 'drop')}); raise {spell('max_length')} or use "
+            f"{spell_set('overflow', 'truncate')}",
+        )
+    if outcome == NOTHING_TRAINED:
+        if max_length is not None and n > max_length:
+            why = f"truncation to {spell_set('max_length', max_length)} cut every trained token"
+            fix = (
+                f"raise {spell('max_length')}, or use {spell_set('overflow', 'drop')} to skip "
+                f"such samples"
+            )
         else:
             why = "no token is trained (no assistant turn, or every turn has loss off)"
-            fix = "check the roles, or use train_on='all'"
+            fix = f"check the roles, or use {spell_set('train_on', 'all')}"
         raise SampleError("no_trainable_tokens", f"{why}; {fix}")
+    if outcome == TRUNCATED:
+        cut = max_length if max_length is not None else n  # TRUNCATED: n > max_length
+        for item in enc.media:
+            start, end = item["span"]
+            if start < cut < end:
+                cut = start
+                break
+        enc = Encoded(
+            enc.ids[:cut].copy(),
+            enc.labels[:cut].copy(),
+            [m for m in enc.media if m["span"][1] <= cut],
+            truncated=True,
+        )
     return enc
-
-
-def _keep_start(enc: Encoded, max_length: int) -> Encoded:
-    cut = max_length
-    for item in enc.media:
-        start, end = item["span"]
-        if start < cut < end:
-            cut = start
-            break
-    return Encoded(
-        enc.ids[:cut].copy(),
-        enc.labels[:cut].copy(),
-        [m for m in enc.media if m["span"][1] <= cut],
-        truncated=True,
-    )
 
 
 def _keep_end(enc: Encoded, cut: int) -> Encoded:

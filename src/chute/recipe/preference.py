@@ -37,6 +37,7 @@ from typing import Any
 
 import numpy as np
 
+from chute._internal.spelling import spell_set
 from chute.errors import ConfigError
 from chute.recipe.encode import IGNORE, Encoded
 from chute.sample.conversation import Conversation
@@ -71,8 +72,9 @@ def response_rendered(rendered: Rendered, side: str) -> Rendered:
     """
     if rendered.media:
         raise ConfigError(
-            f"task='preference' / 'kto': the {side} conversation has media; preference data "
-            f"with images is not supported yet (use task='sft', or drop the images)"
+            f"{spell_set('task', 'preference')} / {spell_set('task', 'kto')}: the {side} "
+            f"conversation has media; preference data with images is not supported yet (use "
+            f"{spell_set('task', 'sft')}, or drop the images)"
         )
     if not rendered.spans:
         return rendered

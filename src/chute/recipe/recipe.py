@@ -41,6 +41,7 @@ from typing import Any
 
 import numpy as np
 
+from chute._internal.spelling import spell, spell_set, spell_value
 from chute.errors import ConfigError, SampleError
 from chute.formats import FormatReader, FormatSpec
 from chute.formats.preference import read_pair, read_rated
@@ -71,7 +72,7 @@ from chute.tokenize import Tokenizer, load_tokenizer
 __all__ = ["OVERFLOW", "RECIPE_VERSION", "TASKS", "TRUNCATION", "Recipe"]
 
 # Bump when the same inputs would give different samples (the cache keys on it).
-RECIPE_VERSION = 2
+RECIPE_VERSION = 3  # 3: templates no longer read the clock (strftime_now is a fixed date)
 OVERFLOW = ("truncate", "drop", "split")
 SIDES = ("chosen", "rejected")
 # where a record came from: path, line, index, window
@@ -111,14 +112,18 @@ class Recipe:
         placeholders: media placeholder text per kind, e.g. ``{"image": "<IMG_CONTEXT>"}``.
         system: system prompt for conversations without one.
         template_vars: extra variables for Jinja templates, e.g. ``{"enable_thinking": False,
-            "date_string": "26 Jul 2024"}``.
+            "date_string": "26 Jul 2024"}`` (in the fingerprint). Templates never read the
+            clock: ``strftime_now`` formats 26 Jul 2024 (see docs/templates.md).
         special_tokens: overrides of ``bos``/``eos``/``pad``/``unk``/``image`` tokens.
         media_root: folder that relative media paths are resolved against (default: the folder
             of the record's data file), or a mapping from data file path (or glob) to folder.
             A reference that escapes its root (``..``, an absolute path elsewhere, a symlink
             pointing outside) is rejected as ``unsafe_path``.
-        image_tokens: tokens per image: a count (``576``), a preset (``llava-1.5``, ``qwen-vl``,
-            ``qwen2-vl``, ``qwen2.5-vl``) or a ``DynamicImageTokens``; required for images.
+        image_tokens: tokens per image: ``auto`` (the default: ``qwen2-vl`` when the image
+            token is ``<|image_pad|>``, else 576), a count (``576``), a preset (``llava-1.5``,
+            ``qwen-vl``, ``qwen2-vl``, ``qwen2.5-vl``), a ``DynamicImageTokens``, or ``None``
+            (images are a ``ConfigError``). The same default everywhere: see docs/media.md,
+            "Image tokens".
         image_token: the token that marks an image (default: the tokenizer's image token,
             e.g. ``<|image_pad|>``, else ``<image>``).
         image_token_id: the id written for image tokens (default: ``image_token``'s id; LLaVA's
@@ -157,7 +162,7 @@ class Recipe:
         template_vars: Mapping[str, Any] | None = None,
         special_tokens: Mapping[str, str | None] | None = None,
         media_root: Any = None,
-        image_tokens: Any = None,
+        image_tokens: Any = "auto",
         image_token: str | None = None,
         image_token_id: int | None = None,
         video_tokens: Any = None,
@@ -174,7 +179,8 @@ class Recipe:
         if isinstance(format, FormatSpec):
             if columns or tags or placeholders:
                 raise ConfigError(
-                    "columns/tags/placeholders: put them in the FormatSpec you pass as format="
+                    f"{spell('columns')}/{spell('tags')}/{spell('placeholders')}: put them in the "
+                    f"FormatSpec you pass as {spell('format')}"
                 )
             self.format = format
         else:
@@ -188,16 +194,23 @@ class Recipe:
             not isinstance(max_length, int) or isinstance(max_length, bool) or max_length < 1
         ):
             raise ConfigError(
-                f"max_length: expected a positive integer or None, got {max_length!r}"
+                f"expected a positive integer or {spell_value(None)}, got {spell_value(max_length)}",
+                param="max_length",
             )
         if overflow not in OVERFLOW:
-            raise ConfigError(f"overflow: expected one of {', '.join(OVERFLOW)}, got {overflow!r}")
+            raise ConfigError(
+                f"expected one of {', '.join(OVERFLOW)}, got {spell_value(overflow)}",
+                param="overflow",
+            )
         check_policies(max_length, overflow, truncation, task)
         self.truncation = truncation
         self.stride = check_stride(stride, max_length, overflow)
         self.task = task
         if system is not None and not isinstance(system, str):
-            raise ConfigError(f"system: expected a string or None, got {type(system).__name__}")
+            raise ConfigError(
+                f"expected a string or {spell_value(None)}, got {type(system).__name__}",
+                param="system",
+            )
         self.max_length = max_length
         self.overflow = overflow
         self.system = system
@@ -281,8 +294,9 @@ class Recipe:
     def _window(self, sample: dict[str, Any], window: int) -> dict[str, Any]:
         if self.overflow != "split" or self.max_length is None:
             raise ConfigError(
-                f"a record standing for window {window} reached a recipe with overflow="
-                f"{self.overflow!r}; windows come from overflow='split'"
+                f"a record standing for window {window} reached a recipe with "
+                f"{spell_set('overflow', self.overflow)}; windows come from "
+                f"{spell_set('overflow', 'split')}"
             )
         try:
             return cut_window(sample, window, self.max_length, self.stride)

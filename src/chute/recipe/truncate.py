@@ -24,6 +24,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
+from chute._internal.spelling import spell, spell_set, spell_value
 from chute.errors import ConfigError
 from chute.recipe.encode import Encoded
 from chute.recipe.preference import TASKS
@@ -115,23 +116,28 @@ def check_policies(max_length: int | None, overflow: str, truncation: Any, task:
     """Refuse ``truncation`` / ``task`` values and combinations that cannot work together."""
     if truncation not in TRUNCATION:
         raise ConfigError(
-            f"truncation: expected one of {', '.join(TRUNCATION)}, got {truncation!r}"
+            f"expected one of {', '.join(TRUNCATION)}, got {spell_value(truncation)}",
+            param="truncation",
         )
     if truncation != "right" and overflow != "truncate":
         raise ConfigError(
-            f"truncation={truncation!r} says which part a cut keeps; it needs "
-            f"overflow='truncate' (got overflow={overflow!r})"
+            f"{spell_set('truncation', truncation)} says which part a cut keeps; it needs "
+            f"{spell_set('overflow', 'truncate')} (got {spell_set('overflow', overflow)})"
         )
     if task not in TASKS:
-        raise ConfigError(f"task: expected one of {', '.join(TASKS)}, got {task!r}")
+        raise ConfigError(
+            f"expected one of {', '.join(TASKS)}, got {spell_value(task)}", param="task"
+        )
     if overflow == "split":
         if max_length is None:
             raise ConfigError(
-                "overflow='split' cuts documents into windows of max_length tokens; set "
-                "max_length (e.g. max_length=4096)"
+                f"{spell_set('overflow', 'split')} cuts documents into windows of "
+                f"{spell('max_length')} tokens; set {spell('max_length')} (e.g. "
+                f"{spell_set('max_length', 4096)})"
             )
         if task != "sft":
             raise ConfigError(
-                f"overflow='split' cuts one sequence into windows; task={task!r} keeps a "
-                f"response with its prompt: use overflow='truncate' or 'drop'"
+                f"{spell_set('overflow', 'split')} cuts one sequence into windows; "
+                f"{spell_set('task', task)} keeps a response with its prompt: use "
+                f"{spell_set('overflow', 'truncate')} or {spell_set('overflow', 'drop')}"
             )

@@ -32,6 +32,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from chute._internal.spelling import spell, spell_set, spell_value
 from chute.errors import ConfigError
 
 __all__ = [
@@ -60,16 +61,20 @@ class Windowed(NamedTuple):
 def check_stride(stride: Any, max_length: int | None, overflow: str) -> int:
     """``stride`` as an int in ``[0, max_length)``, or a ``ConfigError`` naming the fix."""
     if isinstance(stride, bool) or not isinstance(stride, int | np.integer) or stride < 0:
-        raise ConfigError(f"stride: expected an int >= 0 (tokens of overlap), got {stride!r}")
+        raise ConfigError(
+            f"expected an int >= 0 (tokens of overlap), got {spell_value(stride)}", param="stride"
+        )
     if stride and overflow != "split":
         raise ConfigError(
-            f"stride={stride} is the overlap of split windows; it needs overflow='split' "
-            f"(got overflow={overflow!r})"
+            f"{spell_set('stride', stride)} is the overlap of split windows; it needs "
+            f"{spell_set('overflow', 'split')} (got {spell_set('overflow', overflow)})"
         )
     if max_length is not None and stride >= max_length:
         raise ConfigError(
-            f"stride={stride} must be smaller than max_length={max_length} (windows advance by "
-            f"max_length - stride tokens); e.g. stride=1 or stride={max_length // 8}"
+            f"{spell_set('stride', stride)} must be smaller than "
+            f"{spell_set('max_length', max_length)} (windows advance by {spell('max_length')} - "
+            f"{spell('stride')} tokens); e.g. {spell_set('stride', 1)} or "
+            f"{spell_set('stride', max_length // 8)}"
         )
     return int(stride)
 

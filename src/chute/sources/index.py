@@ -42,6 +42,8 @@ import orjson
 
 from chute._internal.files import FileIdentity, atomic_file, cache_root
 from chute._internal.objects import RemoteIdentity, object_identity, open_binary
+from chute._internal.progress import ProgressArg
+from chute._internal.progress import progress as progress_of
 from chute._internal.remote import DEFAULT_OPTIONS, RemoteOptions, check_url, is_url
 from chute.errors import SourceChanged, SourceError
 from chute.sources.decompress import COMPRESSED_SUFFIXES, decompressed_copy
@@ -126,11 +128,13 @@ def open_index(
     *,
     cache_dir: str | os.PathLike[str] | None = None,
     rebuild: bool = False,
-    progress: Progress | None = None,
+    progress: ProgressArg = None,
     remote: RemoteOptions | None = None,
 ) -> FileIndex:
     """Open the index of ``path`` (a file or a URL), building it first when missing or stale.
 
+    ``progress`` reports the scan of a build: ``None``, a bar on a terminal (else a log line
+    now and then) on rank 0; ``False``: silent; or called with the bytes scanned.
     ``remote``: timeouts and retries for a URL (``RemoteOptions``; defaults otherwise).
     """
     t0 = time.perf_counter()
@@ -156,7 +160,9 @@ def open_index(
                 seconds=time.perf_counter() - t0,
                 sidecar=sidecar,
             )
-    return _build(shown, data_path, identity, sidecar, progress, t0, options)
+    name = f"index {shown.rsplit('/', 1)[-1]}"
+    with progress_of(identity.size, name, unit="B", enabled=progress) as bar:
+        return _build(shown, data_path, identity, sidecar, bar.update, t0, options)
 
 
 def _data_path(path: str, cache_dir: str | os.PathLike[str] | None, options: RemoteOptions) -> str:

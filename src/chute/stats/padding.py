@@ -6,17 +6,20 @@ every strategy over the same lengths and reports, per plan, the padding efficien
 truncated. It is what ``chute stats`` prints; the input is a ``Lengths`` however obtained (the
 lengths pass, the lengths cache, or a token cache), so other front ends can reuse it.
 
-Samples longer than ``max_length`` follow ``overflow``, the same for every plan: ``truncate``
-(they count as ``max_length`` tokens, and as truncated), ``drop``, or ``split`` (windows of
-``max_length`` tokens, ``stride`` overlapping: every token kept; ``split`` counts the records cut
-and ``samples`` the windows). Rejected records are left out and counted by reason.
+Samples longer than ``max_length`` follow ``overflow``, the same for every plan and decided by
+the recipe's own rule (``chute.recipe.outcome.overflow_outcome``): ``truncate`` (they count as
+``max_length`` tokens, and as truncated; one whose every trained token lies past the cut is
+rejected as ``no_trainable_tokens``), ``drop`` (rejected as ``too_long``), or ``split``
+(windows of ``max_length`` tokens, ``stride`` overlapping: every token kept; ``split`` counts
+the records cut and ``samples`` the windows). Rejected records are left out and counted by
+reason in ``rejected``, as ``chute validate`` counts them.
 
 When the data mixes samples with images and text-only samples, ``grouped_by_modality`` is
 reported too: ``plan="grouped"`` with ``by_modality=True`` (LLaVA's
 ``group_by_modality_length``), with ``mixed_batches``, the batches holding both.
 
 Example:
-    >>> from chute.lengths import Lengths, split_lengths
+    >>> from chute.lengths import STATUS_TRUNCATED, Lengths
     >>> stats = padding_stats(Lengths.of([5, 9, 3, 12, 7, 2]), max_length=10, batch_size=2)
     >>> stats["samples"], stats["tokens"], sorted(stats["efficiency"])
     (6, 36, ['budget', 'grouped', 'packed', 'random'])
@@ -33,7 +36,7 @@ from typing import Any
 import numpy as np
 
 from chute.errors import ConfigError
-from chute.lengths import Lengths, split_lengths
+from chute.lengths import STATUS_TRUNCATED, Lengths, split_lengths
 from chute.plan import (
     BudgetPlanner,
     GroupedPlanner,
@@ -45,6 +48,7 @@ from chute.plan import (
 )
 from chute.plan.base import check_positive
 from chute.plan.shuffle import Permutation
+from chute.recipe.outcome import KEPT, OUTCOME_KINDS, TOO_LONG, TRUNCATED, overflow_outcome
 from chute.recipe.windows import check_stride
 
 __all__ = ["MODALITY_PLAN", "PERCENTILES", "PLAN_NAMES", "padding_stats"]
@@ -106,15 +110,21 @@ def padding_stats(
             plans = [*plans, MODALITY_PLAN]
     raw = lengths.length
     valid = raw >= 0
-    over = valid & (raw > max_length)
-    fed = np.where(valid, np.minimum(raw, max_length), -1).astype(np.int32)
-    dropped = truncated = 0
-    if overflow == "drop":
-        fed[over] = -1
-        dropped = int(np.count_nonzero(over))
-    else:
-        truncated = int(np.count_nonzero(over))
-    truncated += lengths.num_truncated  # cut by the recipe's own max_length
+    first = lengths.first_trained if lengths.first_trained is not None else np.zeros_like(raw)
+    # what --max-length does to each sample: the rule the recipe applies (one code path)
+    outcome = np.where(valid, overflow_outcome(raw, first, max_length, overflow), -1)
+    fed = np.where(
+        (outcome == KEPT) | (outcome == TRUNCATED), np.minimum(raw, max_length), -1
+    ).astype(np.int32)
+    rejected = dict(lengths.rejected)
+    for code, kind in OUTCOME_KINDS.items():
+        n = int(np.count_nonzero(outcome == code))
+        if n:
+            rejected[kind] = rejected.get(kind, 0) + n
+    dropped = int(np.count_nonzero(outcome == TOO_LONG))
+    truncated = int(np.count_nonzero(outcome == TRUNCATED))
+    if lengths.status is not None:  # cut by the recipe's own max_length, and kept here
+        truncated += int(np.count_nonzero((lengths.status == STATUS_TRUNCATED) & (outcome == KEPT)))
     kept = fed[fed >= 0].astype(np.int64)
     tokens = int(kept.sum())
     out: dict[str, Any] = {
@@ -122,7 +132,7 @@ def padding_stats(
         "samples": int(kept.size),
         "split": split,
         "tokens": tokens,
-        "rejected": lengths.rejected,
+        "rejected": rejected,
         "dropped": dropped,
         "truncated": truncated,
         "max_length": max_length,
