@@ -55,6 +55,7 @@ from chute.formats.spec import FORMAT_NAMES
 from chute.media.images import DEFAULT_MAX_PIXELS
 from chute.recipe import OVERFLOW, TASKS, TRUNCATION
 from chute.templates.base import TRAIN_ON
+from chute.tokenize import BACKENDS
 
 __all__ = [
     "CONFIG",
@@ -106,6 +107,7 @@ class RecipeConfig:
     max_image_pixels: int = DEFAULT_MAX_PIXELS
     media_allowed_roots: list[str] = field(default_factory=list)
     tiktoken_pattern: str | None = None
+    tokenizer_backend: str = "auto"
 
     KINDS: ClassVar[dict[str, Any]] = {
         "tokenizer": "str",
@@ -134,7 +136,10 @@ class RecipeConfig:
         "max_image_pixels": "int+",
         "media_allowed_roots": "paths",
         "tiktoken_pattern": "str?",
+        "tokenizer_backend": choice(BACKENDS),
     }
+    # Options that change how samples are computed, never what they are (not in config.yaml).
+    NOT_SHAPING: ClassVar[tuple[str, ...]] = ("tokenizer_backend",)
 
     def __post_init__(self) -> None:
         raise_problems(check_fields(self.KINDS, vars(self)))
@@ -281,7 +286,11 @@ class PreprocessConfig:
         )
 
     def to_dict(self, *, shaping_only: bool = False) -> dict[str, Any]:
-        """Plain data in the YAML's shape (``shaping_only``: cache options that shape output)."""
+        """Plain data in the YAML's shape.
+
+        ``shaping_only`` keeps what shapes the output: the cache options that do, and the recipe
+        without ``tokenizer_backend`` (either engine gives the same ids).
+        """
         out: dict[str, Any] = {
             "sources": list(self.sources),
             "recipe": asdict(self.recipe),
@@ -289,6 +298,8 @@ class PreprocessConfig:
         }
         if shaping_only:
             out["cache"] = {k: out["cache"][k] for k in CacheOptions.SHAPING}
+            for key in RecipeConfig.NOT_SHAPING:
+                out["recipe"].pop(key)
         if self.stages:
             out["stages"] = {k: dict(v) for k, v in sorted(self.stages.items())}
         if self.out is not None and not shaping_only:

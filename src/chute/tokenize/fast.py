@@ -1,0 +1,191 @@
+r"""``FastBPE``: tiktoken running a compiled ``tokenizer.json``, with labels from byte lengths.
+
+``encode(text)`` gives the ids ``tokenizers`` gives (``add_special_tokens=False``), or ``None``
+for a text the fast path does not take (not in the normalizer's form; lone surrogates): the
+caller then asks ``tokenizers``. Added tokens are cut out first, longest match first and
+leftmost, as ``tokenizers`` does (tokens with ``normalized: false`` before those with
+``normalized: true``), and the pieces between go to tiktoken's ``encode_ordinary``; this is
+faster than tiktoken's own special-token search.
+
+``spans(text, ids, spans)`` answers ``Tokenizer.encode_spans`` without a Python object per token.
+``tokenizers`` says which token holds a character through offsets (a token covers every
+character one of its bytes belongs to) and ``char_to_token`` (the first token covering it). So
+the first token covering character ``c`` is the token holding ``c``'s first byte, found by a
+binary search of ``c``'s byte position in the cumulative byte lengths of the tokens::
+
+    text    :  H  i     你            (你 is 3 bytes: e4 bd a0)
+    bytes   :  0  1  2  3  4  5
+    tokens  : [Hi][ 你 (bytes 2-4)][...]   ends = cumsum(lengths) = [2, 5, ...]
+    char 2 (你) starts at byte 3 -> searchsorted(ends, 3, "right") = token 1
+
+Example:
+    >>> from chute.tokenize.compile_tiktoken import AddedToken, BPETables
+    >>> ranks = {bytes([b]): b for b in range(256)}
+    >>> ranks[b"ab"] = 256
+    >>> fast = FastBPE(BPETables(r"\S+|\s+", ranks, [AddedToken("<s>", 300, False)], None))
+    >>> fast.encode("ab<s>a b")
+    [256, 300, 97, 32, 98]
+    >>> fast.spans("ab<s>a b", [256, 300, 97, 32, 98], [(2, 5), (5, 8)])
+    [(1, 2), (2, 5)]
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from chute.errors import MissingDependency
+from chute.tokenize.compile_tiktoken import AddedToken, BPETables
+
+__all__ = ["FastBPE", "import_tiktoken", "trie_pattern"]
+
+
+def import_tiktoken() -> Any:
+    try:
+        import tiktoken
+    except ImportError:
+        raise MissingDependency(
+            "the tiktoken fast path needs the tiktoken package: pip install 'chute[tiktoken]'"
+        ) from None
+    return tiktoken
+
+
+class FastBPE:
+    """A compiled byte-level BPE tokenizer run by tiktoken.
+
+    Args:
+        tables: the output of ``compile_bpe``.
+    """
+
+    def __init__(self, tables: BPETables):
+        tiktoken = import_tiktoken()
+        self.tables = tables
+        self.encoding = tiktoken.Encoding(
+            "chute-compiled",
+            pat_str=tables.pattern,
+            mergeable_ranks=tables.ranks,
+            special_tokens={},
+        )
+        self._ordinary: Callable[[str], list[int]] = self.encoding._core_bpe.encode_ordinary
+        self._form = tables.normal_form
+        self._ids = {t.content: t.id for t in tables.added}
+        self._split_raw = _splitter([t for t in tables.added if not t.normalized])
+        self._split_norm = _splitter([t for t in tables.added if t.normalized])
+        top = max([*tables.ranks.values(), *self._ids.values()], default=0)
+        lengths = np.zeros(top + 1, dtype=np.int64)
+        for token, i in tables.ranks.items():
+            lengths[i] = len(token)
+        for t in tables.added:
+            lengths[t.id] = len(t.content.encode("utf-8"))
+        self._lengths = lengths
+
+    def encode(self, text: str) -> list[int] | None:
+        """The ids of ``text`` (added tokens included), or ``None`` for ``tokenizers`` to do."""
+        form = self._form
+        if form is not None and not text.isascii() and not unicodedata.is_normalized(form, text):  # type: ignore[arg-type]
+            return None  # normalizing moves offsets: tokenizers keeps them right
+        try:
+            if self._split_raw is None:
+                return self._pieces(text)
+            parts = self._split_raw(text)
+            if len(parts) == 1:
+                return self._pieces(text)
+            ids: list[int] = []
+            added = self._ids
+            for k, part in enumerate(parts):
+                if k & 1:
+                    ids.append(added[part])
+                elif part:
+                    ids += self._pieces(part)
+            return ids
+        except UnicodeEncodeError:
+            return None  # lone surrogates: tokenizers refuses them, as before
+
+    def _pieces(self, text: str) -> list[int]:
+        """Ids of text holding no ``normalized: false`` added token."""
+        if self._split_norm is None:
+            return self._ordinary(text)
+        parts = self._split_norm(text)
+        if len(parts) == 1:
+            return self._ordinary(text)
+        ids: list[int] = []
+        for k, part in enumerate(parts):
+            if k & 1:
+                ids.append(self._ids[part])
+            elif part:
+                ids += self._ordinary(part)
+        return ids
+
+    def spans(
+        self, text: str, ids: Sequence[int], spans: Sequence[tuple[int, int]]
+    ) -> list[tuple[int, int]]:
+        """Per character span ``[a, b)``, the ``[first, end)`` range of tokens overlapping it.
+
+        The same ranges ``HFTokenizer.encode_spans`` gives (``(0, 0)`` for an empty span).
+        """
+        if not spans:
+            return []
+        n = len(text)
+        if not ids or n == 0:
+            return [(0, 0)] * len(spans)
+        ends = np.cumsum(self._lengths[ids])
+        points = []
+        for a, b in spans:
+            b = min(b, n)
+            points.append(min(a, n - 1))
+            points.append(max(b - 1, 0))
+        where: Any = points
+        if not text.isascii():
+            data = np.frombuffer(text.encode("utf-8"), dtype=np.uint8)
+            where = np.flatnonzero((data & 0xC0) != 0x80)[points]
+        tokens = np.searchsorted(ends, where, side="right").tolist()
+        out = []
+        for k, (a, b) in enumerate(spans):
+            if a >= min(b, n):
+                out.append((0, 0))
+            else:
+                out.append((tokens[2 * k], tokens[2 * k + 1] + 1))
+        return out
+
+
+def _splitter(tokens: list[AddedToken]) -> Callable[[str], list[str]] | None:
+    """``re.split`` that cuts out the tokens (odd items), longest match first, or ``None``."""
+    if not tokens:
+        return None
+    return re.compile(f"({trie_pattern([t.content for t in tokens])})").split
+
+
+def trie_pattern(words: Sequence[str]) -> str:
+    """A regex matching any of ``words``, the longest at a position first, as a prefix tree.
+
+    A flat alternation of 256 Llama 3 special tokens is tried one by one at every ``<``; the
+    tree reads each character once.
+
+    Example:
+        >>> trie_pattern(["<a>", "<ab>", "<b>"])
+        '<(?:a(?:>|b>)|b>)'
+        >>> re.findall(trie_pattern(["ab", "abc"]), "abcab")
+        ['abc', 'ab']
+    """
+    trie: dict[str, Any] = {}
+    for w in words:
+        node = trie
+        for ch in w:
+            node = node.setdefault(ch, {})
+        node[""] = {}
+
+    def emit(node: dict[str, Any]) -> str:
+        ends = "" in node
+        branches = [re.escape(ch) + emit(child) for ch, child in sorted(node.items()) if ch]
+        if not branches:
+            return ""
+        body = branches[0] if len(branches) == 1 else f"(?:{'|'.join(branches)})"
+        if ends:  # a word ends here and longer ones go on: try the longer first
+            return f"(?:{body})?" if len(branches) == 1 else f"{body}?"
+        return body
+
+    return emit(trie)
