@@ -29,6 +29,12 @@ If all three fail the record is rejected as ``template_error`` (never silently m
 Step 1 costs one render per record; 2 and 3 cost O(turns) renders and happen only for the
 messages that need them.
 
+Rendering once per shape. ``F`` and the marker rendering are both filled in from a *skeleton*
+(``chute.templates.jinja_skeleton``) where the template allows it: rendered once per
+conversation shape (roles, empty contents, tool calls, tools, variables), it is reused for every
+conversation of that shape whose contents pass the tests the template made on them. Most
+records then cost no render at all, and the text and spans are exactly those of rendering.
+
 Example:
     >>> t = JinjaTemplate("{% for m in messages %}<{{ m.role }}>{{ m.content }}</s>{% endfor %}")
     >>> from chute.sample.conversation import Conversation, Message
@@ -46,6 +52,8 @@ import itertools
 import re
 from typing import Any
 
+import orjson
+
 from jinja2 import TemplateError
 
 from chute._internal.spelling import spell_set
@@ -53,6 +61,7 @@ from chute.errors import ConfigError, SampleError
 from chute.sample.conversation import Conversation
 from chute.templates.base import RenderContext, Rendered, Template, train_flags
 from chute.templates.jinja_env import TemplateRaised, compile_template
+from chute.templates.jinja_skeleton import Skeleton, Skeletons
 
 __all__ = ["JinjaTemplate"]
 
@@ -84,6 +93,7 @@ class JinjaTemplate(Template):
             where = f" ({origin})" if origin else ""
             raise ConfigError(f"template{where}: not a valid Jinja template: {exc}") from None
         self._probes: dict[Any, tuple[str, str]] = {}
+        self._skeletons = Skeletons(self._compiled)
 
     def spec(self) -> dict[str, Any]:
         return {"name": self.name, "kind": "jinja", "sha256": self.sha256}
@@ -109,10 +119,7 @@ class JinjaTemplate(Template):
         Raises:
             SampleError: ``template_error`` when the template raises.
         """
-        variables = {
-            f"{k}_token": v for k, v in ctx.special.items() if v is not None and k != "image"
-        }
-        variables.update(ctx.variables)
+        variables = _variables(ctx)
         try:
             return self._compiled.render(
                 messages=messages,
@@ -135,13 +142,18 @@ class JinjaTemplate(Template):
             msgs.insert(0, {"role": "system", "content": ctx.system})
             flags.insert(0, ctx.train_on == "all")
         tools = conv.tools
-        text = self.render_messages(msgs, ctx, tools=tools)
+        skeleton = self._skeleton(msgs, tools, ctx)
+        contents = [m["content"] for m in msgs]
+        if skeleton is not None and skeleton.holds(contents):
+            text = skeleton.fill(contents)
+        else:
+            text = self.render_messages(msgs, ctx, tools=tools)
         media = conv.media() if conv.has_media() else []
         if ctx.train_on == "all":
             masked = [i for i, f in enumerate(flags) if not f]
             if not masked:
                 return Rendered(text, [(0, len(text))] if text else [], media)
-            holes = sorted(self._locate(text, msgs, masked, tools, ctx).values())
+            holes = sorted(self._locate(text, msgs, masked, tools, ctx, skeleton).values())
             spans, pos = [], 0
             for a, b in holes:
                 if a > pos:
@@ -153,8 +165,15 @@ class JinjaTemplate(Template):
         wanted = [i for i, f in enumerate(flags) if f]
         if not wanted:
             return Rendered(text, [], media)
-        located = self._locate(text, msgs, wanted, tools, ctx)
+        located = self._locate(text, msgs, wanted, tools, ctx, skeleton)
         return Rendered(text, sorted(located.values()), media)
+
+    def _skeleton(
+        self, msgs: list[dict[str, Any]], tools: Any, ctx: RenderContext
+    ) -> Skeleton | None:
+        """The skeleton of this conversation's shape, or ``None`` (no shape key, or refused)."""
+        key = _shape(msgs, tools, ctx)
+        return None if key is None else self._skeletons.get(msgs, tools, _variables(ctx), key)
 
     # -- span finding ------------------------------------------------------------------------
 
@@ -195,9 +214,10 @@ class JinjaTemplate(Template):
         wanted: list[int],
         tools: Any,
         ctx: RenderContext,
+        skeleton: Skeleton | None = None,
     ) -> dict[int, tuple[int, int]]:
         header, eot = self._probe(ctx)
-        located = self._by_markers(text, msgs, wanted, tools, ctx, header, eot)
+        located = self._by_markers(text, msgs, wanted, tools, ctx, header, eot, skeleton)
         for i in wanted:
             if i in located:
                 continue
@@ -227,17 +247,24 @@ class JinjaTemplate(Template):
         ctx: RenderContext,
         header: str,
         eot: str,
+        skeleton: Skeleton | None = None,
     ) -> dict[int, tuple[int, int]]:
         # An empty content stays empty: templates branch on it (Qwen3 writes a newline before a
         # tool call only after text), and a marker there would derail the alignment.
         wanted = [i for i in wanted if msgs[i]["content"]]
-        marked = list(msgs)
+        contents = [m["content"] for m in msgs]
         for k, i in enumerate(wanted):
-            marked[i] = {**msgs[i], "content": _MARK.format(k)}
-        try:
-            rendered = self.render_messages(marked, ctx, tools=tools)
-        except SampleError:
-            return {}
+            contents[i] = _MARK.format(k)
+        if skeleton is not None and skeleton.holds(contents):
+            rendered = skeleton.fill(contents)  # what rendering the marked messages gives
+        else:
+            marked = list(msgs)
+            for i in wanted:
+                marked[i] = {**msgs[i], "content": contents[i]}
+            try:
+                rendered = self.render_messages(marked, ctx, tools=tools)
+            except SampleError:
+                return {}
         pieces = _MARK_RE.split(rendered)
         order = [int(x) for x in pieces[1::2]]
         templ = pieces[0::2]
@@ -349,3 +376,32 @@ def _as_dict(m: Any, ctx: RenderContext) -> dict[str, Any]:
     if m.reasoning is not None:
         d["reasoning_content"] = m.reasoning
     return d
+
+
+def _variables(ctx: RenderContext) -> dict[str, Any]:
+    """The template's variables besides messages and tools: special tokens, ``template_vars``."""
+    variables = {f"{k}_token": v for k, v in ctx.special.items() if v is not None and k != "image"}
+    variables.update(ctx.variables)
+    return variables
+
+
+def _shape(msgs: list[dict[str, Any]], tools: Any, ctx: RenderContext) -> Any:
+    """What a rendering depends on besides the contents' text: a hashable key, or ``None``."""
+    try:
+        parts: list[Any] = [
+            tuple(sorted((k, repr(v)) for k, v in ctx.variables.items())),
+            tuple(ctx.special.items()),
+            orjson.dumps(tools, option=orjson.OPT_SORT_KEYS) if tools else None,
+        ]
+        for m in msgs:
+            content = m["content"]
+            if not isinstance(content, str):
+                return None
+            if len(m) == 2:
+                parts.append((m["role"], bool(content)))
+            else:
+                rest = {k: v for k, v in m.items() if k != "content"}
+                parts.append((bool(content), orjson.dumps(rest, option=orjson.OPT_SORT_KEYS)))
+        return tuple(parts)
+    except (TypeError, orjson.JSONEncodeError):
+        return None
