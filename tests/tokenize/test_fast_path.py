@@ -9,8 +9,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tokenizers import AddedToken, Tokenizer, decoders, models, normalizers, pre_tokenizers
-from tokenizers import trainers
+from tokenizers import (
+    AddedToken,
+    Tokenizer,
+    decoders,
+    models,
+    normalizers,
+    pre_tokenizers,
+    trainers,
+)
 
 from chute.errors import ConfigError, MissingDependency
 from chute.tokenize import HFTokenizer, engine, load_tokenizer

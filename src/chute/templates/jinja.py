@@ -53,7 +53,6 @@ import re
 from typing import Any
 
 import orjson
-
 from jinja2 import TemplateError
 
 from chute._internal.spelling import spell_set

@@ -83,7 +83,7 @@ _DICT_ATTRIBUTES = frozenset(dir(dict))
 class _CodeGenerator(CodeGenerator):
     """Jinja's code generator, with ``a in b`` / ``a not in b`` as ``environment.contains_item``."""
 
-    def visit_Compare(self, node: nodes.Compare, frame: Frame) -> None:
+    def visit_Compare(self, node: nodes.Compare, frame: Frame) -> None:  # noqa: N802  (jinja2 API)
         if len(node.ops) != 1 or node.ops[0].op not in ("in", "notin"):
             super().visit_Compare(node, frame)
             return

@@ -205,13 +205,13 @@ class Tracked(str):
         slot, ops = pure
         return self._make(plain, [(0, str.__len__(plain), slot, (*ops, (name, (chars,))))])
 
-    def strip(self, chars: Any = None) -> str:  # type: ignore[override]
+    def strip(self, chars: Any = None) -> str:
         return self._strip("strip", chars)
 
-    def lstrip(self, chars: Any = None) -> str:  # type: ignore[override]
+    def lstrip(self, chars: Any = None) -> str:
         return self._strip("lstrip", chars)
 
-    def rstrip(self, chars: Any = None) -> str:  # type: ignore[override]
+    def rstrip(self, chars: Any = None) -> str:
         return self._strip("rstrip", chars)
 
 
