@@ -124,3 +124,40 @@ def test_preference_kto_and_text_identical(shared_data: Path, tokenizer: str) ->
         slow = Recipe(tokenizer=slow_tok, **options)
         fast = Recipe(tokenizer=fast_tok, **options)
         assert compare(slow, fast, _records(str(shared_data), name), f"{options} {name}") > 0
+
+
+def test_caches_built_on_either_engine_are_byte_identical(
+    shared_data: Path, tmp_path: Path
+) -> None:
+    """The engine is not in the fingerprint nor in config.yaml: either engine builds the same
+    cache, file for file, and a cache built on one opens for a recipe on the other."""
+    from cache_helpers import tree_digest
+
+    from chute import open_cache, preprocess
+
+    sources = [
+        str(shared_data / "llama-factory/alpaca_zh_demo.json"),
+        str(shared_data / "llama-factory/glaive_toolcall_en_demo.json"),
+    ]
+    recipe = {
+        "tokenizer": str(shared_data / "tokenizers/qwen3/tokenizer.json"),
+        "template": str(shared_data / JINJA["qwen3"]),
+        "max_length": 512,
+    }
+    digests = {}
+    for backend in ("hf", "tiktoken"):
+        out = tmp_path / backend
+        preprocess(
+            {
+                "sources": sources,
+                "recipe": {**recipe, "tokenizer_backend": backend},
+                "cache": {"chunk_size": 300, "workers": 2},
+            },
+            out=out,
+        )
+        digests[backend] = tree_digest(out)
+        assert "tokenizer_backend" not in (out / "config.yaml").read_text()
+    assert digests["hf"] == digests["tiktoken"]
+    # the recipe's fingerprint is the same, so each cache opens for the other engine's recipe
+    cache = open_cache(tmp_path / "hf", recipe={**recipe, "tokenizer_backend": "tiktoken"})
+    assert len(cache) > 1000
