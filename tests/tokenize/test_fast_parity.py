@@ -132,7 +132,6 @@ def test_caches_built_on_either_engine_are_byte_identical(
     """The engine is not in the fingerprint nor in config.yaml: either engine builds the same
     cache, file for file, and a cache built on one opens for a recipe on the other."""
     from cache_helpers import tree_digest
-
     from chute import open_cache, preprocess
 
     sources = [

@@ -26,17 +26,17 @@ Example:
     >>> from chute.templates.jinja_env import compile_template
     >>> t = compile_template(
     ...     "{% for m in messages %}<{{ m.role }}>{{ m.content | trim }}"
-    ...     "{% if m.content.endswith('?') %}(q){% endif %}\n{% endfor %}")
+    ...     "{% if m.content.endswith('?') %}(q){% endif %};{% endfor %}")
     >>> sk = Skeletons(t)
     >>> def chat(q, a):
     ...     return [{"role": "user", "content": q}, {"role": "assistant", "content": a}]
     >>> skeleton = sk.get(chat("Why not", "So."), None, {}, key="user+assistant")
     >>> skeleton.pieces
-    ('<user>', '\n<assistant>', '\n')
+    ('<user>', ';<assistant>', ';')
     >>> skeleton.guards[0]  # slot 0, no strip before the test, endswith('?') was False
     (0, (), 'endswith', ('?',), False)
     >>> sk.fill(chat(" Hi ", " Yo"), None, {}, key="user+assistant")  # no render
-    '<user>Hi\n<assistant>Yo\n'
+    '<user>Hi;<assistant>Yo;'
     >>> sk.fill(chat("Hi?", "Yo"), None, {}, key="user+assistant") is None  # a guard fails
     True
 """

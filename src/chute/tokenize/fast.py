@@ -7,11 +7,14 @@ leftmost, as ``tokenizers`` does (tokens with ``normalized: false`` before those
 ``normalized: true``), and the pieces between go to tiktoken's ``encode_ordinary``; this is
 faster than tiktoken's own special-token search.
 
-``spans(text, ids, spans)`` answers ``Tokenizer.encode_spans`` without a Python object per token.
-``tokenizers`` says which token holds a character through offsets (a token covers every
+``encode_spans(text, spans)`` answers ``Tokenizer.encode_spans`` without a Python object per
+token. ``tokenizers`` says which token holds a character through offsets (a token covers every
 character one of its bytes belongs to) and ``char_to_token`` (the first token covering it). So
-the first token covering character ``c`` is the token holding ``c``'s first byte, found by a
-binary search of ``c``'s byte position in the cumulative byte lengths of the tokens::
+the first token covering character ``c`` is the token holding ``c``'s first byte. Where ``c``
+starts a part of the text cut at added tokens (as a template's trained spans almost always do:
+after ``<|im_start|>assistant\n``, through ``<|im_end|>``) or lies in an added token, that is
+known from the cut alone; elsewhere a binary search of ``c``'s byte position in the cumulative
+byte lengths of that part's tokens finds it::
 
     text    :  H  i     你            (你 is 3 bytes: e4 bd a0)
     bytes   :  0  1  2  3  4  5
@@ -25,14 +28,15 @@ Example:
     >>> fast = FastBPE(BPETables(r"\S+|\s+", ranks, [AddedToken("<s>", 300, False)], None))
     >>> fast.encode("ab<s>a b")
     [256, 300, 97, 32, 98]
-    >>> fast.spans("ab<s>a b", [256, 300, 97, 32, 98], [(2, 5), (5, 8)])
-    [(1, 2), (2, 5)]
+    >>> fast.encode_spans("ab<s>a b", [(2, 5), (5, 8), (6, 7)])
+    ([256, 300, 97, 32, 98], [(1, 2), (2, 5), (3, 4)])
 """
 
 from __future__ import annotations
 
 import re
 import unicodedata
+from bisect import bisect_right
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -85,25 +89,72 @@ class FastBPE:
 
     def encode(self, text: str) -> list[int] | None:
         """The ids of ``text`` (added tokens included), or ``None`` for ``tokenizers`` to do."""
+        found = self._encode(text)
+        return None if found is None else found[0]
+
+    def encode_spans(
+        self, text: str, spans: Sequence[tuple[int, int]]
+    ) -> tuple[list[int], list[tuple[int, int]]] | None:
+        """``encode(text)``, and per character span ``[a, b)`` the ``[first, end)`` range of
+        tokens overlapping it, as ``HFTokenizer.encode_spans`` gives them (``(0, 0)`` for an
+        empty span); ``None`` for ``tokenizers`` to do.
+        """
+        found = self._encode(text)
+        if found is None:
+            return None
+        ids, parts, starts = found
+        n = len(text)
+        out = []
+        for a, b in spans:
+            b = min(b, n)
+            if a >= b:
+                out.append((0, 0))
+            else:
+                first = self._token_of(text, a, ids, parts, starts)
+                out.append((first, self._token_of(text, b - 1, ids, parts, starts) + 1))
+        return ids, out
+
+    def _encode(self, text: str) -> tuple[list[int], list[str], list[int]] | None:
+        """``(ids, parts, starts)``: parts cut at added tokens (odd items), and where each
+        part starts, in characters then in tokens (``starts[2k]``, ``starts[2k + 1]``).
+        """
         form = self._form
         if form is not None and not text.isascii() and not unicodedata.is_normalized(form, text):  # type: ignore[arg-type]
             return None  # normalizing moves offsets: tokenizers keeps them right
+        parts = [text] if self._split_raw is None else self._split_raw(text)
+        ids: list[int] = []
+        starts: list[int] = []
+        added = self._ids
+        char = 0
         try:
-            if self._split_raw is None:
-                return self._pieces(text)
-            parts = self._split_raw(text)
-            if len(parts) == 1:
-                return self._pieces(text)
-            ids: list[int] = []
-            added = self._ids
             for k, part in enumerate(parts):
+                starts.append(char)
+                starts.append(len(ids))
                 if k & 1:
                     ids.append(added[part])
                 elif part:
                     ids += self._pieces(part)
-            return ids
+                char += len(part)
         except UnicodeEncodeError:
             return None  # lone surrogates: tokenizers refuses them, as before
+        return ids, parts, starts
+
+    def _token_of(
+        self, text: str, c: int, ids: list[int], parts: list[str], starts: list[int]
+    ) -> int:
+        """The token holding character ``c``'s first byte (the first token covering ``c``)."""
+        chars = starts[0::2]
+        j = bisect_right(chars, c) - 1  # the part holding c (empty parts precede their successor)
+        begin, first = chars[j], starts[2 * j + 1]
+        if c == begin or j & 1:
+            return first  # a part's first character, or inside an added token
+        end = starts[2 * j + 3] if 2 * j + 3 < len(starts) else len(ids)
+        part = parts[j]
+        offset = c - begin
+        if not part.isascii():
+            offset = len(part[:offset].encode("utf-8"))
+        ends = np.cumsum(self._lengths[ids[first:end]])
+        return first + int(np.searchsorted(ends, offset, side="right"))
 
     def _pieces(self, text: str) -> list[int]:
         """Ids of text holding no ``normalized: false`` added token."""
@@ -119,37 +170,6 @@ class FastBPE:
             elif part:
                 ids += self._ordinary(part)
         return ids
-
-    def spans(
-        self, text: str, ids: Sequence[int], spans: Sequence[tuple[int, int]]
-    ) -> list[tuple[int, int]]:
-        """Per character span ``[a, b)``, the ``[first, end)`` range of tokens overlapping it.
-
-        The same ranges ``HFTokenizer.encode_spans`` gives (``(0, 0)`` for an empty span).
-        """
-        if not spans:
-            return []
-        n = len(text)
-        if not ids or n == 0:
-            return [(0, 0)] * len(spans)
-        ends = np.cumsum(self._lengths[ids])
-        points = []
-        for a, b in spans:
-            b = min(b, n)
-            points.append(min(a, n - 1))
-            points.append(max(b - 1, 0))
-        where: Any = points
-        if not text.isascii():
-            data = np.frombuffer(text.encode("utf-8"), dtype=np.uint8)
-            where = np.flatnonzero((data & 0xC0) != 0x80)[points]
-        tokens = np.searchsorted(ends, where, side="right").tolist()
-        out = []
-        for k, (a, b) in enumerate(spans):
-            if a >= min(b, n):
-                out.append((0, 0))
-            else:
-                out.append((tokens[2 * k], tokens[2 * k + 1] + 1))
-        return out
 
 
 def _splitter(tokens: list[AddedToken]) -> Callable[[str], list[str]] | None:

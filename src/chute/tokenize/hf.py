@@ -138,12 +138,11 @@ class HFTokenizer(Tokenizer):
     ) -> tuple[list[int], list[tuple[int, int]]]:
         fast = self._fast
         if fast is not None:
-            ids = fast.encode(text)
-            if ids is not None:
-                ranges = fast.spans(text, ids, spans)
+            found = fast.encode_spans(text, spans)
+            if found is not None:
                 if not self._checks_left:
-                    return ids, ranges
-                return self._checked(text, ids, ranges, spans)
+                    return found
+                return self._checked(text, found[0], found[1], spans)
         enc = self._tok.encode(text, add_special_tokens=False)
         return enc.ids, hf_spans(enc, spans)
 
