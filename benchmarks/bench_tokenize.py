@@ -97,58 +97,55 @@ def recipe_part(records: list[Any], rounds: int) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for model in TOKENIZERS:
         for jinja in (False, True):
-            before, after = recipes(model, jinja)
-            rendered = [after.render(r) for r in records]
-            texts = [r.text for r in rendered]
-            fast = after.tokenizer._fast  # type: ignore[attr-defined]
-            encoding = fast.encoding
-            rust = before.tokenizer.rust  # type: ignore[attr-defined]
-            tok = after.tokenizer
-            after.batch(records[:500]), before.batch(records[:500])  # warm up (skeletons, probes)
-            runs: dict[str, Callable[[int, int], Any]] = {
-                "before": lambda lo, hi: before.batch(records[lo:hi]),
-                "after": lambda lo, hi: after.batch(records[lo:hi]),
-                "after_encode_only": lambda lo, hi: [
-                    tok.encode_spans(r.text, r.spans) for r in rendered[lo:hi]
-                ],
-                "tiktoken_encode_ordinary_batch": lambda lo, hi: encoding.encode_ordinary_batch(
-                    texts[lo:hi]
-                ),
-                "tiktoken_encode_ordinary": lambda lo, hi: [
-                    encoding.encode_ordinary(t) for t in texts[lo:hi]
-                ],
-                "tokenizers_encode": lambda lo, hi: [
-                    rust.encode(t, add_special_tokens=False).ids for t in texts[lo:hi]
-                ],
-            }
-            seconds = interleaved(runs, len(records), rounds)
-            rate = {name: round(len(records) / s) for name, s in seconds.items()}
-            tt = seconds["tiktoken_encode_ordinary_batch"]
             name = f"{model} {'jinja' if jinja else 'built-in ' + TOKENIZERS[model][1]}"
-            out[name] = {
-                "records_per_s": rate,
-                "after_vs_before": round(seconds["before"] / seconds["after"], 2),
-                "after_overhead_vs_tiktoken_batch": round(seconds["after"] / tt - 1, 3),
-                "after_encode_overhead_vs_tiktoken_batch": round(
-                    seconds["after_encode_only"] / tt - 1, 3
-                ),
-                "after_vs_tiktoken_loop": round(
-                    seconds["tiktoken_encode_ordinary"] / seconds["after"], 3
-                ),
-                "before_vs_tokenizers": round(seconds["tokenizers_encode"] / seconds["before"], 3),
-                "us_per_record": {k: round(s / len(records) * 1e6, 1) for k, s in seconds.items()},
-            }
+            out[name] = measure_config(model, jinja, records, rounds)
             print(name, out[name], flush=True)
     for model in TOKENIZERS:
         builtin = out[f"{model} built-in {TOKENIZERS[model][1]}"]
-        jinja = out[f"{model} jinja"]
-        jinja["jinja_vs_builtin_after"] = round(
-            jinja["records_per_s"]["after"] / builtin["records_per_s"]["after"], 3
-        )
-        jinja["jinja_vs_builtin_before"] = round(
-            jinja["records_per_s"]["before"] / builtin["records_per_s"]["before"], 3
-        )
+        jinja_run = out[f"{model} jinja"]
+        for side in ("before", "after"):
+            jinja_run[f"jinja_vs_builtin_{side}"] = round(
+                jinja_run["records_per_s"][side] / builtin["records_per_s"][side], 3
+            )
     return out
+
+
+def measure_config(model: str, jinja: bool, records: list[Any], rounds: int) -> dict[str, Any]:
+    """One tokenizer and template: before, after, and the tokenizers alone on the same texts."""
+    before, after = recipes(model, jinja)
+    rendered = [after.render(r) for r in records]
+    texts = [r.text for r in rendered]
+    encoding = after.tokenizer._fast.encoding  # type: ignore[attr-defined]
+    rust = before.tokenizer.rust  # type: ignore[attr-defined]
+    tok = after.tokenizer
+    after.batch(records[:500]), before.batch(records[:500])  # warm up (skeletons, probes)
+    runs: dict[str, Callable[[int, int], Any]] = {
+        "before": lambda lo, hi: before.batch(records[lo:hi]),
+        "after": lambda lo, hi: after.batch(records[lo:hi]),
+        "after_encode_only": lambda lo, hi: [
+            tok.encode_spans(r.text, r.spans) for r in rendered[lo:hi]
+        ],
+        "tiktoken_encode_ordinary_batch": lambda lo, hi: encoding.encode_ordinary_batch(
+            texts[lo:hi]
+        ),
+        "tiktoken_encode_ordinary": lambda lo, hi: [
+            encoding.encode_ordinary(t) for t in texts[lo:hi]
+        ],
+        "tokenizers_encode": lambda lo, hi: [
+            rust.encode(t, add_special_tokens=False).ids for t in texts[lo:hi]
+        ],
+    }
+    seconds = interleaved(runs, len(records), rounds)
+    tt = seconds["tiktoken_encode_ordinary_batch"]
+    return {
+        "records_per_s": {name: round(len(records) / s) for name, s in seconds.items()},
+        "after_vs_before": round(seconds["before"] / seconds["after"], 2),
+        "after_overhead_vs_tiktoken_batch": round(seconds["after"] / tt - 1, 3),
+        "after_encode_overhead_vs_tiktoken_batch": round(seconds["after_encode_only"] / tt - 1, 3),
+        "after_vs_tiktoken_loop": round(seconds["tiktoken_encode_ordinary"] / seconds["after"], 3),
+        "before_vs_tokenizers": round(seconds["tokenizers_encode"] / seconds["before"], 3),
+        "us_per_record": {k: round(s / len(records) * 1e6, 1) for k, s in seconds.items()},
+    }
 
 
 def loader_part(records: list[Any], rounds: int, workers: int) -> dict[str, Any]:

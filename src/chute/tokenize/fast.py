@@ -95,9 +95,10 @@ class FastBPE:
     def encode_spans(
         self, text: str, spans: Sequence[tuple[int, int]]
     ) -> tuple[list[int], list[tuple[int, int]]] | None:
-        """``encode(text)``, and per character span ``[a, b)`` the ``[first, end)`` range of
-        tokens overlapping it, as ``HFTokenizer.encode_spans`` gives them (``(0, 0)`` for an
-        empty span); ``None`` for ``tokenizers`` to do.
+        """``encode(text)``, and per character span the range of tokens overlapping it.
+
+        The ranges are ``[first, end)`` per span ``[a, b)``, as ``HFTokenizer.encode_spans``
+        gives them (``(0, 0)`` for an empty span). ``None``: for ``tokenizers`` to do.
         """
         found = self._encode(text)
         if found is None:
@@ -115,8 +116,10 @@ class FastBPE:
         return ids, out
 
     def _encode(self, text: str) -> tuple[list[int], list[str], list[int]] | None:
-        """``(ids, parts, starts)``: parts cut at added tokens (odd items), and where each
-        part starts, in characters then in tokens (``starts[2k]``, ``starts[2k + 1]``).
+        """``(ids, parts, starts)``, or ``None`` for ``tokenizers`` to do.
+
+        ``parts`` is the text cut at added tokens (odd items); part ``k`` starts at character
+        ``starts[2k]`` and token ``starts[2k + 1]``.
         """
         form = self._form
         if form is not None and not text.isascii() and not unicodedata.is_normalized(form, text):  # type: ignore[arg-type]
