@@ -1,7 +1,8 @@
 """Offline preprocessing: ``chute preprocess`` vs the XTuner-style ``datasets.map`` path.
 
 Usage: ``.venv/bin/python benchmarks/bench_preprocess.py [--records 200000] [--rounds 2]
-[--quick]`` (needs the ``bench`` extra: ``datasets``).
+[--sides chute,chute_hf,xtuner] [--scaling] [--quick]`` (needs the ``bench`` extra:
+``datasets``).
 
 Data: real instruction data from ../shared/data, repeated to ``--records`` records, written as
 two JSONL files: LLaMA-Factory's ``alpaca_en_demo.json`` + ``alpaca_zh_demo.json`` (alpaca,
@@ -9,7 +10,11 @@ English and Chinese) and FastChat's ``dummy_conversation.json`` (ShareGPT, 2-6 t
 Same tokenizer (Qwen3 ``tokenizer.json``), same ChatML formatting, ``max_length`` 2048 with
 truncation, the same 2 processes, each side in a fresh interpreter (imports counted):
 
-* **chute**: ``chute preprocess CONFIG --out DIR --workers 2`` (template ``chatml``).
+* **chute**: ``chute preprocess CONFIG --out DIR --workers 2`` (template ``chatml``; the
+  tokenizer runs on tiktoken, the default ``tokenizer_backend=auto``).
+* **chute_hf**: the same with ``recipe.tokenizer_backend=hf`` (``tokenizers``: chute before the
+  tiktoken fast path).
+* with ``--scaling``, **chute_1worker**: the same as **chute** with ``--workers 1``.
 * **XTuner-style**: what ``xtuner.dataset.process_hf_dataset`` does: ``load_dataset("json")``,
   then ``.map`` with ``num_proc=2`` of the dataset map function (alpaca / ShareGPT into
   XTuner's ``conversation`` turns), of ``template_map_fn`` (Qwen chat template strings) and of
@@ -170,10 +175,15 @@ def du(path: Path) -> int:
     return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
 
 
-def run_chute(paths: list[Path], out: Path, workers: int) -> dict[str, Any]:
+def run_chute(paths: list[Path], out: Path, workers: int, backend: str = "auto") -> dict[str, Any]:
     config = {
         "sources": [str(p) for p in paths],
-        "recipe": {"tokenizer": str(TOKENIZER), "template": "chatml", "max_length": MAX_LENGTH},
+        "recipe": {
+            "tokenizer": str(TOKENIZER),
+            "template": "chatml",
+            "max_length": MAX_LENGTH,
+            "tokenizer_backend": backend,
+        },
         "cache": {"chunk_size": 10_000},
     }
     cfg = out.parent / "chute.yaml"
@@ -263,6 +273,8 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=2, help="alternating runs; fastest kept")
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--reads", type=int, default=20_000)
+    ap.add_argument("--sides", default="chute,chute_hf,xtuner", help="which runs, in order")
+    ap.add_argument("--scaling", action="store_true", help="also chute with 1 worker")
     ap.add_argument("--quick", action="store_true", help="20k records, 1 round (smoke test)")
     ap.add_argument("--child", nargs=4, help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -278,13 +290,18 @@ def main() -> int:
     alpaca, sharegpt, n = make_data(args.records)
     work = Path(tempfile.mkdtemp(prefix="bench-preprocess-"))
     try:
-        runs: dict[str, list[dict[str, Any]]] = {"chute": [], "xtuner": []}
+        sides = args.sides.split(",") + (["chute_1worker"] if args.scaling else [])
+        runs: dict[str, list[dict[str, Any]]] = {name: [] for name in sides}
         for r in range(args.rounds):
-            for name in ("chute", "xtuner"):
+            for name in sides:
                 out = work / f"{name}{r}"
                 out.parent.mkdir(exist_ok=True)
                 if name == "chute":
                     runs[name].append(run_chute([alpaca, sharegpt], out, args.workers))
+                elif name == "chute_hf":
+                    runs[name].append(run_chute([alpaca, sharegpt], out, args.workers, "hf"))
+                elif name == "chute_1worker":
+                    runs[name].append(run_chute([alpaca, sharegpt], out, 1))
                 else:
                     runs[name].append(run_xtuner(alpaca, sharegpt, out, args.workers))
                 print(name, r, runs[name][-1], flush=True)
@@ -293,36 +310,43 @@ def main() -> int:
                 shutil.rmtree(work / "hf-cache", ignore_errors=True)
         best = {name: min(v, key=lambda x: x["seconds"]) for name, v in runs.items()}
         last = args.rounds - 1
-        read = reads(work / f"chute{last}", work / f"xtuner{last}", args.reads, 3)
+        read = None
+        if "chute" in best and "xtuner" in best:
+            read = reads(work / f"chute{last}", work / f"xtuner{last}", args.reads, 3)
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    c, x = best["chute"], best["xtuner"]
-    speedup = round(x["seconds"] / c["seconds"], 2)
+    ratios = {
+        f"chute_vs_{name}": round(r["seconds"] / best["chute"]["seconds"], 2)
+        for name, r in best.items()
+        if name != "chute" and "chute" in best
+    }
+    if "chute_vs_chute_1worker" in ratios:  # throughput of 2 workers over 1 (ideal: 2)
+        ratios["scaling"] = ratios.pop("chute_vs_chute_1worker")
     save(
-        "preprocess",
+        "preprocess" if args.sides == "chute,chute_hf,xtuner" else "preprocess_sides",
         {
             "data": f"{n:,} records: alpaca_en_demo + alpaca_zh_demo (alpaca) and "
             "dummy_conversation (ShareGPT) from ../shared/data, repeated, 4:1, as JSONL",
             "tokenizer": "Qwen3 tokenizer.json",
             "max_length": MAX_LENGTH,
             "processes": args.workers,
-            "chute_command": c["command"],
-            "preprocess": {
-                "chute": {**c, "records_per_s": round(n / c["seconds"])},
-                "xtuner_style": {**x, "records_per_s": round(n / x["seconds"])},
-                "all_runs_seconds": {
-                    k: [round(r["seconds"], 2) for r in v] for k, v in runs.items()
-                },
-                "speedup": speedup,
-                "bytes_per_token": {
-                    "chute": round(c["bytes"] / c["tokens"], 3),
-                    "xtuner_style": round(x["bytes"] / x["tokens"], 3),
-                },
+            "load_average_after": [round(x, 2) for x in os.getloadavg()],
+            "runs": {
+                name: {
+                    **r,
+                    "records_per_s": round(n / r["seconds"]),
+                    "bytes_per_token": round(r["bytes"] / r["tokens"], 3),
+                }
+                for name, r in best.items()
             },
+            "all_runs_seconds": {k: [round(r["seconds"], 2) for r in v] for k, v in runs.items()},
+            "ratios": ratios,
             "random_reads": read,
             "targets": {
-                "preprocess >= 2x": speedup >= 2,
-                "reads >= 5x": read["chute_vs_datasets"] >= 5,
+                "fast path >= 2.5x chute_hf": ratios.get("chute_vs_chute_hf", 0) >= 2.5,
+                ">= 7x xtuner": ratios.get("chute_vs_xtuner", 0) >= 7,
+                "scaling >= 1.7 (0.85 x 2)": ratios.get("scaling", 2) >= 1.7,
+                "reads >= 5x": read is None or read["chute_vs_datasets"] >= 5,
             },
         },
     )

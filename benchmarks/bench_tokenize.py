@@ -13,8 +13,9 @@ Parts:
 
 * **recipe** (pinned to one core): ``Recipe.batch`` of chunks of 250 records, *before*
   (``tokenizer_backend="hf"``, and for Jinja the two renders per record chute made before
-  skeletons: the template's skeleton lookup is switched off) and *after* (the default: tiktoken,
-  skeletons), against tiktoken alone on the very texts the recipe renders
+  skeletons: the template's skeleton lookup is switched off), *after* (the default: tiktoken,
+  skeletons) and *after on tokenizers* (``tokenizer_backend="hf"`` with skeletons), against
+  tiktoken alone on the very texts the recipe renders
   (``encode_ordinary_batch``, its threads sharing the one core, and ``encode_ordinary`` in a
   loop), and ``tokenizers`` alone (``encode(...).ids``). The runs alternate on every chunk,
   ``--rounds`` times, and the fastest time of each chunk is kept.
@@ -62,7 +63,7 @@ def load_records(repeat: int) -> list[Any]:
 
 
 def recipes(model: str, jinja: bool) -> tuple[Recipe, Recipe]:
-    """``(before, after)`` recipes of one configuration."""
+    """``(before, after)`` recipes of one configuration (see the module docstring)."""
     path, builtin, template = TOKENIZERS[model]
     chosen = str(SHARED_DATA / template) if jinja else builtin
     before = Recipe(
@@ -118,10 +119,20 @@ def measure_config(model: str, jinja: bool, records: list[Any], rounds: int) -> 
     encoding = after.tokenizer._fast.encoding  # type: ignore[attr-defined]
     rust = before.tokenizer.rust  # type: ignore[attr-defined]
     tok = after.tokenizer
-    after.batch(records[:500]), before.batch(records[:500])  # warm up (skeletons, probes)
+    path, _, _ = TOKENIZERS[model]
+    # the engine alone changed: tokenizers, with skeletons (they are on with either engine)
+    after_hf = Recipe(
+        tokenizer=SHARED_DATA / path,
+        template=after.template,
+        template_vars=DATE,
+        tokenizer_backend="hf",
+    )
+    for recipe in (before, after, after_hf):
+        recipe.batch(records[:500])  # warm up (skeletons, probes)
     runs: dict[str, Callable[[int, int], Any]] = {
         "before": lambda lo, hi: before.batch(records[lo:hi]),
         "after": lambda lo, hi: after.batch(records[lo:hi]),
+        "after_on_tokenizers": lambda lo, hi: after_hf.batch(records[lo:hi]),
         "after_encode_only": lambda lo, hi: [
             tok.encode_spans(r.text, r.spans) for r in rendered[lo:hi]
         ],
@@ -144,6 +155,9 @@ def measure_config(model: str, jinja: bool, records: list[Any], rounds: int) -> 
         "after_encode_overhead_vs_tiktoken_batch": round(seconds["after_encode_only"] / tt - 1, 3),
         "after_vs_tiktoken_loop": round(seconds["tiktoken_encode_ordinary"] / seconds["after"], 3),
         "before_vs_tokenizers": round(seconds["tokenizers_encode"] / seconds["before"], 3),
+        "after_on_tokenizers_vs_tokenizers": round(
+            seconds["tokenizers_encode"] / seconds["after_on_tokenizers"], 3
+        ),
         "us_per_record": {k: round(s / len(records) * 1e6, 1) for k, s in seconds.items()},
     }
 

@@ -104,6 +104,7 @@ class FastBPE:
         if found is None:
             return None
         ids, parts, starts = found
+        chars = starts[0::2]
         n = len(text)
         out = []
         for a, b in spans:
@@ -111,8 +112,8 @@ class FastBPE:
             if a >= b:
                 out.append((0, 0))
             else:
-                first = self._token_of(text, a, ids, parts, starts)
-                out.append((first, self._token_of(text, b - 1, ids, parts, starts) + 1))
+                first = self._token_of(a, ids, parts, chars, starts)
+                out.append((first, self._token_of(b - 1, ids, parts, chars, starts) + 1))
         return ids, out
 
     def _encode(self, text: str) -> tuple[list[int], list[str], list[int]] | None:
@@ -143,10 +144,9 @@ class FastBPE:
         return ids, parts, starts
 
     def _token_of(
-        self, text: str, c: int, ids: list[int], parts: list[str], starts: list[int]
+        self, c: int, ids: list[int], parts: list[str], chars: list[int], starts: list[int]
     ) -> int:
         """The token holding character ``c``'s first byte (the first token covering ``c``)."""
-        chars = starts[0::2]
         j = bisect_right(chars, c) - 1  # the part holding c (empty parts precede their successor)
         begin, first = chars[j], starts[2 * j + 1]
         if c == begin or j & 1:
