@@ -21,9 +21,11 @@ Parts:
   ``--rounds`` times, and the fastest time of each chunk is kept.
 * **loader**: an on-the-fly ``Loader(source, recipe, num_workers=2)`` epoch over a JSONL file
   of the same records (built-in template), before and after, alternating, best of ``--rounds``.
-* **scaling**: ``Recipe.batch`` over all records in 1 process, then split over 2 processes
-  (fork, each its own half), after; the ratio of throughputs against the ideal 2, and each
-  worker's memory (RSS, and USS: what the worker alone holds) after its share.
+* **scaling**: ``Recipe.batch`` (after) over all records in 1 worker process, then split over 2
+  (a pool forked once with the recipe loaded, as ``chute preprocess`` and the Loader fork
+  theirs), best of ``--rounds``; the ratio of throughputs against the ideal 2; each forked
+  worker's memory after its share (RSS, and USS: pages it alone holds), and the RSS of a fresh
+  interpreter that loaded the recipe on each engine (what a spawned worker starts from).
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from __future__ import annotations
 import argparse
 import multiprocessing as mp
 import os
+import subprocess
 import sys
 import tempfile
 import time
@@ -195,52 +198,77 @@ def loader_part(records: list[Any], rounds: int, workers: int) -> dict[str, Any]
     return out
 
 
-def _share(args: tuple[str, bool, list[Any]]) -> dict[str, float]:
-    model, jinja, records = args
+_SHARED: dict[str, Any] = {}  # set before the pool forks: workers inherit the loaded recipe
+
+
+def _share(bounds: tuple[int, int]) -> dict[str, float]:
     import psutil
 
-    _, after = recipes(model, jinja)
-    after.batch(records[:200])  # warm up
+    recipe, records = _SHARED["recipe"], _SHARED["records"]
+    lo, hi = bounds
     t0 = time.perf_counter()
-    for lo in range(0, len(records), 250):
-        after.batch(records[lo : lo + 250])
+    for k in range(lo, hi, 250):
+        recipe.batch(records[k : min(hi, k + 250)])
     seconds = time.perf_counter() - t0
     mem = psutil.Process().memory_full_info()
     return {"seconds": seconds, "rss_mb": mem.rss / 2**20, "uss_mb": mem.uss / 2**20}
 
 
+def _fresh_memory(model: str, backend: str) -> float:
+    """RSS (MiB) of a new interpreter once it has loaded the recipe: a spawned worker's floor."""
+    src = str(Path(__file__).resolve().parents[1] / "src")
+    tokenizer = str(SHARED_DATA / TOKENIZERS[model][0])
+    template = TOKENIZERS[model][1]
+    code = "\n".join(
+        [
+            f"import sys, psutil; sys.path.insert(0, {src!r})",
+            "from chute import Recipe",
+            f"r = Recipe(tokenizer={tokenizer!r}, template={template!r}, "
+            f"tokenizer_backend={backend!r})",
+            "r.batch([{'instruction': 'Say hi', 'output': 'Hi!'}])",
+            "print(psutil.Process().memory_info().rss / 2**20)",
+        ]
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    return float(out.stdout.strip().splitlines()[-1])
+
+
 def scaling_part(records: list[Any], rounds: int) -> dict[str, Any]:
+    """Recipe.batch over all records on 1 worker, then split over 2 (pool forked once, warm)."""
     ctx = mp.get_context("fork")
     out: dict[str, Any] = {}
+    n = len(records)
     for model in TOKENIZERS:
         for jinja in (False, True):
+            _, after = recipes(model, jinja)
+            after.batch(records[:500])  # skeletons made, probes run: before the fork
+            _SHARED.update(recipe=after, records=records)
             best1, best2 = float("inf"), float("inf")
-            memory: list[dict[str, float]] = []
-            for _ in range(rounds):
-                with ctx.Pool(1) as pool:
+            shares: list[dict[str, float]] = []
+            with ctx.Pool(2) as pool:
+                pool.map(_share, [(0, 1), (1, 2)], chunksize=1)  # both workers started
+                for _ in range(rounds):
                     t0 = time.perf_counter()
-                    pool.map(_share, [(model, jinja, records)])
+                    pool.map(_share, [(0, n)])
                     best1 = min(best1, time.perf_counter() - t0)
-                half = len(records) // 2
-                with ctx.Pool(2) as pool:
                     t0 = time.perf_counter()
-                    shares = pool.map(
-                        _share, [(model, jinja, records[:half]), (model, jinja, records[half:])]
-                    )
+                    shares = pool.map(_share, [(0, n // 2), (n // 2, n)], chunksize=1)
                     best2 = min(best2, time.perf_counter() - t0)
-                memory = shares
             name = f"{model} {'jinja' if jinja else 'built-in'}"
             out[name] = {
-                "records": len(records),
-                "seconds_1_process": round(best1, 2),
-                "seconds_2_processes": round(best2, 2),
+                "records": n,
+                "records_per_s_1_process": round(n / best1),
+                "records_per_s_2_processes": round(n / best2),
                 "scaling_2_processes": round(best1 / best2, 2),
                 "target_1_7": best1 / best2 >= 1.7,
-                "worker_rss_mb": [round(m["rss_mb"]) for m in memory],
-                "worker_uss_mb": [round(m["uss_mb"]) for m in memory],
-                "note": "wall time includes starting the worker and loading the tokenizer",
+                "forked_worker_rss_mb": [round(m["rss_mb"]) for m in shares],
+                "forked_worker_uss_mb": [round(m["uss_mb"]) for m in shares],
             }
             print(name, out[name], flush=True)
+        out[f"{model} fresh process rss_mb"] = {
+            backend: round(_fresh_memory(model, backend)) for backend in ("hf", "auto")
+        }
+        print(model, out[f"{model} fresh process rss_mb"], flush=True)
     return out
 
 
