@@ -51,6 +51,9 @@ class Tokenizer:
 
     Attributes:
         backend: ``tokenizers``, ``tiktoken`` or ``transformers``.
+        engine: the library that encodes: the backend's, or ``tiktoken`` for an ``HFTokenizer``
+            on the fast path (see ``chute.tokenize.engine``).
+        engine_note: why an ``HFTokenizer`` is not on the fast path (one line), or ``""``.
         special: ``{"bos": str|None, "eos": ..., "pad": ..., "unk": ..., "image": ...}``.
         chat_template: the Jinja chat template found beside the tokenizer, or ``None``.
         supports_offsets: whether ``encode_with_offsets`` works (slow ``transformers``
@@ -58,6 +61,9 @@ class Tokenizer:
     """
 
     backend = "base"
+    # the library that encodes (HFTokenizer: "tiktoken" on the fast path), and why not tiktoken
+    engine = "base"
+    engine_note = ""
     supports_offsets = True
 
     def __init__(self) -> None:

@@ -78,7 +78,7 @@ def choose(rust: Any, path: str | None, request: str) -> Choice:
             param="tokenizer_backend",
         )
     if request == "hf":
-        return Choice(None, "tokenizer_backend='hf'")
+        return Choice(None, spell_set("tokenizer_backend", "hf"))
     try:
         tiktoken = import_tiktoken()
     except MissingDependency:
@@ -106,7 +106,7 @@ def choose(rust: Any, path: str | None, request: str) -> Choice:
     if request == "tiktoken":
         raise ConfigError(
             f"{name} cannot run on tiktoken: {reason}; use {spell_set('tokenizer_backend', 'auto')} "
-            f"(tokenizers where tiktoken would differ) or 'hf'",
+            f"(tokenizers where tiktoken would differ) or {spell_set('tokenizer_backend', 'hf')}",
             param="tokenizer_backend",
         )
     if key not in _SAID:
