@@ -202,3 +202,13 @@ def test_real_templates_on_shared_data(shared_data: Path, which: str) -> None:
                 except SampleError as exc:
                     got = str(exc)
                 assert got == expected, f"{name}:{record.line}"
+
+
+def test_no_new_skeletons_once_most_shapes_are_refused() -> None:
+    source = "{% for m in messages %}{{ m.content | tojson }}{% endfor %}"  # every shape refused
+    t = same(source, [chat(*["x"] * k) for k in range(1, 40)])
+    skeletons = t._skeletons
+    assert skeletons.refused == skeletons.GIVE_UP_AFTER and skeletons.made == 0
+    renders = t.renders
+    t.render(chat(*["y"] * 50), CTX)  # a new shape: rendered, no skeleton tried
+    assert t.renders == renders + 2 and skeletons.refused == skeletons.GIVE_UP_AFTER

@@ -339,3 +339,41 @@ def test_lone_surrogates_fail_as_before() -> None:
     tok = fresh(_rust())
     with pytest.raises(TypeError):
         tok.encode("a\ud800b")
+
+
+def test_backend_of_other_tokenizer_kinds(tmp_path: Path) -> None:
+    import base64
+
+    bpe = tmp_path / "bytes.tiktoken"
+    bpe.write_text("".join(f"{base64.b64encode(bytes([b])).decode()} {b}\n" for b in range(256)))
+    tok = load_tokenizer(bpe, tiktoken_pattern="gpt2", backend="tiktoken")
+    assert (tok.backend, tok.engine) == ("tiktoken", "tiktoken")
+    with pytest.raises(
+        ConfigError, match="tokenizer_backend='hf' chooses the engine of a tokenizer"
+    ):
+        load_tokenizer(bpe, tiktoken_pattern="gpt2", backend="hf")
+
+
+def test_backend_in_config_and_on_the_command_line(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from chute.cache.config import RecipeConfig
+    from chute.cli import app
+
+    with pytest.raises(ConfigError, match="tokenizer_backend: expected one of auto, hf, tiktoken"):
+        RecipeConfig(tokenizer="t", tokenizer_backend="fast")
+    folder = tmp_path / "tok"
+    folder.mkdir()
+    (folder / "tokenizer.json").write_text(_rust().to_str())
+    data = tmp_path / "d.jsonl"
+    data.write_text(json.dumps({"instruction": "Hello there", "output": "How are you?"}) + "\n")
+    runner = CliRunner()
+    base = ["inspect", str(data), "--tokenizer", str(folder), "--template", "chatml"]
+    fast = runner.invoke(app, base)
+    assert fast.exit_code == 0 and "tokenizer: tiktoken" in fast.stdout
+    slow = runner.invoke(app, [*base, "--tokenizer-backend", "hf", "--json"])
+    assert json.loads(slow.stdout)["tokenizer_engine"] == "tokenizers"
+    bad = runner.invoke(app, [*base, "--tokenizer-backend", "fast"])
+    assert bad.exit_code == 2 and "--tokenizer-backend: expected one of auto, hf, tiktoken" in (
+        bad.stderr
+    )

@@ -289,15 +289,25 @@ class Skeleton:
 class Skeletons:
     """Skeletons of one compiled template, per conversation shape (a bounded cache).
 
+    A refused shape costs its conversations a render more than no skeleton would (the skeleton
+    render, then the two of the plain path). When most new shapes are refused (Llama 3.2's
+    template on tool results: each record its own shape, each refused), no more are tried;
+    shapes already made keep serving. This changes only the speed, never a rendering.
+
     Args:
         template: the compiled Jinja template (``jinja_env.compile_template``).
         size: shapes kept (least recently used dropped first).
     """
 
-    def __init__(self, template: Any, size: int = 4096):
+    # Stop making new skeletons once this many were refused and they outnumber the ones made.
+    GIVE_UP_AFTER = 32
+
+    def __init__(self, template: Any, size: int = 1024):
         self.template = template
         self.size = size
         self._cache: OrderedDict[Any, Skeleton | str] = OrderedDict()
+        self.made = 0
+        self.refused = 0
 
     def get(
         self, msgs: list[dict[str, Any]], tools: Any, variables: dict[str, Any], key: Any
@@ -305,7 +315,13 @@ class Skeletons:
         """The skeleton of this shape (rendered on first sight), or ``None`` when refused."""
         found = self._cache.get(key)
         if found is None:
+            if self.refused >= self.GIVE_UP_AFTER and self.refused > self.made:
+                return None
             found = self._make(msgs, tools, variables)
+            if isinstance(found, Skeleton):
+                self.made += 1
+            else:
+                self.refused += 1
             self._cache[key] = found
             if len(self._cache) > self.size:
                 self._cache.popitem(last=False)
