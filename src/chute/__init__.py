@@ -30,6 +30,7 @@ _EXPORTS: dict[str, str] = {
     "Message": "chute.sample",
     "Part": "chute.sample",
     "CacheError": "chute.errors",
+    "ChunkFailed": "chute.errors",
     "ChuteError": "chute.errors",
     "ConfigError": "chute.errors",
     "ErrorBudgetExceeded": "chute.errors",
@@ -74,6 +75,7 @@ __all__ = [
     "BudgetPlanner",
     "Cache",
     "CacheError",
+    "ChunkFailed",
     "ChuteError",
     "Collate",
     "ConfigError",
@@ -142,6 +144,7 @@ if TYPE_CHECKING:  # static analysers and IDEs see the real names
     from chute.collate import Collate, MediaCollate, PackedCollate
     from chute.errors import (
         CacheError,
+        ChunkFailed,
         ChuteError,
         ConfigError,
         ErrorBudgetExceeded,

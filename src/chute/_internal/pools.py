@@ -1,12 +1,22 @@
-"""Process-pool plumbing shared by validate, preprocess and length passes."""
+"""Process-pool plumbing shared by validate, preprocess and length passes.
+
+Example:
+    >>> process_map(abs, [-1, 2, -3], workers=1)
+    [1, 2, 3]
+"""
 
 from __future__ import annotations
 
 import multiprocessing
 import sys
+from collections.abc import Callable, Sequence
+from concurrent.futures import ProcessPoolExecutor
 from multiprocessing.context import BaseContext
+from typing import Any, TypeVar
 
-__all__ = ["pool_context"]
+__all__ = ["pool_context", "process_map"]
+
+R = TypeVar("R")
 
 
 def pool_context() -> BaseContext:
@@ -17,3 +27,11 @@ def pool_context() -> BaseContext:
     """
     method = "fork" if sys.platform.startswith("linux") else "spawn"
     return multiprocessing.get_context(method)
+
+
+def process_map(fn: Callable[[Any], R], items: Sequence[Any], *, workers: int) -> list[R]:
+    """``[fn(item) for item in items]`` in up to ``workers`` processes (in order; 1: here)."""
+    if workers <= 1 or len(items) <= 1:
+        return [fn(item) for item in items]
+    with ProcessPoolExecutor(min(workers, len(items)), mp_context=pool_context()) as pool:
+        return list(pool.map(fn, items))

@@ -36,9 +36,9 @@ import numpy as np
 import orjson
 
 from chute.cache.config import PreprocessConfig, load_config
+from chute.cache.engines import Engine, make_engine
 from chute.cache.fingerprint import build_fingerprint, sources_fingerprint
 from chute.cache.layout import CACHE_FORMAT, FORMAT_VERSION, Layout, sweep_temps
-from chute.cache.pool import run_chunks
 from chute.cache.schema import token_dtype
 from chute.cache.stages import ChunkStage, make_stages
 from chute.cache.workdir import committed_record, establish, finish, prepare_dir
@@ -69,6 +69,7 @@ class PreprocessReport:
         built: chunks this call built; ``reused``: this rank's chunks already committed.
         records_built: records this call ran the recipe over (for records/s).
         finalized: whether this call wrote the manifest.
+        engine: where the chunks ran (``local, 8 processes``, ``ray at host:6379, 64 CPUs``).
         manifest: the cache's manifest (totals, rejects by reason), once complete.
         seconds: wall time of this call.
     """
@@ -82,6 +83,7 @@ class PreprocessReport:
     finalized: bool = False
     manifest: dict[str, Any] = field(default_factory=dict)
     seconds: float = 0.0
+    engine: str = ""
 
     @property
     def samples(self) -> int:
@@ -101,6 +103,7 @@ class PreprocessReport:
             "chunks_built": self.built,
             "chunks_reused": self.reused,
             "finalized": self.finalized,
+            "engine": self.engine,
             "records": m.get("records"),
             "samples": m.get("samples"),
             "rejected": m.get("rejected"),
@@ -153,6 +156,8 @@ def preprocess(
     stages: Sequence[ChunkStage] = (),
     pixels: bool | Mapping[str, Any] | None = None,
     progress: Callable[[int, int], None] | None = None,
+    engine: str | Engine | None = None,
+    address: str | None = None,
     **sections: Any,
 ) -> PreprocessReport:
     """Run the recipe over every record of the sources and write (or finish) a cache.
@@ -173,6 +178,9 @@ def preprocess(
             ``chute.cache.pixels``): ``True``, or its options (``{"size": 336}``), merged
             over the config's ``stages.pixels``.
         progress: called as ``progress(records_done, records_total)`` for this rank's chunks.
+        engine: set ``cache.engine`` (``"local"`` or ``"ray"``), or an ``Engine`` to run the
+            chunks on (e.g. ``chute.cache.engines.RayEngine(address, max_retries=5)``).
+        address: set ``cache.address`` (the Ray cluster, for ``engine="ray"``).
         **sections: ``sources=``, ``recipe=``, ``cache=``, ``stages=`` when ``config`` is not
             given.
 
@@ -191,9 +199,12 @@ def preprocess(
     elif sections:
         raise ConfigError(f"pass a config or keyword sections, not both ({', '.join(sections)})")
     cfg = load_config(config, overrides)
-    for name, value in (("workers", workers), ("full_hash", full_hash)):
-        if value is not None:
-            cfg = load_config(cfg, [f"cache.{name}={orjson.dumps(value).decode()}"])
+    settings = {"workers": workers, "full_hash": full_hash, "address": address}
+    if isinstance(engine, str):
+        settings["engine"] = engine
+    given = [f"cache.{k}={orjson.dumps(v).decode()}" for k, v in settings.items() if v is not None]
+    if given:
+        cfg = load_config(cfg, given)  # at once: engine and address are checked together
     if wait_timeout is not None:
         cfg = load_config(cfg, [f"cache.wait_timeout={float(wait_timeout)!r}"])
     if pixels:
@@ -274,24 +285,17 @@ def preprocess(
         report.records_built += record["records"][1] - record["records"][0]
         budget.add(record, where=f" on shard {world.rank}/{world.world_size}")
 
-    workers_n = cfg.cache.workers or default_workers()
-    run_chunks(job, todo, workers=workers_n, on_done=on_done, progress=moved)
-    budget.check(f" on shard {world.rank}/{world.world_size}")  # small data: all records seen
-    report.manifest, report.finalized = finish(
-        layout, plan, world, cfg.cache.wait_timeout, all_stages
-    )
+    with engine if isinstance(engine, Engine) else make_engine(cfg.cache) as runner:
+        runner.run_chunks(job, todo, on_done=on_done, progress=moved)
+        sweep_temps(layout.chunks)  # what workers killed mid-write (then retried) left
+        budget.check(f" on shard {world.rank}/{world.world_size}")  # small data: all seen
+        finishing = [stage.with_tasks(runner) for stage in all_stages]
+        report.manifest, report.finalized = finish(
+            layout, plan, world, cfg.cache.wait_timeout, finishing
+        )
+        report.engine = runner.describe()
     report.seconds = time.perf_counter() - t0
     return report
-
-
-def default_workers() -> int:
-    """This machine's usable cores, divided among the ranks launched on it."""
-    try:
-        cores = len(os.sched_getaffinity(0))
-    except AttributeError:
-        cores = os.cpu_count() or 1
-    local = os.environ.get("LOCAL_WORLD_SIZE", "1")
-    return max(1, cores // max(1, int(local) if local.isdigit() else 1))
 
 
 class _Budget:

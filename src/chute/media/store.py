@@ -7,7 +7,8 @@ for every image of a dataset; the media stage then runs only ``transform.finish`
 normalise, patches) on a hit::
 
     store/
-      manifest.json        format, version, the transform's geometry fingerprint, counts
+      manifest.json        format, version, the transform's geometry fingerprint, counts (no
+                           timings: the same images give the same bytes, however built)
       index.npy            one row per image, sorted by key: key (64-bit hash of the real path),
                            file size and mtime_ns when stored, chunk, offset, height, width,
                            the path's place in paths.bin
@@ -35,8 +36,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from collections.abc import Iterable
-from concurrent.futures import ProcessPoolExecutor
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -44,7 +44,7 @@ from typing import Any
 import numpy as np
 
 from chute._internal.files import atomic_file
-from chute._internal.pools import pool_context
+from chute._internal.pools import process_map
 from chute.errors import ConfigError, SampleError
 from chute.media.images import DecodeOptions, decode_image
 
@@ -65,6 +65,10 @@ ENTRY = np.dtype(
         ("path_end", "<i8"),
     ]
 )
+
+
+# map_tasks(fn, tasks) -> [fn(task) for task in tasks], in order
+MapTasks = Callable[[Callable[[Any], Any], Sequence[Any]], Iterable[Any]]
 
 
 def path_key(path: str) -> int:
@@ -91,6 +95,7 @@ def build_pixel_store(
     workers: int | None = None,
     per_task: int = 512,
     extra: dict[str, Any] | None = None,
+    map_tasks: MapTasks | None = None,
 ) -> StoreReport:
     """Decode and prepare every image of ``paths`` once, into a store at ``out``.
 
@@ -103,6 +108,10 @@ def build_pixel_store(
         workers: processes (default: all cores; 1 runs here).
         per_task: images per chunk file.
         extra: more JSON-able facts for the manifest (e.g. what the store was built from).
+        map_tasks: runs the decoding tasks instead of a local process pool:
+            ``map_tasks(fn, tasks)`` returns ``[fn(t) for t in tasks]``, in order (e.g. as Ray
+            tasks; each task writes one chunk file, atomically, into ``out``, so ``out`` must
+            be on a filesystem every task sees). ``workers`` is then not used.
 
     Returns:
         A ``StoreReport``; images that fail to decode are listed in ``failures.jsonl`` and
@@ -126,12 +135,10 @@ def build_pixel_store(
         (k, unique[lo : lo + per_task], transform, decode or DecodeOptions(), os.fspath(folder))
         for k, lo in enumerate(range(0, len(unique), per_task))
     ]
-    workers = max(1, workers or os.cpu_count() or 1)
-    if workers == 1 or len(tasks) <= 1:
-        results = [_write_chunk(*t) for t in tasks]
+    if map_tasks is None:
+        results = process_map(_write_chunk_task, tasks, workers=workers or os.cpu_count() or 1)
     else:
-        with ProcessPoolExecutor(min(workers, len(tasks)), mp_context=pool_context()) as pool:
-            results = list(pool.map(_write_chunk_task, tasks))
+        results = list(map_tasks(_write_chunk_task, tasks))
     rows: list[tuple[Any, ...]] = []
     failures: list[dict[str, Any]] = []
     for entries, failed in results:
@@ -166,7 +173,6 @@ def build_pixel_store(
         "bytes": report.bytes,
         "chunks": len(tasks),
         "failures": report.failures,
-        "seconds": round(report.seconds, 3),
         **(extra or {}),
     }
     with atomic_file(folder / "manifest.json") as f:

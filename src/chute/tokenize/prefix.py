@@ -92,7 +92,9 @@ def safe_prefix_end(tokenizer: Any, text: str, need: int) -> int | None:
     return None
 
 
-def _cut_in_window(rust: Any, normalizer: Any, text: str, window: int, need: int) -> int | str | None:
+def _cut_in_window(
+    rust: Any, normalizer: Any, text: str, window: int, need: int
+) -> int | str | None:
     """The cut found in ``text[:window]``, ``None`` to try a larger window, or why to give up."""
     piece = text[:window]
     longer = text[: window * 2]
