@@ -199,12 +199,12 @@ def preprocess(
     elif sections:
         raise ConfigError(f"pass a config or keyword sections, not both ({', '.join(sections)})")
     cfg = load_config(config, overrides)
-    settings = {"workers": workers, "full_hash": full_hash, "address": address}
+    settings: dict[str, Any] = {"workers": workers, "full_hash": full_hash, "address": address}
     if isinstance(engine, str):
         settings["engine"] = engine
-    given = [f"cache.{k}={orjson.dumps(v).decode()}" for k, v in settings.items() if v is not None]
-    if given:
-        cfg = load_config(cfg, given)  # at once: engine and address are checked together
+    keys = [f"cache.{k}={orjson.dumps(v).decode()}" for k, v in settings.items() if v is not None]
+    if keys:
+        cfg = load_config(cfg, keys)  # at once: engine and address are checked together
     if wait_timeout is not None:
         cfg = load_config(cfg, [f"cache.wait_timeout={float(wait_timeout)!r}"])
     if pixels:

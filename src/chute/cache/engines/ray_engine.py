@@ -225,7 +225,7 @@ class RayEngine(Engine):
 
     def _chunk_result(self, ray: Any, ref: Any, job: ChunkJob, k: int) -> dict[str, Any]:
         try:
-            return ray.get(ref)  # type: ignore[no-any-return]
+            return ray.get(ref)
         except ray.exceptions.RayTaskError as exc:
             cause = exc.cause
             log.debug("chunk %d failed on Ray:\n%s", k, exc)
@@ -339,7 +339,7 @@ def _held_job(token: str, box: list[Any]) -> ChunkJob:
         job = ray.get(box[0]).open()
         _HELD.clear()  # a worker serves one build at a time: drop the previous one's job
         _HELD.update(token=token, job=job)
-    return _HELD["job"]  # type: ignore[no-any-return]
+    return _HELD["job"]
 
 
 def _chunk_task(token: str, box: list[Any], counter: Any, k: int) -> dict[str, Any]:
