@@ -70,6 +70,7 @@ class PreprocessReport:
         records_built: records this call ran the recipe over (for records/s).
         finalized: whether this call wrote the manifest.
         engine: where the chunks ran (``local, 8 processes``, ``ray at host:6379, 64 CPUs``).
+        engine_startup_seconds: time to start or connect to the engine (Ray), else ``None``.
         manifest: the cache's manifest (totals, rejects by reason), once complete.
         seconds: wall time of this call.
     """
@@ -84,6 +85,7 @@ class PreprocessReport:
     manifest: dict[str, Any] = field(default_factory=dict)
     seconds: float = 0.0
     engine: str = ""
+    engine_startup_seconds: float | None = None
 
     @property
     def samples(self) -> int:
@@ -104,6 +106,7 @@ class PreprocessReport:
             "chunks_reused": self.reused,
             "finalized": self.finalized,
             "engine": self.engine,
+            "engine_startup_seconds": self.engine_startup_seconds,
             "records": m.get("records"),
             "samples": m.get("samples"),
             "rejected": m.get("rejected"),
@@ -286,14 +289,14 @@ def preprocess(
         budget.add(record, where=f" on shard {world.rank}/{world.world_size}")
 
     with engine if isinstance(engine, Engine) else make_engine(cfg.cache) as runner:
-        runner.run_chunks(job, todo, on_done=on_done, progress=moved)
+        runner.run_chunks(job, todo, on_done=on_done, progress=moved if progress else None)
         sweep_temps(layout.chunks)  # what workers killed mid-write (then retried) left
         budget.check(f" on shard {world.rank}/{world.world_size}")  # small data: all seen
         finishing = [stage.with_tasks(runner) for stage in all_stages]
         report.manifest, report.finalized = finish(
             layout, plan, world, cfg.cache.wait_timeout, finishing
         )
-        report.engine = runner.describe()
+        report.engine, report.engine_startup_seconds = runner.describe(), runner.startup_seconds
     report.seconds = time.perf_counter() - t0
     return report
 

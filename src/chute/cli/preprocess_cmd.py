@@ -126,7 +126,7 @@ def preprocess(
                 wait_timeout=wait_timeout,
                 overwrite=overwrite,
                 pixels=options or pixels,
-                progress=bar,
+                progress=bar if output.progress else None,
                 engine=engine,
                 address=address,
             )

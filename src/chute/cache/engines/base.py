@@ -53,6 +53,8 @@ class Engine(abc.ABC):
     """
 
     name: ClassVar[str] = "engine"
+    # seconds it took to start (or connect to) what runs the chunks; None: nothing to start
+    startup_seconds: float | None = None
 
     @abc.abstractmethod
     def run_chunks(

@@ -195,7 +195,10 @@ class RayEngine(Engine):
         counter_options: dict[str, Any] = {"num_cpus": 0}  # it only counts
         if self.runtime_env:
             counter_options["runtime_env"] = self.runtime_env
-        counter = ray.remote(_Counter).options(**counter_options).remote()
+        # records done within running chunks, for the bar; no bar, no counter (one process less)
+        counter = (
+            None if progress is None else ray.remote(_Counter).options(**counter_options).remote()
+        )
         task = ray.remote(_chunk_task)
         window = self._window()
         waiting = collections.deque(chunks)
@@ -214,14 +217,15 @@ class RayEngine(Engine):
                     record = self._chunk_result(ray, ref, job, k)
                     finished_records += record["records"][1] - record["records"][0]
                     on_done(k, record)
-                if progress is not None:
+                if progress is not None and counter is not None:
                     now = finished_records + ray.get(counter.among.remote(list(running.values())))
                     progress(now - shown)
                     shown = now
         finally:
             for ref in running:
                 ray.cancel(ref)
-            ray.kill(counter)
+            if counter is not None:
+                ray.kill(counter)
 
     def _chunk_result(self, ray: Any, ref: Any, job: ChunkJob, k: int) -> dict[str, Any]:
         try:
@@ -349,7 +353,8 @@ def _chunk_task(token: str, box: list[Any], counter: Any, k: int) -> dict[str, A
     def count(n: int) -> None:
         nonlocal done
         done += n
-        counter.set.remote(k, done)  # fire and forget: ordered per worker, never waited on
+        if counter is not None:
+            counter.set.remote(k, done)  # fire and forget: ordered per worker, never waited on
 
     return run_chunk(job, k, count)
 
