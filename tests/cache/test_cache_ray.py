@@ -40,6 +40,7 @@ pytestmark = pytest.mark.timeout(300)
 
 LAUNCH_TIMEOUT = 120
 CHUNKS = 30
+SLEEP = 0.15  # seconds each chunk takes in the slow stage (kills land inside it)
 # the CLI, with the test's slow stage registered (workers unpickle it from tests/)
 CLI = [
     sys.executable,
@@ -69,7 +70,7 @@ def job(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
         "sources": [str(data)],
         "recipe": {"tokenizer": str(tok), "template": "chatml", "max_length": 128},
         "cache": {"chunk_size": 100},
-        "stages": {"slow": {"markers": str(marks), "sleep": 0.05}},
+        "stages": {"slow": {"markers": str(marks), "sleep": SLEEP}},
     }
     (root / "cfg.yaml").write_text(yaml.safe_dump(config))
     register_slow_stage()
@@ -110,10 +111,17 @@ def _until(ready: Callable[[], Any], what: str, proc: subprocess.Popen | None = 
 
 
 def _running_chunk(cluster: RayCluster, marks: Path, first: int = 0) -> tuple[int, int] | None:
-    """``(pid, chunk)`` of a worker inside chunk ``first`` or later (its stage has started, so
-    the chunk is not committed yet)."""
+    """``(pid, chunk)`` of a worker inside chunk ``first`` or later, surely for a while yet.
+
+    Its slow stage marked the chunk less than a third of its sleep ago: the worker sleeps on,
+    and the chunk is not committed before it wakes.
+    """
     for pid, chunk in cluster.chunk_workers().items():
-        if chunk >= first and (marks / f"{chunk}.{pid}").exists():
+        try:
+            age = time.time() - (marks / f"{chunk}.{pid}").stat().st_mtime
+        except FileNotFoundError:
+            continue
+        if chunk >= first and age < SLEEP / 3:
             return pid, chunk
     return None
 

@@ -2,8 +2,9 @@
 
 The job is cut into chunks of ``chunk_size`` records. Rank ``i`` of ``N`` (``--shard i/N``, or
 ``RANK``/``WORLD_SIZE`` from torchrun and other launchers) builds chunks ``k`` with
-``k % N == i``, with a pool of processes, skipping chunks already committed (a resumed run
-starts at the first uncommitted chunk). Ranks share nothing but the output directory:
+``k % N == i`` on its engine (``cache.engine``: a pool of processes, or Ray tasks; see
+``chute.cache.engines``), skipping chunks already committed (a resumed run starts at the first
+uncommitted chunk). Ranks share nothing but the output directory:
 
 1. every rank computes the plan (fingerprint and chunking) and publishes ``plan.json`` (the
    same bytes from every rank) or finds it there and checks it is the same job;

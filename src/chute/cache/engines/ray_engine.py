@@ -62,6 +62,7 @@ log = logging.getLogger("chute.cache")
 
 R = TypeVar("R")
 _POLL_SECONDS = 0.25
+_RESIZE_SECONDS = 10.0
 _HELD: dict[str, Any] = {}  # in a Ray worker process: the job of the build it serves
 
 
@@ -103,8 +104,9 @@ class RayEngine(Engine):
     Args:
         address: the cluster (``auto``, ``host:port``, ``ray://host:10001``); default:
             ``RAY_ADDRESS``, else a new local Ray with ``workers`` CPUs.
-        workers: chunk tasks in flight at most (default: twice the cluster's CPUs); for a new
-            local Ray also its CPUs (default: this machine's cores).
+        workers: chunk tasks in flight at most (default: twice the cluster's CPUs, read again
+            every 10 s so a growing cluster fills); for a new local Ray also its CPUs (default:
+            this machine's cores).
         runtime_env: Ray runtime environment of the tasks (e.g. ``{"pip": ["chute"]}`` or
             ``{"py_modules": [...]}``) where the workers' Python lacks chute.
         max_retries: times Ray runs a task again after its worker died (an exception raised by
@@ -200,13 +202,15 @@ class RayEngine(Engine):
             None if progress is None else ray.remote(_Counter).options(**counter_options).remote()
         )
         task = ray.remote(_chunk_task)
-        window = self._window()
+        window, sized = self._window(), time.monotonic()
         waiting = collections.deque(chunks)
         running: dict[Any, int] = {}
         finished_records = 0
         shown = 0
         try:
             while waiting or running:
+                if time.monotonic() - sized > _RESIZE_SECONDS:  # an autoscaling cluster grows
+                    window, sized = self._window(), time.monotonic()
                 while waiting and len(running) < window:
                     k = waiting.popleft()
                     options = self._options(f"chute chunk {k}")
