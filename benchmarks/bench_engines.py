@@ -141,7 +141,7 @@ def main() -> int:
         return 2
     os.environ.update(RAY_ENV)
     alpaca, sharegpt, n = make_data(args.records)
-    work = Path(tempfile.mkdtemp(prefix="bench-engines-", dir="/tmp"))
+    work = Path(tempfile.mkdtemp(prefix="be-", dir="/tmp"))
     config = work / "chute.yaml"
     config.write_text(
         json.dumps(
@@ -171,8 +171,9 @@ def main() -> int:
     runs: dict[str, list[dict[str, Any]]] = {name: [] for name, _, _ in sides}
     try:
         for r in range(args.rounds):
-            for name, layout, extra in sides:
-                cluster = None if layout is None else LocalCluster(*layout, work / f"c{r}{name}")
+            for i, (name, layout, extra) in enumerate(sides):
+                # a short temp dir: Ray's unix sockets live under it (107 characters at most)
+                cluster = None if layout is None else LocalCluster(*layout, work / f"c{r}{i}")
                 try:
                     address = [] if cluster is None else ["--address", cluster.address]
                     runs[name].append(build(config, work / f"{name}{r}", [*extra, *address]))

@@ -91,14 +91,18 @@ def test_engine_options_are_checked(data: dict[str, Any], tmp_path: Path) -> Non
     with pytest.raises(ConfigError, match=r"cache.engine: expected one of local, ray, got 'spark'"):
         PreprocessConfig.from_dict(data["config"], ["cache.engine=spark"])
     with pytest.raises(
-        ConfigError, match=r"address: 'auto' is for the ray engine; add --engine ray"
+        ConfigError, match=r"cache.address: 'auto' is for the ray engine; add --engine ray"
     ):
         preprocess(data["config"], out=tmp_path / "c", address="auto")
     config = _yaml(tmp_path, data["config"])
     result = CliRunner().invoke(
         app, ["preprocess", str(config), "--out", str(tmp_path / "c"), "--address", "auto"]
     )
-    assert result.exit_code == 2 and "add --engine ray" in result.stderr
+    assert result.exit_code == 2 and "cache.address: 'auto' is for the ray engine" in result.stderr
+    result = CliRunner().invoke(app, ["preprocess", str(config), "--engine", "spark"])
+    assert result.exit_code == 2 and "--engine: expected one of local, ray, got 'spark'" in (
+        result.stderr
+    )
     cfg = PreprocessConfig.from_dict(data["config"], ["cache.engine=ray", "cache.address=auto"])
     assert "engine" not in cfg.to_dict(shaping_only=True)["cache"]  # not part of the cache
     engine = make_engine(cfg.cache)

@@ -224,7 +224,7 @@ class CacheOptions:
         if self.engine == "local":
             problems += [
                 (
-                    name,
+                    f"cache.{name}",
                     f"{getattr(self, name)!r} is for the ray engine; add --engine ray "
                     "(cache.engine: ray), or leave it out",
                 )

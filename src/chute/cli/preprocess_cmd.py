@@ -102,6 +102,7 @@ def preprocess(
     changed source, tokenizer, template or max_length is refused there, naming the field.
     """
     from chute.cache import preprocess as run
+    from chute.cache.config import ENGINES
     from chute.errors import ConfigError
 
     options: dict[str, Any] = {}
@@ -111,6 +112,8 @@ def preprocess(
         options["size"] = image_size
     if options and not pixels:
         raise ConfigError("--image-size and --image-transform set up --pixels; add --pixels")
+    if engine is not None and engine not in ENGINES:
+        raise ConfigError(f"--engine: expected one of {', '.join(ENGINES)}, got {engine!r}")
     bar = _Bar(enabled=output.progress)
     # stdout carries the summary (or the JSON) alone: what workers print while the build runs
     # (Ray echoes its workers' and raylets' logs into the driver's stdout) goes to stderr

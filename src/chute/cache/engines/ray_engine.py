@@ -170,7 +170,10 @@ class RayEngine(Engine):
         if self._ray is None:
             return "ray (not started: nothing to run)"
         cpus = int(self._ray.cluster_resources().get("CPU", 0))
-        where = self._ray.get_runtime_context().gcs_address
+        try:
+            where = self._ray.get_runtime_context().gcs_address
+        except Exception:  # Ray Client (ray://) has no GCS address on this side
+            where = self.address or os.environ.get("RAY_ADDRESS", "?")
         how = f"{self._how} in {self.startup_seconds or 0:.1f} s" if self._owned else self._how
         return f"ray at {where}, {cpus} CPUs ({how})"
 
