@@ -11,7 +11,6 @@ from pathlib import Path
 from typing import Any
 
 from chute.cache import ChunkStage, register_stage
-from chute.errors import CacheError
 from recipe_helpers import tiny_tokenizer
 
 WORDS = ["hello", "there", "fox", "dog", "cat", "mat", "quick", "brown", "answer", "question"]
@@ -88,7 +87,7 @@ class SlowStage(ChunkStage):
     """A stage that marks where each chunk runs (``markers/<chunk>.<pid>``) and takes a while.
 
     It adds no column and no file, and its fingerprint has no options, so caches built with it
-    compare byte for byte. ``fail_chunk`` raises a job-level error in that chunk. Registered as
+    compare byte for byte. ``fail_chunk`` raises in that chunk, as a bug would. Registered as
     ``slow`` by ``register_slow_stage`` (config: ``stages: {slow: {markers: DIR}}``).
     """
 
@@ -104,7 +103,7 @@ class SlowStage(ChunkStage):
         Path(self.options["markers"], f"{chunk}.{os.getpid()}").touch()
         time.sleep(self.options["sleep"])
         if chunk == self.options["fail_chunk"]:
-            raise CacheError(f"the slow stage fails in chunk {chunk}")
+            raise RuntimeError(f"the slow stage fails in chunk {chunk}")  # as a bug would
         return {}
 
 

@@ -48,3 +48,34 @@ def id_source(tmp_path: Path):  # type: ignore[no-untyped-def]
         return JsonlSource(write_id_jsonl(tmp_path / name, n, broken=broken))
 
     return make
+
+
+@pytest.fixture(scope="session")
+def s3_server():  # type: ignore[no-untyped-def]
+    """A real S3 protocol server (moto's server mode) on 127.0.0.1, for the session."""
+    pytest.importorskip("moto.server", reason="moto[server] runs the local S3 server")
+    pytest.importorskip("s3fs", reason="s3fs is chute's S3 backend (chute[s3])")
+    from remote_helpers import S3Server
+
+    server = S3Server()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def s3(s3_server, monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
+    """A fresh bucket of the local S3 server, the standard credential chain pointing at it.
+
+    The chain is environment variables with fake credentials (``remote_helpers.ACCESS_KEY``);
+    config files point at an empty folder, so nothing on this machine leaks in.
+    """
+    from remote_helpers import Bucket, s3_env
+
+    for key, value in s3_env(s3_server.endpoint).items():
+        monkeypatch.setenv(key, value)
+    empty = tmp_path_factory.mktemp("aws")
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(empty / "config"))
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(empty / "credentials"))
+    for key in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_ENDPOINT_URL_S3"):
+        monkeypatch.delenv(key, raising=False)
+    return Bucket(s3_server.endpoint)

@@ -63,8 +63,8 @@ def test_state_round_trips() -> None:
 @pytest.mark.parametrize(
     "kwargs, message",
     [
-        ({"max_bad_fraction": 1.5}, "max_bad_fraction must be a number in \\[0, 1\\]"),
-        ({"max_bad_fraction": "0.1"}, "max_bad_fraction must be a number"),
+        ({"max_bad_fraction": 1.5}, "max_bad_fraction: must be a number in \\[0, 1\\]"),
+        ({"max_bad_fraction": "0.1"}, "max_bad_fraction: must be a number"),
         ({"max_consecutive_bad": 0}, "max_consecutive_bad must be a positive int"),
         ({"min_samples": -1}, "min_samples must be an int >= 0"),
     ],

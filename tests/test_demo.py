@@ -59,6 +59,8 @@ def test_demo_cli_on_your_own_data(tmp_path: Path) -> None:
             str(data),
             "--tokenizer",
             str(tok / "tokenizer.json"),
+            "--template",  # the demo tokenizer has no chat template of its own
+            "chatml",
             "--out",
             str(tmp_path / "run"),
             "--steps",

@@ -267,7 +267,9 @@ def test_validate_source_with_a_recipe_counts_every_kind(bad_file: Path) -> None
 def test_config_errors_name_the_parameter(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="max_length: expected a positive integer or None, got 0"):
         Recipe(tokenizer=TOK, template="chatml", max_length=0)
-    with pytest.raises(ConfigError, match="overflow: expected one of truncate, drop, got 'cut'"):
+    with pytest.raises(
+        ConfigError, match="overflow: expected one of truncate, drop, split, got 'cut'"
+    ):
         Recipe(tokenizer=TOK, template="chatml", overflow="cut")
     with pytest.raises(ConfigError, match="train_on: expected one of assistant, last, all"):
         Recipe(tokenizer=TOK, template="chatml", train_on="both")
@@ -350,13 +352,22 @@ def test_media_root_and_absolute_paths(pics: Path) -> None:
 
 def test_image_configuration_errors(pics: Path) -> None:
     data_path = str(pics / "d.jsonl")
-    with pytest.raises(ConfigError, match="image_tokens: the data has images but no token count"):
-        Recipe(tokenizer=TOK, template="chatml").process(mm_record("img/a.png"), path=data_path)
+    with pytest.raises(ConfigError, match="image_tokens: the data has images but image tokens"):
+        Recipe(tokenizer=TOK, template="chatml", image_tokens=None).process(
+            mm_record("img/a.png"), path=data_path
+        )
+    # the default counts them: Qwen2-VL's rule for a Qwen vocabulary (<|image_pad|>), else 576
+    auto = Recipe(tokenizer=TOK, template="chatml")
+    rule = "qwen2-vl" if auto.media.tokens["image"] == "<|image_pad|>" else 576
+    explicit = Recipe(tokenizer=TOK, template="chatml", image_tokens=rule)
+    record = mm_record("img/a.png")
+    got = auto.process(record, path=data_path)["num_image_tokens"]
+    assert got == explicit.process(record, path=data_path)["num_image_tokens"] > 0
     tok = tiny_tokenizer(image=None)
     llava = Recipe(tokenizer=tok, template="vicuna", image_tokens=576)
     with pytest.raises(
         ConfigError,
-        match="image token '<image>' is not in the tokenizer's vocabulary; pass image_token_id=",
+        match="image token '<image>' is not in the tokenizer's vocabulary; pass image_token_id ",
     ):
         llava.process(mm_record("img/a.png"), path=data_path)
     # LLaVA's original convention: one -200 per image, split text around "<image>".

@@ -26,6 +26,9 @@ _EXPORTS: dict[str, str] = {
     "preprocess": "chute.cache",
     "Collate": "chute.collate",
     "PackedCollate": "chute.collate",
+    "PreferenceCollate": "chute.collate",
+    "PackedPreferenceCollate": "chute.collate",
+    "KTOCollate": "chute.collate",
     "Conversation": "chute.sample",
     "Message": "chute.sample",
     "Part": "chute.sample",
@@ -36,7 +39,9 @@ _EXPORTS: dict[str, str] = {
     "ErrorBudgetExceeded": "chute.errors",
     "FingerprintMismatch": "chute.errors",
     "LoaderTimeout": "chute.errors",
+    "MissingDependency": "chute.errors",
     "LockstepError": "chute.errors",
+    "RemoteError": "chute.errors",
     "SampleError": "chute.errors",
     "SourceChanged": "chute.errors",
     "SourceError": "chute.errors",
@@ -63,7 +68,10 @@ _EXPORTS: dict[str, str] = {
     "RandomPlanner": "chute.plan",
     "Recipe": "chute.recipe",
     "JsonlSource": "chute.sources",
+    "ParquetSource": "chute.sources",
     "Record": "chute.sources",
+    "RemoteOptions": "chute.sources",
+    "open_source": "chute.sources",
     "JinjaTemplate": "chute.templates",
     "get_template": "chute.templates",
     "Tokenizer": "chute.tokenize",
@@ -92,6 +100,7 @@ __all__ = [
     "ImageTransform",
     "JinjaTemplate",
     "JsonlSource",
+    "KTOCollate",
     "Lengths",
     "Loader",
     "LoaderTimeout",
@@ -99,16 +108,22 @@ __all__ = [
     "MediaCollate",
     "MediaStage",
     "Message",
+    "MissingDependency",
     "PackedCollate",
     "PackedPlanner",
+    "PackedPreferenceCollate",
+    "ParquetSource",
     "Part",
     "PixelStore",
     "Plan",
     "Planner",
+    "PreferenceCollate",
     "PreprocessConfig",
     "RandomPlanner",
     "Recipe",
     "Record",
+    "RemoteError",
+    "RemoteOptions",
     "SampleError",
     "SourceChanged",
     "SourceError",
@@ -121,6 +136,7 @@ __all__ = [
     "lengths_of",
     "load_tokenizer",
     "open_cache",
+    "open_source",
     "preprocess",
     "sniff_format",
 ]
@@ -141,7 +157,14 @@ def __dir__() -> list[str]:
 
 if TYPE_CHECKING:  # static analysers and IDEs see the real names
     from chute.cache import Cache, PreprocessConfig, open_cache, preprocess
-    from chute.collate import Collate, MediaCollate, PackedCollate
+    from chute.collate import (
+        Collate,
+        KTOCollate,
+        MediaCollate,
+        PackedCollate,
+        PackedPreferenceCollate,
+        PreferenceCollate,
+    )
     from chute.errors import (
         CacheError,
         ChunkFailed,
@@ -151,6 +174,8 @@ if TYPE_CHECKING:  # static analysers and IDEs see the real names
         FingerprintMismatch,
         LoaderTimeout,
         LockstepError,
+        MissingDependency,
+        RemoteError,
         SampleError,
         SourceChanged,
         SourceError,
@@ -178,7 +203,7 @@ if TYPE_CHECKING:  # static analysers and IDEs see the real names
     )
     from chute.recipe import Recipe
     from chute.sample import Conversation, ErrorBudget, Message, Part
-    from chute.sources import JsonlSource, Record
+    from chute.sources import JsonlSource, ParquetSource, Record, RemoteOptions, open_source
     from chute.templates import JinjaTemplate, get_template
     from chute.tokenize import Tokenizer, load_tokenizer
     from chute.world import World

@@ -21,6 +21,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
+from chute._internal.spelling import spell
+
 __all__ = [
     "SAMPLE_ERROR_KINDS",
     "CacheError",
@@ -31,7 +33,9 @@ __all__ = [
     "FingerprintMismatch",
     "LoaderTimeout",
     "LockstepError",
+    "MissingDependency",
     "RejectTally",
+    "RemoteError",
     "SampleError",
     "SourceChanged",
     "SourceError",
@@ -45,7 +49,38 @@ class ChuteError(Exception):
 
 
 class ConfigError(ChuteError, ValueError):
-    """An argument or config value is invalid; the message names it, its value and the fix."""
+    """An argument or config value is invalid; the message names it, its value and the fix.
+
+    Args:
+        message: what is wrong and the fix. Parameters inside it are written with
+            ``chute._internal.spelling`` (``spell``, ``spell_set``), never spelled by hand, so the
+            CLI says ``--media-root`` and a config ``recipe.media_root`` where Python says
+            ``media_root``.
+        param: the parameter at fault (its Python name); the message is then prefixed with it,
+            in the current spelling, and ``exc.param`` names it for programs.
+
+    Example:
+        >>> str(ConfigError("expected a positive integer, got 0", param="max_length"))
+        'max_length: expected a positive integer, got 0'
+    """
+
+    def __init__(self, message: str, *, param: str | None = None):
+        self.param = param
+        super().__init__(f"{spell(param)}: {message}" if param else message)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # the text is rendered already (in the spelling of the process that raised it)
+        return (_rebuild_config_error, (type(self), str(self), self.param))
+
+
+def _rebuild_config_error(cls: type[ConfigError], text: str, param: str | None) -> ConfigError:
+    error = cls(text)
+    error.param = param
+    return error
+
+
+class MissingDependency(ChuteError, ImportError):
+    """An optional package a feature needs is not installed; the message says how to get it."""
 
 
 class SourceError(ChuteError):
@@ -54,6 +89,21 @@ class SourceError(ChuteError):
 
 class SourceChanged(SourceError):
     """A data file changed (size, mtime or bytes) while a source over it was open."""
+
+
+class RemoteError(SourceError):
+    """An object in remote storage is missing, refused, or still failing after the retries.
+
+    ``url`` is the object, with any credential masked.
+    """
+
+    def __init__(self, message: str, url: str | None = None, missing: bool = False):
+        super().__init__(message)
+        self.url = url
+        self.missing = missing  # the store says there is no such object (not a fault)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (str(self), self.url, self.missing))
 
 
 class ErrorBudgetExceeded(ChuteError):
@@ -122,14 +172,14 @@ SAMPLE_ERROR_KINDS: dict[str, str] = {
     "not_an_object": "the record is valid JSON but not an object",
     "empty_record": "a JSON array element is empty (e.g. a trailing comma)",
     # Recipe: record shape (formats)
-    "unknown_format": "no format adapter recognises the record's keys (pass format=... or columns=...)",
+    "unknown_format": "no format adapter recognises the record's keys (set the format, or the columns)",
     "missing_field": "a field the record's format requires is absent (for pre-tokenized samples: "
     "input_ids)",
     "wrong_type": "a field has the wrong JSON type or shape (e.g. a number where text belongs, "
     "input_ids that are not integers)",
     "empty_conversation": "the record holds no message (or only a system message, or empty text)",
     "bad_role_order": "messages are not in a trainable order (user, assistant, user, ...)",
-    "unknown_role": "a message's role is not one the format's role mapping knows (pass tags=...)",
+    "unknown_role": "a message's role is not one the format's role mapping knows (set the tags)",
     # Recipe: template and tokens
     "template_error": "the chat template raised, cannot express the conversation, or its output "
     "cannot be aligned with the messages",
@@ -147,7 +197,10 @@ SAMPLE_ERROR_KINDS: dict[str, str] = {
     "decompression bomb",
     "unsafe_path": "a media path escapes its media root ('..', an absolute path elsewhere, a "
     "symlink pointing outside)",
-    "url_not_allowed": "a media reference is a URL and allow_urls is off (chute never fetches)",
+    "url_not_allowed": "a media reference is a URL outside every remote media root and "
+    "allow_urls is off (chute fetches only under a media root)",
+    "media_unavailable": "a media file under a remote media root could not be fetched (timeouts, "
+    "dropped connections, access refused) after the retries",
     # Media stage (decoding in the loader's workers, chute validate)
     "image_token_mismatch": "the image tokens in input_ids differ from the features the "
     "decoded images give (the file changed since counting, or the sample was built elsewhere)",

@@ -20,9 +20,9 @@ from cache_helpers import (
     write_image_records,
     write_tokenizer,
 )
-from chute import ChunkFailed, ConfigError, JsonlSource, preprocess
+from chute import ChunkFailed, ConfigError, JsonlSource, SourceError, preprocess
 from chute.cache import PreprocessConfig, RecipeConfig
-from chute.cache.engines import LocalEngine, RayEngine, make_engine
+from chute.cache.engines import LocalEngine, RayEngine, chunk_failure, make_engine
 from chute.cache.engines.ray_engine import init_arguments
 from chute.cache.layout import Layout
 from chute.cache.writer import ChunkJob
@@ -56,15 +56,19 @@ def test_a_failed_chunk_names_itself_and_the_record_that_stopped_it(
 ) -> None:
     job = _job(data, tmp_path / "c", fails_at=250)
     where = f"{data['path']}:251"
-    with pytest.raises(
-        ChunkFailed, match=rf"^chunk 2 \(records 200-299\) failed at {where}: "
-    ) as info:
+    # a job-level error keeps its type; its message now says where it was met
+    with pytest.raises(SourceError, match=rf"^chunk 2 \(records 200-299\) failed at {where}: "):
         LocalEngine(workers).run_chunks(job, [0, 1, 2, 3], on_done=lambda k, r: None)
-    assert (info.value.chunk, info.value.record) == (2, where)
-    assert "SourceError: record 250 cannot be read" in str(info.value)
-    assert "run the same command again; it resumes" in str(info.value)
     committed = Layout(job.root).recorded()
     assert 0 in committed and 2 not in committed  # what was built stays committed
+    error = chunk_failure(job, 2, SourceError("gone"), records_done=0)
+    assert type(error) is SourceError and (error.chunk, error.record) == (2, where)
+    assert "record 250 cannot be read" not in str(error) and "run the same command again" in str(
+        error
+    )
+    crash = chunk_failure(job, 3, OSError("disk full"), records_done=100)  # past its records
+    assert isinstance(crash, ChunkFailed) and (crash.chunk, crash.record) == (3, None)
+    assert str(crash).startswith("chunk 3 (records 300-399) failed: OSError: disk full")
 
 
 def test_a_failure_past_the_records_names_the_chunk_only(
@@ -73,7 +77,8 @@ def test_a_failure_past_the_records_names_the_chunk_only(
     register_slow_stage()
     (tmp_path / "m").mkdir()
     config = {**data["config"], "stages": {"slow": {"markers": str(tmp_path / "m"), "sleep": 0}}}
-    with pytest.raises(ChunkFailed, match=r"^chunk 1 \(records 100-199\) failed: CacheError: "):
+    match = r"^chunk 1 \(records 100-199\) failed: RuntimeError: the slow stage fails in chunk 1"
+    with pytest.raises(ChunkFailed, match=match):
         preprocess(config, out=tmp_path / "c", overrides=["stages.slow.fail_chunk=1"], workers=1)
     result = CliRunner().invoke(
         app, ["preprocess", str(_yaml(tmp_path, config)), "--out", str(tmp_path / "d"), "-q"]

@@ -142,7 +142,7 @@ def test_ray_build_is_byte_identical_to_a_local_build(job: dict, cluster: RayClu
     assert f"built {CHUNKS} chunk(s)" in stdout and "records/s" in stdout
     assert f"engine: ray at {cluster.address}, 2 CPUs (connected in" in stdout
     assert "bad_json" in stdout and "missing_field" in stdout  # rejects by kind
-    assert "preprocessing:" in stderr and "rec/s" in stderr  # the bar (its counts: below)
+    assert "preprocess: 3,000 rec in " in stderr and "rec/s)" in stderr  # the progress summary
     # no work on the driver: every chunk ran in a Ray worker process
     started = markers(job["markers"])
     assert sorted(started) == list(range(CHUNKS))
@@ -198,7 +198,7 @@ def test_sigkilled_driver_then_the_same_command_resumes(job: dict, cluster: RayC
 _FAILURES = """
 import json, sys
 import cache_helpers as h
-from chute import ChunkFailed, JsonlSource, preprocess
+from chute import ChunkFailed, ChuteError, JsonlSource, preprocess
 from chute.cache.config import RecipeConfig
 from chute.cache.engines import RayEngine
 from chute.cache.writer import ChunkJob
@@ -212,7 +212,7 @@ job = ChunkJob(JsonlSource(config["sources"]), h.FailsAt(recipe, 250), out + "-j
 with RayEngine(address) as engine:
     try:
         engine.run_chunks(job, [0, 1, 2, 3], on_done=lambda k, r: None)
-    except ChunkFailed as exc:
+    except ChuteError as exc:  # a job-level error keeps its type (SourceError), named
         print(json.dumps([exc.chunk, exc.record, str(exc)]), file=results, flush=True)
     try:
         preprocess(config, out=out, engine=RayEngine(address, max_retries=0))
@@ -234,7 +234,7 @@ def test_failed_tasks_are_named_with_their_chunk_and_record(job: dict, cluster: 
     chunk, record, message = json.loads(line)
     data = job["config"]["sources"][0]
     assert (chunk, record) == (2, f"{data}:251")
-    assert message.startswith(f"chunk 2 (records 200-299) failed at {data}:251: SourceError")
+    assert message.startswith(f"chunk 2 (records 200-299) failed at {data}:251: record 250 ")
     assert "run the same command again" in message
     # without retries, a worker killed mid-chunk fails the build, naming the chunk
     running = lambda: _running_chunk(cluster, job["markers"])  # noqa: E731
@@ -260,7 +260,7 @@ def test_a_failing_chunk_fails_the_cli_naming_it(job: dict, cluster: RayCluster)
     args = [*_ray_args(job, cluster, out), "-q", "stages.slow.fail_chunk=4"]
     rc, _, stderr = _finish(_launch(cluster, args))
     assert rc != 0
-    assert "chunk 4 (records 400-499) failed: CacheError: the slow stage fails in chunk 4" in stderr
+    assert "chunk 4 (records 400-499) failed: RuntimeError: the slow stage fails in c" in stderr
     assert 4 not in Layout(out).recorded()
 
 

@@ -40,19 +40,21 @@ def test_validate_json_contract_and_rejects_file(tmp_path: Path) -> None:
     p = write(tmp_path / "d.jsonl")
     rejects = tmp_path / "r.jsonl"
     result = runner.invoke(app, ["validate", str(p), "--json", "--rejects", str(rejects)])
-    assert result.exit_code == 0, result.output
+    assert result.exit_code == 1, result.output  # 40% rejected: above the Loader's 25% budget
     out = orjson.loads(result.stdout)
     assert (out["records"], out["valid"], out["rejected"]) == (5, 3, 2)
+    assert out["over_budget"] is True and out["max_bad_fraction"] == 0.25
     assert out["by_reason"] == {"bad_json": 1, "not_an_object": 1}
     assert [orjson.loads(x)["line"] for x in rejects.read_bytes().splitlines()] == [4, 5]
 
 
 def test_validate_text_shows_reasons_with_locations_and_strict_fails(tmp_path: Path) -> None:
     p = write(tmp_path / "d.jsonl")
-    result = runner.invoke(app, ["validate", str(p), "--quiet"])
+    result = runner.invoke(app, ["validate", str(p), "--quiet", "--max-bad-fraction", "0.5"])
     assert result.exit_code == 0
     assert f"{p}:4: bad_json" in result.stdout and "not_an_object" in result.stdout
-    assert runner.invoke(app, ["validate", str(p), "--strict", "--quiet"]).exit_code == 1
+    strict = ["validate", str(p), "--strict", "--quiet", "--max-bad-fraction", "0.5"]
+    assert runner.invoke(app, strict).exit_code == 1
 
 
 def test_missing_file_is_one_clear_line_not_a_traceback(tmp_path: Path) -> None:

@@ -174,7 +174,7 @@ def test_qwen_vl_inline_tags_and_ref_box_pass_through() -> None:
         (
             {"conversations": [{"from": "narrator", "value": "x"}]},
             "unknown_role",
-            r"role 'narrator' is not one of .*tags=.*\(field 'conversations\[0\]\.from'\)",
+            r"role 'narrator' is not one of .*map it with tags .*\(field 'conversations\[0\]\.from'\)",
         ),
         ({"conversations": [{"from": "human"}]}, "missing_field", r"conversations\[0\]\.value"),
         ({"conversations": [{"from": "human", "value": 7}]}, "wrong_type", r"got a number"),
@@ -531,7 +531,9 @@ def test_dataset_info(tmp_path) -> None:
     )
     assert conv.messages[0].content == [Part("image", "a.jpg"), Part("text", "hi")]
     assert FormatSpec.from_dataset_info(path, "c4") == FormatSpec("text", columns={"text": "text"})
-    assert FormatSpec.from_dataset_info(path, "dpo").columns == {"messages": "conversations"}
+    # ranking columns are kept: Recipe(task="preference") reads them
+    dpo = FormatSpec.from_dataset_info(path, "dpo").columns
+    assert dpo == {"messages": "conversations", "chosen": "chosen"}
     with pytest.raises(ConfigError, match="no entry 'nope'; entries: c4, dpo, glaive, mllm, odd"):
         FormatSpec.from_dataset_info(path, "nope")
     with pytest.raises(ConfigError, match="formatting 'openai'"):

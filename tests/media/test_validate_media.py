@@ -74,6 +74,7 @@ def test_validate_json_counts_every_media_failure(llava: tuple[Path, Path]) -> N
     root = data.parent.parent / "media"
     args = ["validate", str(data), "--format", "llava", "--tokenizer", str(tok)]
     args += ["--template", "chatml", "--media-root", str(root), "--json", "--workers", "2"]
+    args += ["--max-bad-fraction", "1"]  # 5 of 7 planted: counting them is the point here
     result = runner.invoke(app, args)
     assert result.exit_code == 0, result.output
     out = orjson.loads(result.stdout)
@@ -109,9 +110,10 @@ def test_validate_real_llava_and_qwen_data(shared_data: Path) -> None:
     pretrain = shared_data / "fastervlm/blip_laion_cc_200_test_samples.json"
     args = ["validate", str(pretrain), "--format", "llava", "--tokenizer", str(tok)]
     result = runner.invoke(app, [*args, "--media-root", str(shared_data / "fastervlm"), "--json"])
-    assert result.exit_code == 0, result.output
+    assert result.exit_code == 1, result.output  # every image missing: the Loader would stop
     out = orjson.loads(result.stdout)
     assert out["rejected"] == 200 and out["by_reason"] == {"image_missing": 200}  # not shipped
+    assert out["over_budget"] is True
     demo = shared_data / "qwen3-vl/demo/single_images.json"
     args = ["validate", str(demo), "--format", "llava", "--tokenizer", str(tok)]
     result = runner.invoke(app, [*args, "--media-root", str(shared_data / "qwen3-vl"), "--json"])

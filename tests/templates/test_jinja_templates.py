@@ -369,3 +369,47 @@ def test_fast_lookups_match_the_plain_sandbox() -> None:
     assert JinjaTemplate(source).render_messages(messages, RenderContext()) == plain.render(
         messages=messages, tools=None, add_generation_prompt=False
     )
+
+
+@pytest.mark.shared_data
+def test_an_empty_system_message_before_tools_renders_as_qwen3_writes_it(
+    shared_data: Path,
+) -> None:
+    jinja, builtin, _ = qwen3_recipes(shared_data)
+    record = {
+        "messages": [
+            {"role": "system", "content": ""},
+            {"role": "user", "content": "Hi"},
+            {"role": "assistant", "content": "Yo"},
+        ],
+        "tools": [{"type": "function", "function": {"name": "f", "parameters": {}}}],
+    }
+    assert builtin.render(record).text == jinja.render(record).text
+    assert builtin.render(record).text.startswith("<|im_start|>system\n\n\n# Tools")
+
+
+@pytest.mark.shared_data
+def test_llama_factory_options_change_only_what_they_name(shared_data: Path) -> None:
+    """think_every_turn, train_newline, tools_blank_line: LLaMA-Factory 0.9.5's renderings."""
+    _, qwen3, _ = qwen3_recipes(shared_data)
+    tok = qwen3.tokenizer
+    lf = Recipe(
+        tokenizer=tok,
+        template="qwen3",
+        template_vars={"think_every_turn": True, "train_newline": True, "tools_blank_line": True},
+    )
+    newline = tok.encode("\n")
+    for name, record in records(shared_data):
+        a, b = qwen3(record), check_sample(lf, record)
+        conv = qwen3.conversation(record)
+        turns = sum(m.role == "assistant" for m in conv.messages)
+        if not conv.tools and turns == 1 and conv.messages[-1].role == "assistant":
+            # one turn: the same ids; one more trained token, the "\n" after <|im_end|>
+            assert a["input_ids"].tolist() == b["input_ids"].tolist(), (name, record.line)
+            trained_a, trained_b = (a["labels"] != -100).sum(), (b["labels"] != -100).sum()
+            assert trained_b == trained_a + (b["input_ids"][-1:].tolist() == newline)
+        text = lf.render(record).text
+        if turns > 1:
+            assert text.count("<think>") >= turns  # a think block in every assistant turn
+        if conv.tools and conv.messages[0].role != "system":
+            assert text.startswith("<|im_start|>system\n\n\n# Tools")

@@ -5,6 +5,8 @@ from __future__ import annotations
 import importlib
 from types import ModuleType
 
+from chute.errors import MissingDependency
+
 __all__ = ["require_torch"]
 
 INSTALL_HINT = (
@@ -20,4 +22,4 @@ def require_torch() -> ModuleType:
     try:
         return importlib.import_module("torch")
     except ImportError as exc:
-        raise ImportError(f"{INSTALL_HINT} (import failed: {exc})") from exc
+        raise MissingDependency(f"{INSTALL_HINT} (import failed: {exc})") from exc

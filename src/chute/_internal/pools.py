@@ -1,7 +1,7 @@
-"""Process-pool plumbing shared by validate, preprocess and length passes.
+"""Process pools shared by validate, preprocess, the lengths pass and the pixel store.
 
 Example:
-    >>> process_map(abs, [-1, 2, -3], workers=1)
+    >>> list(process_map(abs, [-1, 2, -3], workers=1))
     [1, 2, 3]
 """
 
@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import multiprocessing
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from multiprocessing.context import BaseContext
 from typing import Any, TypeVar
 
-__all__ = ["pool_context", "process_map"]
+from chute._internal.spelling import Spelling, current_spelling, spelling
+
+__all__ = ["pool_context", "process_map", "process_pool"]
 
 R = TypeVar("R")
 
@@ -29,9 +31,39 @@ def pool_context() -> BaseContext:
     return multiprocessing.get_context(method)
 
 
-def process_map(fn: Callable[[Any], R], items: Sequence[Any], *, workers: int) -> list[R]:
-    """``[fn(item) for item in items]`` in up to ``workers`` processes (in order; 1: here)."""
+def process_pool(
+    workers: int,
+    initializer: Callable[..., None] | None = None,
+    initargs: tuple[Any, ...] = (),
+    *,
+    context: BaseContext | None = None,
+) -> ProcessPoolExecutor:
+    """A pool of ``workers`` processes whose error messages spell parameters as this one does.
+
+    Example:
+        >>> with process_pool(1) as pool:
+        ...     pool.submit(sum, [1, 2]).result()
+        3
+    """
+    return ProcessPoolExecutor(
+        max_workers=workers,
+        mp_context=context or pool_context(),
+        initializer=_enter,
+        initargs=(current_spelling(), initializer, initargs),
+    )
+
+
+def process_map(fn: Callable[[Any], R], items: Sequence[Any], *, workers: int) -> Iterator[R]:
+    """``fn(item)`` for every item, in order, in up to ``workers`` processes (1: here)."""
     if workers <= 1 or len(items) <= 1:
-        return [fn(item) for item in items]
-    with ProcessPoolExecutor(min(workers, len(items)), mp_context=pool_context()) as pool:
-        return list(pool.map(fn, items))
+        yield from map(fn, items)
+        return
+    with process_pool(min(workers, len(items))) as pool:
+        yield from pool.map(fn, items)
+
+
+def _enter(how: Spelling, initializer: Callable[..., None] | None, args: tuple[Any, ...]) -> None:
+    # the worker keeps this spelling for its lifetime (the pool's workers serve one job)
+    spelling(how).__enter__()
+    if initializer is not None:
+        initializer(*args)

@@ -13,7 +13,19 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-__all__ = ["table"]
+__all__ = ["rate", "table"]
+
+
+def rate(value: float) -> str:
+    """A rate with the precision a reader needs: two significant digits below 10, whole above.
+
+    Example:
+        >>> rate(0.051928), rate(2.134), rate(15.3), rate(4431.7)
+        ('0.052', '2.1', '15', '4,432')
+    """
+    if value >= 10 or value == 0:
+        return f"{value:,.0f}"
+    return f"{value:.2g}" if value >= 1e-4 else f"{value:.1e}"
 
 
 def table(headers: Sequence[str], rows: Sequence[Sequence[Any]], title: str | None = None) -> str:
@@ -44,8 +56,8 @@ def _is_number(v: Any) -> bool:
 
 
 def _fmt(v: Any) -> str:
-    if isinstance(v, float):
-        return f"{v:,.3f}" if abs(v) < 1000 else f"{v:,.0f}"
+    if isinstance(v, float):  # the precision given, at most 3 decimals: 13.8, not 13.800
+        return f"{v:,.3f}".rstrip("0").rstrip(".") if abs(v) < 1000 else f"{v:,.0f}"
     if isinstance(v, int) and not isinstance(v, bool):
         return f"{v:,}"
     return str(v)

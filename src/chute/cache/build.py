@@ -36,20 +36,24 @@ from typing import Any
 import numpy as np
 import orjson
 
-from chute.cache.config import PreprocessConfig, load_config
-from chute.cache.engines import Engine, make_engine
+from chute._internal.progress import progress as progress_of
+from chute._internal.remote import absolute
+from chute._internal.spelling import spelled_as
+from chute.cache.config import CONFIG, PreprocessConfig, load_config
+from chute.cache.engines import Engine, LocalEngine, make_engine
 from chute.cache.fingerprint import build_fingerprint, sources_fingerprint
 from chute.cache.layout import CACHE_FORMAT, FORMAT_VERSION, Layout, sweep_temps
 from chute.cache.schema import token_dtype
 from chute.cache.stages import ChunkStage, make_stages
-from chute.cache.workdir import committed_record, establish, finish, prepare_dir
+from chute.cache.workdir import committed_records, establish, finish, prepare_dir
 from chute.cache.writer import ChunkJob
 from chute.errors import (
     ConfigError,
     ErrorBudgetExceeded,
     RejectTally,
 )
-from chute.sources import JsonlSource
+from chute.recipe.outcome import preflight
+from chute.sources import open_source
 from chute.world import World
 
 __all__ = ["PreprocessReport", "parse_shard", "preprocess"]
@@ -147,6 +151,7 @@ def parse_shard(value: str | tuple[int, int] | None) -> World | None:
     return World(rank=int(i), world_size=int(n))
 
 
+@spelled_as(CONFIG)
 def preprocess(
     config: PreprocessConfig | Mapping[str, Any] | str | os.PathLike[str] | None = None,
     *,
@@ -159,7 +164,7 @@ def preprocess(
     overwrite: bool = False,
     stages: Sequence[ChunkStage] = (),
     pixels: bool | Mapping[str, Any] | None = None,
-    progress: Callable[[int, int], None] | None = None,
+    progress: bool | Callable[[int, int], None] | None = None,
     engine: str | Engine | None = None,
     address: str | None = None,
     **sections: Any,
@@ -169,7 +174,8 @@ def preprocess(
     Args:
         config: a ``PreprocessConfig``, its mapping, or a YAML file; or leave it out and pass
             the sections as keywords (``sources=[...], recipe={...}, cache={...}``).
-        out: the cache directory (default: the config's ``out``).
+        out: the cache directory, or a URL (``s3://bucket/caches/run1``; docs/cache.md),
+            default: the config's ``out``.
         overrides: dotted ``key=value`` settings applied to the config.
         workers: set ``cache.workers`` (processes on this rank).
         full_hash: set ``cache.full_hash``.
@@ -181,7 +187,9 @@ def preprocess(
         pixels: also store every image pre-decoded (the ``pixels`` stage,
             ``chute.cache.pixels``): ``True``, or its options (``{"size": 336}``), merged
             over the config's ``stages.pixels``.
-        progress: called as ``progress(records_done, records_total)`` for this rank's chunks.
+        progress: ``None``: a bar on a terminal, else a log line now and then, on rank 0
+            (``chute._internal.progress``); ``False``: silent; ``True``: on every rank; or
+            called as ``progress(records_done, records_total)`` for this rank's chunks.
         engine: set ``cache.engine`` (``"local"`` or ``"ray"``), or an ``Engine`` to run the
             chunks on (e.g. ``chute.cache.engines.RayEngine(address, max_retries=5)``).
         address: set ``cache.address`` (the Ray cluster, for ``engine="ray"``).
@@ -217,23 +225,29 @@ def preprocess(
         cfg = load_config(cfg, [f"stages.pixels={orjson.dumps(merged).decode()}"])
     target = out if out is not None else cfg.out
     if target is None:
-        raise ConfigError("out: no output directory; pass --out DIR (or out: in the config)")
+        raise ConfigError(
+            "no output directory; pass --out DIR (or out: in the config)", param="out"
+        )
     cfg = cfg.resolved()
     world = parse_shard(shard) or World.detect()
-    layout = Layout(os.path.abspath(target))
+    layout = Layout(absolute(target))
     recipe = cfg.recipe.build()
     all_stages = [*make_stages(cfg.stages, recipe), *stages]
     names = [s.name for s in all_stages]
     for name in names:
         if not isinstance(name, str) or not name.isidentifier() or name == "chunks":
             raise ConfigError(
-                f"stages: a stage's name must be an identifier other than 'chunks', got {name!r}"
+                f"a stage's name must be an identifier other than 'chunks', got {name!r}",
+                param="stages",
             )
     if len(set(names)) != len(names):
-        raise ConfigError(f"stages: names must be unique, got {names}")
-    source = JsonlSource(cfg.sources)
+        raise ConfigError(f"names must be unique, got {names}", param="stages")
+    source = open_source(cfg.sources)
+    preflight(recipe, source)  # a recipe that cannot work fails before anything is written
     if len(source) == 0:
-        raise ConfigError(f"sources: {', '.join(cfg.sources)} hold no records; nothing to cache")
+        raise ConfigError(
+            f"{', '.join(cfg.sources)} hold no records; nothing to cache", param="sources"
+        )
     dtype = token_dtype(recipe.tokenizer.vocab_size, [recipe.media.image_token_id])
     chunk_size = cfg.cache.chunk_size
     plan = {
@@ -254,22 +268,22 @@ def preprocess(
     establish(layout, plan, cfg)
     sweep_temps(layout.root)
     sweep_temps(layout.chunks)
-    report = PreprocessReport(str(layout.root), (world.rank, world.world_size), plan["chunks"])
+    report = PreprocessReport(layout.shown, (world.rank, world.world_size), plan["chunks"])
     mine = list(range(world.rank, plan["chunks"], world.world_size))
-    committed = {k: r for k in mine if (r := committed_record(layout, k)) is not None}
+    committed = committed_records(layout, mine)
     todo = [k for k in mine if k not in committed]
     report.reused = len(committed)
     if committed:
         log.info(
             "%s: %d of this rank's %d chunks already committed",
-            layout.root,
+            layout.shown,
             len(committed),
             len(mine),
         )
     job = ChunkJob(
         source=source,
         recipe=recipe,
-        root=str(layout.root),
+        root=layout.shown,  # a URL for a remote cache: workers write through its storage
         chunk_size=chunk_size,
         dtype=dtype.name,
         file_starts=np.cumsum([0] + [len(f) for f in source.files[:-1]]).tolist(),
@@ -277,23 +291,27 @@ def preprocess(
     )
     budget = _Budget(cfg.cache.max_bad_fraction, committed.values())
     total = sum(job.bounds(k)[1] - job.bounds(k)[0] for k in todo)
-    done = [0]
+    bar = progress_of(total, "preprocess", enabled=None if callable(progress) else progress)
 
     def moved(n: int) -> None:
-        done[0] += n
-        if progress is not None:
-            progress(done[0], total)
+        bar.update(n)
+        if callable(progress):
+            progress(bar.done, total)
 
     def on_done(k: int, record: dict[str, Any]) -> None:
         report.built += 1
         report.records_built += record["records"][1] - record["records"][0]
         budget.add(record, where=f" on shard {world.rank}/{world.world_size}")
 
+    watched = bar.shown or callable(progress)  # else no record counts travel (Ray: no actor)
     with engine if isinstance(engine, Engine) else make_engine(cfg.cache) as runner:
-        runner.run_chunks(job, todo, on_done=on_done, progress=moved if progress else None)
+        with bar:
+            runner.run_chunks(job, todo, on_done=on_done, progress=moved if watched else None)
         sweep_temps(layout.chunks)  # what workers killed mid-write (then retried) left
         budget.check(f" on shard {world.rank}/{world.world_size}")  # small data: all seen
-        finishing = [stage.with_tasks(runner) for stage in all_stages]
+        # a remote cache's stage folders live in this machine's mirror: its own processes
+        tasks = LocalEngine(cfg.cache.workers) if layout.storage.remote else runner
+        finishing = [stage.with_tasks(tasks) for stage in all_stages]
         report.manifest, report.finalized = finish(
             layout, plan, world, cfg.cache.wait_timeout, finishing
         )

@@ -6,7 +6,7 @@ without importing the registry that names it.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
@@ -20,8 +20,8 @@ class TaskRunner(Protocol):
 
     def map(
         self, fn: Callable[[Any], R], items: Sequence[Any], *, limit: int | None = None
-    ) -> list[R]:
-        """``[fn(item) for item in items]``, as parallel tasks (at most ``limit`` at once)."""
+    ) -> Iterable[R]:
+        """``fn(item)`` for every item as parallel tasks (``limit`` at once), in order."""
         ...
 
 
@@ -59,7 +59,7 @@ class ChunkStage:
         """This stage, with ``tasks`` to spread the work of ``finish`` over the build's engine.
 
         ``tasks.map(fn, items, limit=None)`` runs ``fn(item)`` for every item as independent
-        tasks (processes of this machine, or Ray tasks across a cluster) and returns the results
+        tasks (processes of this machine, or Ray tasks across a cluster) and yields the results
         in order. ``fn`` and the items must be picklable, and a task may run again after a
         failure (write each task's files atomically). The default returns the stage unchanged:
         its ``finish`` runs in the finalizing process alone.

@@ -40,6 +40,8 @@ from typing import Any, ClassVar
 
 import yaml
 
+from chute._internal.remote import absolute
+from chute._internal.spelling import Spelling, spelling
 from chute.cache.config_checks import (
     Problems,
     apply_overrides,
@@ -51,13 +53,14 @@ from chute.cache.config_checks import (
 from chute.errors import ConfigError
 from chute.formats.spec import FORMAT_NAMES
 from chute.media.images import DEFAULT_MAX_PIXELS
-from chute.recipe import OVERFLOW
+from chute.recipe import MAX_RECORD_BYTES, OVERFLOW, TASKS, TRUNCATION
 from chute.templates.base import TRAIN_ON
 
 # where chunks run (chute.cache.engines)
 ENGINES = ("local", "ray")
 
 __all__ = [
+    "CONFIG",
     "ENGINES",
     "CacheOptions",
     "PreprocessConfig",
@@ -86,6 +89,9 @@ class RecipeConfig:
     template: str | None = None
     max_length: int | None = None
     overflow: str = "truncate"
+    truncation: str = "right"
+    stride: int = 0
+    task: str = "sft"
     train_on: str = "assistant"
     columns: dict[str, str] = field(default_factory=dict)
     tags: dict[str, str] = field(default_factory=dict)
@@ -94,16 +100,19 @@ class RecipeConfig:
     template_vars: dict[str, Any] = field(default_factory=dict)
     special_tokens: dict[str, str | None] = field(default_factory=dict)
     media_root: str | dict[str, str] | None = None
-    image_tokens: Any = None
+    image_tokens: Any = "auto"
     image_token: str | None = None
     image_token_id: int | None = None
     video_tokens: int | dict[str, Any] | None = None
     audio_tokens: int | dict[str, Any] | None = None
+    video_token: str | None = None
+    audio_token: str | None = None
     check_images: bool = True
     allow_urls: bool = False
     max_image_pixels: int = DEFAULT_MAX_PIXELS
     media_allowed_roots: list[str] = field(default_factory=list)
     tiktoken_pattern: str | None = None
+    max_record_bytes: int | None = MAX_RECORD_BYTES
 
     KINDS: ClassVar[dict[str, Any]] = {
         "tokenizer": "str",
@@ -111,6 +120,9 @@ class RecipeConfig:
         "template": "str?",
         "max_length": "int+?",
         "overflow": choice(OVERFLOW),
+        "truncation": choice(TRUNCATION),
+        "stride": "int0",
+        "task": choice(TASKS),
         "train_on": choice(TRAIN_ON),
         "columns": "map[str]",
         "tags": "map[str]",
@@ -124,11 +136,14 @@ class RecipeConfig:
         "image_token_id": "int?",
         "video_tokens": "count_or_rule",
         "audio_tokens": "count_or_rule",
+        "video_token": "str?",
+        "audio_token": "str?",
         "check_images": "bool",
         "allow_urls": "bool",
         "max_image_pixels": "int+",
         "media_allowed_roots": "paths",
         "tiktoken_pattern": "str?",
+        "max_record_bytes": "int+?",
     }
 
     def __post_init__(self) -> None:
@@ -138,6 +153,10 @@ class RecipeConfig:
         """The ``Recipe`` (loads the tokenizer); its errors name ``recipe.<field>``."""
         from chute.recipe import Recipe
 
+        with spelling(CONFIG):
+            return Recipe(**self._arguments())
+
+    def _arguments(self) -> dict[str, Any]:
         args = asdict(self)
         for name, module, cls in (
             ("video_tokens", "chute.media.video", "VideoFrames"),
@@ -148,11 +167,8 @@ class RecipeConfig:
                 try:
                     args[name] = rule(**args[name])
                 except TypeError as exc:
-                    raise ConfigError(f"recipe.{name}: {exc} (fields of {cls})") from None
-        try:
-            return Recipe(**args)
-        except ConfigError as exc:
-            raise ConfigError(f"recipe.{exc}") from None
+                    raise ConfigError(f"{exc} (fields of {cls})", param=name) from None
+        return args
 
     def resolved(self) -> RecipeConfig:
         """A copy whose paths (tokenizer, template file, media_root) are absolute."""
@@ -161,16 +177,16 @@ class RecipeConfig:
             template = os.path.abspath(template)
         root: Any = self.media_root
         if isinstance(root, Mapping):  # data file (or glob) -> folder
-            root = {os.path.abspath(k): os.path.abspath(v) for k, v in sorted(root.items())}
+            root = {absolute(k): absolute(v) for k, v in sorted(root.items())}
         elif root:
-            root = os.path.abspath(root)
+            root = absolute(root)
         return RecipeConfig(
             **{
                 **asdict(self),
                 "tokenizer": os.path.abspath(self.tokenizer),
                 "template": template,
                 "media_root": root,
-                "media_allowed_roots": [os.path.abspath(p) for p in self.media_allowed_roots],
+                "media_allowed_roots": [absolute(p) for p in self.media_allowed_roots],
             }
         )
 
@@ -320,15 +336,28 @@ class PreprocessConfig:
     def resolved(self) -> PreprocessConfig:
         """A copy with absolute paths, so it means the same from any working directory."""
         return PreprocessConfig(
-            sources=[os.path.abspath(os.path.expanduser(s)) for s in self.sources],
+            sources=[absolute(s) for s in self.sources],
             recipe=self.recipe.resolved(),
             cache=CacheOptions(**asdict(self.cache)),
             stages={k: dict(v) for k, v in self.stages.items()},
-            out=os.path.abspath(self.out) if self.out else None,
+            out=absolute(self.out) if self.out else None,
         )
 
 
 _TOP_KEYS = ["sources", "recipe", "cache", "stages", "out"]
+
+# Errors raised while a config is in use name its keys (``recipe.media_root``) and the override
+# that sets one (``recipe.image_tokens=576``), not the Recipe's Python keywords.
+CONFIG = Spelling(
+    "config",
+    {
+        **{f.name: f"recipe.{f.name}" for f in fields(RecipeConfig)},
+        **{f.name: f"cache.{f.name}" for f in fields(CacheOptions)},
+        **{name: name for name in _TOP_KEYS},
+    },
+    assign="=",
+    quote=False,
+)
 
 
 def _top_problems(data: Mapping[str, Any]) -> Problems:
@@ -379,12 +408,12 @@ def load_config(
     if isinstance(config, str | os.PathLike):
         path = Path(config)
         if not path.is_file():
-            raise ConfigError(f"config: {path}: no such file (a YAML preprocessing config)")
+            raise ConfigError(f"{path}: no such file (a YAML preprocessing config)", param="config")
         try:
             data = yaml.safe_load(path.read_text(encoding="utf-8"))
         except yaml.YAMLError as exc:
-            raise ConfigError(f"config: {path} is not valid YAML: {exc}") from None
+            raise ConfigError(f"{path} is not valid YAML: {exc}", param="config") from None
         if data is None:
-            raise ConfigError(f"config: {path} is empty; it needs sources and recipe")
+            raise ConfigError(f"{path} is empty; it needs sources and recipe", param="config")
         return PreprocessConfig.from_dict(data, overrides)
     return PreprocessConfig.from_dict(config, overrides)

@@ -23,6 +23,7 @@ import io
 import os
 from collections import Counter
 from collections.abc import Iterator, Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -30,7 +31,7 @@ import orjson
 import pyarrow as pa
 
 from chute.cache.fingerprint import digest
-from chute.cache.layout import CACHE_FORMAT, FORMAT_VERSION, Layout, publish, publish_parts
+from chute.cache.layout import CACHE_FORMAT, FORMAT_VERSION, Layout
 from chute.cache.stages import ChunkStage
 from chute.errors import CacheError, RejectTally
 
@@ -39,9 +40,15 @@ __all__ = ["finalize", "read_chunk", "tally_of"]
 _JSON = orjson.OPT_SORT_KEYS | orjson.OPT_INDENT_2
 
 
-def _read_chunks(layout: Layout, count: int) -> Iterator[pa.RecordBatch]:
+def _read_chunks(layout: Layout, records: list[dict[str, Any]]) -> Iterator[pa.RecordBatch]:
     """Every committed chunk, in order (what a finalize-time stage reads)."""
-    return (read_chunk(layout.chunk(k)) for k in range(count))
+    return (_chunk(layout, k, r) for k, r in enumerate(records))
+
+
+def _chunk(layout: Layout, k: int, record: dict[str, Any]) -> pa.RecordBatch:
+    """Chunk ``k`` (downloaded into the mirror first when the cache is remote)."""
+    entry = record["files"]["arrow"]
+    return read_chunk(layout.fetch(layout.chunk(k), entry["bytes"], entry["blake2b"]))
 
 
 def read_chunk(path: str | os.PathLike[str]) -> pa.RecordBatch:
@@ -76,34 +83,32 @@ def finalize(
     """
     records = []
     for k in range(plan["chunks"]):
-        try:
-            records.append(orjson.loads(layout.record(k).read_bytes()))
-        except (FileNotFoundError, orjson.JSONDecodeError) as exc:
+        record = layout.read_json(layout.record(k))
+        if not isinstance(record, dict):
             raise CacheError(
-                f"cannot finalize {layout.root}: chunk {k} is not committed ({exc}); run the "
-                f"same chute preprocess command again to build it"
-            ) from None
+                f"cannot finalize {layout.shown}: chunk {k} is not committed (no readable "
+                f"{layout.where(layout.record(k))}); run the same chute preprocess command again "
+                f"to build it"
+            )
+        records.append(record)
     samples = [r["samples"] for r in records]
     total = int(sum(samples))
-    _write_npy(layout.lengths, total, (_column(layout, k, "length") for k in range(len(records))))
-    _write_npy(
-        layout.image_tokens,
-        total,
-        (_column(layout, k, "num_image_tokens") for k in range(len(records))),
-    )
-    publish_parts(layout.rejects, _rejects(layout, records))
+    for path, column in ((layout.lengths, "length"), (layout.image_tokens, "num_image_tokens")):
+        parts = (_column(layout, k, r, column) for k, r in enumerate(records))
+        _write_npy(layout, path, total, parts)
+    layout.storage.publish(layout.rejects, _rejects(layout, records))
     tally = tally_of(records)
     hashes = [r["files"][name]["blake2b"] for r in records for name in sorted(r["files"])]
     data_digest = digest(hashes)
     files = [f"chunks/{r['files']['arrow']['name']}" for r in records]
-    publish(layout.hf_state, orjson.dumps(_hf_state(files, data_digest), option=_JSON))
-    publish(layout.hf_info, orjson.dumps(_hf_info(plan), option=_JSON))
+    layout.publish(layout.hf_state, orjson.dumps(_hf_state(files, data_digest), option=_JSON))
+    layout.publish(layout.hf_info, orjson.dumps(_hf_info(plan), option=_JSON))
     outputs = {}
     for stage in stages:
         folder = layout.root / stage.name
-        folder.mkdir(exist_ok=True)
-        n = len(records)
-        info = stage.finish(folder, functools.partial(_read_chunks, layout, n))
+        folder.mkdir(parents=True, exist_ok=True)
+        info = stage.finish(folder, functools.partial(_read_chunks, layout, records))
+        layout.storage.upload_tree(folder)  # a remote cache: the stage's files, its manifest last
         if info is not None:
             outputs[stage.name] = orjson.loads(orjson.dumps(info))
     manifest = {
@@ -129,16 +134,15 @@ def finalize(
         ],
         "stage_outputs": outputs,
     }
-    publish(layout.manifest, orjson.dumps(manifest, option=_JSON) + b"\n")
+    layout.publish(layout.manifest, orjson.dumps(manifest, option=_JSON) + b"\n")
     return manifest
 
 
-def _column(layout: Layout, k: int, name: str) -> np.ndarray:
-    batch = read_chunk(layout.chunk(k))
-    return batch.column(name).to_numpy().astype(np.int32, copy=False)
+def _column(layout: Layout, k: int, record: dict[str, Any], name: str) -> np.ndarray:
+    return _chunk(layout, k, record).column(name).to_numpy().astype(np.int32, copy=False)
 
 
-def _write_npy(path: os.PathLike[str], total: int, parts: Iterator[np.ndarray]) -> None:
+def _write_npy(layout: Layout, path: Path, total: int, parts: Iterator[np.ndarray]) -> None:
     """A ``.npy`` of ``total`` int32 values written part by part (never all in memory)."""
     header = io.BytesIO()
     np.lib.format.write_array_header_1_0(
@@ -153,7 +157,7 @@ def _write_npy(path: os.PathLike[str], total: int, parts: Iterator[np.ndarray]) 
             written += len(part)
             yield part.tobytes()
 
-    publish_parts(path, chunks())
+    layout.storage.publish(path, chunks())
     if written != total:
         raise CacheError(f"{path}: wrote {written} values, the commit records say {total}")
 
@@ -161,7 +165,9 @@ def _write_npy(path: os.PathLike[str], total: int, parts: Iterator[np.ndarray]) 
 def _rejects(layout: Layout, records: list[dict[str, Any]]) -> Iterator[bytes]:
     for k, r in enumerate(records):
         if "rejects" in r["files"]:
-            with open(layout.rejects_part(k), "rb") as f:
+            entry = r["files"]["rejects"]
+            local = layout.fetch(layout.rejects_part(k), entry["bytes"], entry["blake2b"])
+            with open(local, "rb") as f:
                 while block := f.read(1 << 22):
                     yield block
 

@@ -32,7 +32,8 @@ from typing import Any
 import orjson
 
 from chute._internal.fields import diff_fields
-from chute._internal.files import file_identity, full_hash
+from chute._internal.objects import object_full_hash, object_identity
+from chute._internal.remote import absolute
 from chute.cache.layout import CACHE_FORMAT, FORMAT_VERSION
 from chute.errors import FingerprintMismatch, SourceError
 
@@ -58,23 +59,26 @@ def digest(value: Any) -> str:
 def sources_fingerprint(
     source: Any, *, whole: bool, progress: Callable[[int], None] | None = None
 ) -> dict[str, Any]:
-    """Identity of every file of a ``JsonlSource``, as the user named it (not an index copy).
+    """Identity of every file of a source, as the user named it (not an index copy).
+
+    Files in object storage are named by their URL, their identity being size, ETag and version
+    (``chute._internal.objects.RemoteIdentity``); never a credential.
 
     Args:
-        source: the ``JsonlSource``.
+        source: the ``JsonlSource`` or ``ParquetSource``.
         whole: also hash each file whole (``full_hash``).
         progress: called with the bytes of each file hashed whole.
     """
     files = []
     for f in source.files:
-        ident = file_identity(f.path)
+        ident = object_identity(f.path)
         entry: dict[str, Any] = {
-            "path": os.path.abspath(f.path),
+            "path": absolute(f.path),
             "records": len(f),
             **ident.to_json(),
         }
         if whole:
-            entry["full_hash"] = full_hash(f.path)
+            entry["full_hash"] = object_full_hash(f.path)
             if progress is not None:
                 progress(ident.size)
         files.append(entry)
@@ -107,22 +111,23 @@ def differences(a: Any, b: Any, prefix: str = "") -> list[Diff]:
 def source_changes(sources: dict[str, Any]) -> list[Diff]:
     """How the source files differ now from what a fingerprint recorded.
 
-    Without ``full_hash``: size, mtime and the hash of both ends of each file. With it: size
-    and the whole-file hash (a copy with a new mtime but the same bytes is the same source).
+    Without ``full_hash``: size, mtime and the hash of both ends of each file (a remote
+    object: size, ETag, version). With it: size and the whole-file hash (a copy with a new
+    mtime but the same bytes is the same source).
     """
     out: list[Diff] = []
     for entry in sources.get("files", []):
         path = entry["path"]
         name = f"source {path}"
         try:
-            now = file_identity(path).to_json()
+            now = object_identity(path).to_json()
         except SourceError:
             out.append((name, "present", "missing"))
             continue
-        keys = ("size",) if sources.get("full_hash") else ("size", "mtime_ns", "edge_hash")
-        diffs = [(f"{name}: {k}", entry[k], now[k]) for k in keys if entry.get(k) != now[k]]
+        keys = ("size",) if sources.get("full_hash") else tuple(now)
+        diffs = [(f"{name}: {k}", entry.get(k), now[k]) for k in keys if entry.get(k) != now[k]]
         if not diffs and sources.get("full_hash"):
-            whole = full_hash(path)
+            whole = object_full_hash(path)
             if whole != entry.get("full_hash"):
                 diffs.append((f"{name}: full_hash", entry.get("full_hash"), whole))
         out += diffs

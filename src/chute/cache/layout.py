@@ -20,6 +20,12 @@ fsyncs it, renames it into place and fsyncs the folder, so a reader (or a resume
 the old file or the whole new one. ``sweep_temps`` removes temporary files left by killed
 processes of this host.
 
+A cache may live in object storage (``DIR`` = ``s3://bucket/caches/run1``): the layout's paths
+are then those of a local mirror, and every read and write goes through its ``Storage``
+(``chute.cache.storage``), which uploads each published file with one PUT (the same commit
+order: a chunk's commit record after its files, the manifest last) and downloads files into
+the mirror when they are read.
+
 Example:
     >>> import tempfile
     >>> layout = Layout(tempfile.mkdtemp())
@@ -32,12 +38,13 @@ from __future__ import annotations
 import contextlib
 import os
 import re
-import socket
-from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 import orjson
+
+from chute.cache.storage import HOST as _HOST
+from chute.cache.storage import publish, publish_parts, storage_for
 
 __all__ = [
     "CACHE_FORMAT",
@@ -53,16 +60,15 @@ CACHE_FORMAT = "chute.cache"
 # Bump when a cache written before would be read wrongly; readers refuse other versions.
 FORMAT_VERSION = 1
 
-_HOST = re.sub(r"[^A-Za-z0-9_-]", "_", socket.gethostname())[:64] or "host"
 _TEMP = re.compile(r"^\.(?P<name>.+)\.(?P<host>[A-Za-z0-9_-]+)\.(?P<pid>\d+)\.tmp$")
 _RECORD = re.compile(r"^(\d{6,})\.json$")
 
 
 class Layout:
-    """The paths of a cache directory.
+    """The paths of a cache directory, and its files' I/O (local, or in object storage).
 
     Args:
-        root: the cache directory.
+        root: the cache directory, or its URL (``s3://bucket/caches/run1``).
     """
 
     # Top-level files a cache writes (``--overwrite`` deletes these and ``chunks/``, nothing else).
@@ -79,7 +85,9 @@ class Layout:
     )
 
     def __init__(self, root: str | os.PathLike[str]):
-        self.root = Path(root)
+        self.storage = storage_for(root)
+        self.root = self.storage.root_path  # the folder, or the local mirror of a remote cache
+        self.shown = self.storage.shown  # the folder or URL, for messages
         self.chunks = self.root / "chunks"
         self.manifest = self.root / "manifest.json"
         self.plan = self.root / "plan.json"
@@ -119,50 +127,53 @@ class Layout:
         """A stage's file for chunk ``k``, e.g. ``extra(3, "pixels.npy")``."""
         return self.chunks / f"{k:06d}.{suffix}"
 
+    @property
+    def remote(self) -> bool:
+        return self.storage.remote
+
     def recorded(self) -> set[int]:
-        """Chunks whose commit record exists (one ``listdir``)."""
-        try:
-            names = os.listdir(self.chunks)
-        except FileNotFoundError:
-            return set()
-        return {int(m.group(1)) for m in map(_RECORD.match, names) if m}
+        """Chunks whose commit record exists (one listing)."""
+        return {int(m.group(1)) for m in map(_RECORD.match, self.storage.listing(self.chunks)) if m}
 
     def is_empty_or_absent(self) -> bool:
         """No directory, or one holding nothing but temporary files of a publish."""
-        if not self.root.exists():
-            return True
-        return all(_TEMP.match(p.name) for p in self.root.iterdir())
+        return all(_TEMP.match(name) for name in self.storage.names())
 
     def looks_like_cache(self) -> bool:
-        return self.plan.is_file() or self.manifest.is_file() or self.chunks.is_dir()
+        names = set(self.storage.names())
+        return bool(names & {"plan.json", "manifest.json", "chunks"})
 
+    # -- I/O through the storage ---------------------------------------------------------------
 
-def publish(path: str | os.PathLike[str], data: Any) -> None:
-    """Write ``data`` (bytes-like) to ``path`` atomically and durably.
+    def where(self, path: Path) -> str:
+        """``path`` as the user sees it: the local file, or the object's URL."""
+        return self.storage.where(path)
 
-    A temporary file beside it, fsync, rename, fsync of the folder: readers and resumed runs see
-    the old file or the whole new one, after a crash too.
-    """
-    publish_parts(path, [data])
+    def publish(self, path: Path, data: Any) -> None:
+        """``publish`` through the storage (``data``: bytes-like, or a list of parts)."""
+        self.storage.publish(path, data if isinstance(data, list) else [data])
 
+    def read_json(self, path: Path) -> Any:
+        """A JSON file's content, or ``None`` when it is missing or not valid JSON."""
+        data = self.storage.read(path)
+        try:
+            return None if data is None else orjson.loads(data)
+        except orjson.JSONDecodeError:
+            return None
 
-def publish_parts(path: str | os.PathLike[str], parts: Iterable[Any]) -> None:
-    """``publish`` for content made of many parts (written one after another, never joined)."""
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}.{_HOST}.{os.getpid()}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            for part in parts:
-                f.write(part)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-    fsync_dir(path.parent)
+    def size(self, path: Path) -> int | None:
+        return self.storage.size(path)
+
+    def exists(self, path: Path) -> bool:
+        return self.storage.size(path) is not None
+
+    def fetch(self, path: Path, size: int | None = None, blake2b: str | None = None) -> Path:
+        """A local file with ``path``'s bytes (a remote cache's file is downloaded once)."""
+        return self.storage.fetch(path, size, blake2b)
+
+    def fetch_tree(self, folder: Path) -> Path:
+        """A local folder with ``folder``'s files (a remote one's downloaded once)."""
+        return self.storage.fetch_tree(folder)
 
 
 def read_json(path: str | os.PathLike[str]) -> Any:
@@ -172,16 +183,6 @@ def read_json(path: str | os.PathLike[str]) -> Any:
             return orjson.loads(f.read())
     except (FileNotFoundError, orjson.JSONDecodeError):
         return None
-
-
-def fsync_dir(folder: str | os.PathLike[str]) -> None:
-    """Make renames in ``folder`` durable (no-op where directories cannot be opened)."""
-    with contextlib.suppress(OSError):
-        fd = os.open(folder, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
 
 
 def sweep_temps(folder: str | os.PathLike[str]) -> int:

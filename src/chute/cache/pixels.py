@@ -133,13 +133,13 @@ class PixelsStage(ChunkStage):
         dynamic_rule = rule is not None and hasattr(rule, "patch_size")
         kind = opts.pop("transform", "dynamic" if dynamic_rule else "fixed")
         if kind not in ("fixed", "dynamic"):
-            raise ConfigError(f"transform: expected 'fixed' or 'dynamic', got {kind!r}")
+            raise ConfigError(f"expected 'fixed' or 'dynamic', got {kind!r}", param="transform")
         max_pixels = opts.pop("max_image_pixels", getattr(plan, "max_image_pixels", None))
         workers = opts.pop("workers", None)
         if workers is not None and (
             isinstance(workers, bool) or not isinstance(workers, int) or workers < 1
         ):
-            raise ConfigError(f"workers: expected a positive int, got {workers!r}")
+            raise ConfigError(f"expected a positive int, got {workers!r}", param="workers")
         allowed = _FIXED_KEYS if kind == "fixed" else _DYNAMIC_KEYS
         wrong = sorted(set(opts) - set(allowed))
         if wrong:
@@ -212,11 +212,11 @@ def transform_from_options(options: Mapping[str, Any]) -> Any:
 
 def _make_transform(kind: Any, fields: Mapping[str, Any]) -> Any:
     if kind not in _TRANSFORMS:
-        raise ConfigError(f"transform: expected kind 'fixed' or 'dynamic', got {kind!r}")
+        raise ConfigError(f"expected kind 'fixed' or 'dynamic', got {kind!r}", param="transform")
     try:
         return _TRANSFORMS[kind](**fields)
     except TypeError as exc:
-        raise ConfigError(f"transform: {exc}") from None
+        raise ConfigError(f"{exc}", param="transform") from None
 
 
 def media_stage_from_options(options: Mapping[str, Any], store: Any) -> Any:
@@ -244,7 +244,7 @@ def _max_pixels(value: Any) -> int:
     if value is None:
         return DEFAULT_MAX_PIXELS
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ConfigError(f"max_image_pixels: expected a positive int, got {value!r}")
+        raise ConfigError(f"expected a positive int, got {value!r}", param="max_image_pixels")
     return value
 
 

@@ -10,6 +10,11 @@ zero-copy (read-only) view, ``labels`` is rebuilt from the trained runs, and the
 A ``Cache`` pickles as its directory and a few numbers: DataLoader workers map the same files,
 they never receive copies of arrays.
 
+A cache in object storage (``open_cache("s3://bucket/caches/run1")``) is read through a local
+mirror (``chute.cache.storage``): the manifest is read from the store, each chunk file is
+downloaded once when first read (checked against the size and hash the manifest records) and
+memory-mapped from the mirror; a mirror left by another build of the same URL is cleared.
+
 Example:
     >>> cache = open_cache("cache/", recipe=recipe)  # doctest: +SKIP
     >>> len(cache), cache.lengths[:3]  # doctest: +SKIP
@@ -24,12 +29,16 @@ from __future__ import annotations
 import bisect
 import os
 import shlex
+import shutil
 from collections.abc import Iterator, Mapping
 from typing import Any
 
 import numpy as np
+import orjson
 import pyarrow as pa
 
+from chute._internal.files import atomic_file
+from chute._internal.remote import absolute, is_url
 from chute.cache.finalize import read_chunk
 from chute.cache.fingerprint import differences, mismatch, source_changes
 from chute.cache.layout import CACHE_FORMAT, FORMAT_VERSION, Layout, read_json
@@ -40,11 +49,20 @@ __all__ = ["Cache", "is_cache_dir", "open_cache"]
 
 
 def is_cache_dir(path: Any) -> bool:
-    """Whether ``path`` is a directory holding a chute cache (complete or not)."""
+    """Whether ``path`` is a directory (or URL prefix) holding a chute cache (complete or not)."""
     if not isinstance(path, str | os.PathLike):
         return False
+    text = os.fspath(path)
+    if is_url(text):
+        if text.split("?", 1)[0].lower().endswith(_DATA_SUFFIXES):
+            return False  # a data file: no request needed to know it is not a cache
+        layout = Layout(text)
+        return layout.exists(layout.manifest) or layout.exists(layout.plan)
     layout = Layout(path)
     return layout.root.is_dir() and (layout.manifest.is_file() or layout.plan.is_file())
+
+
+_DATA_SUFFIXES = (".jsonl", ".json", ".parquet", ".pq", ".gz", ".zst", ".zstd", ".txt")
 
 
 def open_cache(
@@ -53,7 +71,7 @@ def open_cache(
     """Open the cache in ``path`` after checking it is complete and still valid.
 
     Args:
-        path: the directory ``chute preprocess --out`` wrote.
+        path: the directory ``chute preprocess --out`` wrote, or its URL (``s3://...``).
         recipe: also check the cache was built by this recipe: a ``Recipe``, a
             ``RecipeConfig`` / its mapping, or a ``PreprocessConfig`` (recipe and sources).
         verify_sources: check the source files are unchanged (size, mtime, edge hash; the whole
@@ -64,12 +82,14 @@ def open_cache(
         CacheError: not a cache, not complete, or a chunk file is missing or damaged.
         FingerprintMismatch: another format version, changed sources, or another recipe.
     """
-    layout = Layout(os.path.abspath(path))
-    manifest = read_json(layout.manifest)
+    layout = Layout(absolute(path))
+    manifest = layout.read_json(layout.manifest)
     if not isinstance(manifest, dict):
         raise CacheError(_not_ready(layout))
     _check_version(layout, manifest)
     _check_files(layout, manifest)
+    if layout.remote:
+        _refresh_mirror(layout, manifest)
     if verify_sources:
         diffs = source_changes(manifest["fingerprint"]["sources"])
         if diffs:
@@ -80,30 +100,43 @@ def open_cache(
                 "now",
                 fix="or open_cache(..., verify_sources=False) to use the cache as it was built",
             )
-    cache = Cache(layout.root, manifest)
+    cache = Cache(layout.shown, manifest)
     if recipe is not None:
         cache.check_recipe(recipe)
     return cache
 
 
 def _not_ready(layout: Layout) -> str:
-    if not layout.root.is_dir():
+    if not layout.remote and not layout.root.is_dir():
         return f"{layout.root}: no such cache directory (build it with chute preprocess)"
-    plan = read_json(layout.plan)
+    plan = layout.read_json(layout.plan)
     if isinstance(plan, dict) and "chunks" in plan:
         done = len(layout.recorded())
         return (
-            f"the cache at {layout.root} is not complete: {done} of {plan['chunks']} chunks are "
+            f"the cache at {layout.shown} is not complete: {done} of {plan['chunks']} chunks are "
             f"committed and no manifest was written. Run the same chute preprocess command again "
             f"(it resumes), or wait for the ranks still building it"
         )
+    if layout.remote:
+        return f"{layout.shown}: no chute cache there (no manifest.json; build it with chute preprocess)"
     return f"{layout.root} is not a chute cache (no manifest.json)"
+
+
+def _refresh_mirror(layout: Layout, manifest: dict[str, Any]) -> None:
+    """Clear a local mirror that holds another build of this URL; then keep this manifest."""
+    mirrored = read_json(layout.manifest)
+    if isinstance(mirrored, dict) and mirrored.get("data_digest") == manifest["data_digest"]:
+        return
+    shutil.rmtree(layout.root, ignore_errors=True)
+    with atomic_file(layout.manifest) as f:
+        f.write(orjson.dumps(manifest))
 
 
 def _check_version(layout: Layout, manifest: dict[str, Any]) -> None:
     if manifest.get("format") != CACHE_FORMAT:
         raise CacheError(
-            f"{layout.manifest} is not a chute cache manifest (format {manifest.get('format')!r})"
+            f"{layout.where(layout.manifest)} is not a chute cache manifest (format "
+            f"{manifest.get('format')!r})"
         )
     version = manifest.get("format_version")
     if version == FORMAT_VERSION:
@@ -114,32 +147,31 @@ def _check_version(layout: Layout, manifest: dict[str, Any]) -> None:
         if newer
         else "was written by an older chute, in a format this one no longer reads"
     )
-    raise mismatch(layout.root, why, [("format_version", version, FORMAT_VERSION)], "this chute")
+    raise mismatch(layout.shown, why, [("format_version", version, FORMAT_VERSION)], "this chute")
 
 
 def _check_files(layout: Layout, manifest: dict[str, Any]) -> None:
+    listed = layout.storage.listing(layout.chunks)  # one listing, not one stat per file
     for k, chunk in enumerate(manifest["chunks"]):
         for entry in chunk["files"].values():
             path = layout.chunks / entry["name"]
-            try:
-                size = path.stat().st_size
-            except FileNotFoundError:
-                size = None
+            size = listed.get(entry["name"])
             if size != entry["bytes"]:
                 found = "missing" if size is None else f"{size} bytes"
                 raise CacheError(
-                    f"the cache at {layout.root} is damaged: {path} is {found}, the manifest "
-                    f"says {entry['bytes']} bytes (chunk {k}). Run the chute preprocess command "
-                    f"again: it rebuilds damaged chunks"
+                    f"the cache at {layout.shown} is damaged: {layout.where(path)} is {found}, "
+                    f"the manifest says {entry['bytes']} bytes (chunk {k}). Run the chute "
+                    f"preprocess command again: it rebuilds damaged chunks"
                 )
+    top = layout.storage.listing(layout.root)
     for path in (layout.lengths, layout.image_tokens):
-        if not path.is_file():
-            raise CacheError(f"the cache at {layout.root} is damaged: {path.name} is missing")
+        if path.name not in top:
+            raise CacheError(f"the cache at {layout.shown} is damaged: {path.name} is missing")
     for path in layout.stage_files(manifest["fingerprint"]):
-        if not path.is_file():
+        if not layout.exists(path):
             name = path.relative_to(layout.root)
             raise CacheError(
-                f"the cache at {layout.root} is damaged: {name} is missing (the pre-decoded "
+                f"the cache at {layout.shown} is damaged: {name} is missing (the pre-decoded "
                 f"images). Run the chute preprocess command again: it rebuilds them"
             )
 
@@ -162,6 +194,11 @@ class Cache:
         self._starts = [0, *np.cumsum(counts, dtype=np.int64).tolist()]
         fp = manifest["fingerprint"]
         self._paths = [f["path"] for f in fp["sources"]["files"]]
+        # each chunk's Arrow file (size, hash): what a remote cache's download is checked against
+        self._arrows = [
+            (c["files"]["arrow"]["bytes"], c["files"]["arrow"]["blake2b"])
+            for c in manifest["chunks"]
+        ]
         self._fingerprint = {
             "kind": "chute.cache",
             "format_version": manifest["format_version"],
@@ -172,22 +209,32 @@ class Cache:
 
     def _enter(self) -> None:
         self._pid = os.getpid()
+        self._layout: Layout | None = None
         self._views: dict[int, ChunkRows] = {}
         self._lengths: np.ndarray | None = None
         self._image_tokens: np.ndarray | None = None
+        self._longest: np.ndarray | None = None
         self._pixels: Any = None
 
     # -- identity and metadata ---------------------------------------------------------------
 
     @property
     def layout(self) -> Layout:
-        return Layout(self.root)
+        self._here()
+        if self._layout is None:
+            self._layout = Layout(self.root)
+        return self._layout
+
+    @property
+    def remote(self) -> bool:
+        """Whether the cache lives in object storage (read through a local mirror)."""
+        return is_url(self.root)
 
     @property
     def manifest(self) -> dict[str, Any]:
         """The manifest: fingerprint, totals, rejects by reason, chunks (read once)."""
         if self._manifest is None:
-            self._manifest = read_json(self.layout.manifest)
+            self._manifest = self.layout.read_json(self.layout.manifest)
         return self._manifest
 
     def fingerprint(self) -> dict[str, Any]:
@@ -213,12 +260,17 @@ class Cache:
         """The ``PreprocessConfig`` the cache was built from (``config.yaml``)."""
         from chute.cache.config import load_config
 
-        return load_config(self.layout.config)
+        return load_config(self.layout.fetch(self.layout.config))
 
     @property
     def max_length(self) -> int | None:
         """The ``max_length`` of the recipe that built the cache (plans default to it)."""
         return getattr(self.recipe_config().recipe, "max_length", None)
+
+    @property
+    def task(self) -> str:
+        """The kind of samples: ``sft``, ``preference`` (pairs) or ``kto`` (see ``Recipe``)."""
+        return str(self.manifest["fingerprint"]["recipe"].get("task", "sft"))
 
     @property
     def pixels(self) -> Any:
@@ -230,7 +282,7 @@ class Cache:
         if self._pixels is None and "pixels" in self._stages():
             from chute.media.store import PixelStore
 
-            self._pixels = PixelStore(os.path.join(self.root, "pixels"))
+            self._pixels = PixelStore(self.layout.fetch_tree(self.layout.root / "pixels"))
         return self._pixels
 
     def media_stage(self) -> Any:
@@ -245,6 +297,18 @@ class Cache:
         from chute.cache.pixels import media_stage_from_options
 
         return media_stage_from_options(self._stages()["pixels"]["options"], store)
+
+    def media_paths(self) -> Any:
+        """The media roots of the recipe that built the cache (``chute.media.MediaPaths``).
+
+        A Loader over the cache fetches images under remote roots with them.
+        """
+        from chute.media.paths import MediaPaths
+
+        r = self.recipe_config().recipe
+        return MediaPaths(
+            r.media_root, allow_urls=r.allow_urls, allowed_roots=r.media_allowed_roots
+        )
 
     def _stages(self) -> dict[str, Any]:
         return self.manifest["fingerprint"].get("stages", {})
@@ -263,7 +327,7 @@ class Cache:
             from chute.sources import expand_paths
 
             cfg = recipe.resolved()
-            paths = [os.path.abspath(p) for p in expand_paths(cfg.sources)]
+            paths = [absolute(p) for p in expand_paths(cfg.sources)]
             sources = differences(self._paths, paths, "sources")
             recipe = cfg.recipe
         if isinstance(recipe, Mapping):
@@ -273,8 +337,9 @@ class Cache:
             recipe = recipe.build()
         if not callable(getattr(recipe, "fingerprint", None)):
             raise ConfigError(
-                f"recipe: expected a Recipe, a RecipeConfig or a PreprocessConfig, got "
-                f"{type(recipe).__name__}"
+                f"expected a Recipe, a RecipeConfig or a PreprocessConfig, got "
+                f"{type(recipe).__name__}",
+                param="recipe",
             )
         diffs = sources + differences(built["recipe"], recipe.fingerprint())
         if diffs:
@@ -308,20 +373,38 @@ class Cache:
         """Tokens per sample (``int32``, memory-mapped, read-only): for length-aware plans."""
         self._here()
         if self._lengths is None:
-            self._lengths = np.load(self.layout.lengths, mmap_mode="r")
+            self._lengths = np.load(self.layout.fetch(self.layout.lengths), mmap_mode="r")
         return self._lengths
+
+    @property
+    def longest(self) -> np.ndarray | None:
+        """Each pair's longer side, for a cache of preference pairs (``None`` for other data).
+
+        Length-aware plans pad a pair as two rows of its longer side (``chute.lengths``).
+        """
+        self._here()
+        if self._longest is None and "chosen_length" in self.chunk(0).schema.names:
+            chosen = np.concatenate(
+                [self.chunk(k).column("chosen_length").to_numpy() for k in range(self.num_chunks)]
+            )
+            self._longest = np.maximum(chosen, self.lengths - chosen).astype(np.int32)
+        return self._longest
 
     @property
     def image_tokens(self) -> np.ndarray:
         """Image tokens per sample (``int32``, memory-mapped, read-only)."""
         self._here()
         if self._image_tokens is None:
-            self._image_tokens = np.load(self.layout.image_tokens, mmap_mode="r")
+            self._image_tokens = np.load(self.layout.fetch(self.layout.image_tokens), mmap_mode="r")
         return self._image_tokens
 
     def chunk(self, k: int) -> pa.RecordBatch:
-        """Chunk ``k``'s Arrow record batch (memory-mapped, zero copy)."""
-        return read_chunk(self.layout.chunk(k))
+        """Chunk ``k``'s Arrow record batch (memory-mapped, zero copy).
+
+        A remote cache's chunk is downloaded into the local mirror on first use.
+        """
+        size, blake2b = self._arrows[k]
+        return read_chunk(self.layout.fetch(self.layout.chunk(k), size, blake2b))
 
     def locate(self, index: int) -> tuple[int, int]:
         """``(chunk, row)`` of sample ``index``."""
@@ -362,7 +445,7 @@ class Cache:
             yield self[i]
 
     def __getstate__(self) -> dict[str, Any]:
-        keep = ("root", "_starts", "_paths", "_fingerprint")
+        keep = ("root", "_starts", "_paths", "_arrows", "_fingerprint")
         return {k: self.__dict__[k] for k in keep}
 
     def __setstate__(self, state: dict[str, Any]) -> None:

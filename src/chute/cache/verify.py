@@ -21,7 +21,8 @@ from typing import Any
 
 import numpy as np
 
-from chute.cache.layout import Layout, read_json
+from chute._internal.remote import absolute
+from chute.cache.layout import Layout
 from chute.cache.reader import Cache, open_cache
 from chute.errors import CacheError
 
@@ -67,14 +68,14 @@ def verify_cache(
         verify_sources: check the source files are unchanged.
         progress: called with the size of each file once it is hashed.
     """
-    layout = Layout(os.path.abspath(path))
-    check = CacheCheck(str(layout.root))
+    layout = Layout(absolute(path))
+    check = CacheCheck(layout.shown)
     cache: Cache | None
     try:
-        cache = open_cache(layout.root, verify_sources=verify_sources)
+        cache = open_cache(layout.shown, verify_sources=verify_sources)
     except CacheError as exc:
         check.problems.append(str(exc))
-        manifest = read_json(layout.manifest)
+        manifest = layout.read_json(layout.manifest)
         if not isinstance(manifest, dict) or "chunks" not in manifest:
             return check
         check.manifest = manifest
@@ -84,14 +85,14 @@ def verify_cache(
     for entry in (f for c in check.manifest["chunks"] for f in c["files"].values()):
         file = layout.chunks / entry["name"]
         try:
-            digest, size = _hash(file)
-        except OSError as exc:
-            check.problems.append(f"{file}: cannot be read ({exc})")
+            digest, size = _hash(layout.fetch(file, entry["bytes"]))
+        except (OSError, CacheError) as exc:
+            check.problems.append(f"{layout.where(file)}: cannot be read ({exc})")
             continue
         check.bytes_read += size
         if digest != entry["blake2b"]:
             check.problems.append(
-                f"{file}: its content changed since it was written (blake2b {digest}, the commit "
+                f"{layout.where(file)}: its content changed since it was written (blake2b {digest}, the commit "
                 f"record says {entry['blake2b']}); run chute preprocess again to rebuild it"
             )
         if progress is not None:

@@ -30,10 +30,11 @@ import numpy as np
 import orjson
 import pyarrow as pa
 
-from chute.cache.layout import Layout, publish
+from chute.cache.layout import Layout
 from chute.cache.schema import chunk_batch
 from chute.cache.stages import ChunkStage
-from chute.errors import RejectTally, SampleError, as_sample_error
+from chute.errors import RejectTally, SampleError
+from chute.recipe.outcome import judge
 from chute.sample.rejects import reject_entry
 from chute.sources.record import Record
 
@@ -83,6 +84,10 @@ class ChunkJob:
     file_starts: Sequence[int]
     stages: list[ChunkStage] = field(default_factory=list)
 
+    @property
+    def _splits(self) -> bool:
+        return getattr(self.recipe, "overflow", None) == "split"
+
     def bounds(self, k: int) -> tuple[int, int]:
         lo = k * self.chunk_size
         return lo, min(len(self.source), lo + self.chunk_size)
@@ -118,15 +123,15 @@ class ChunkJob:
         entries: dict[str, Any] = {}
         if rejects:
             blob = b"".join(rejects)
-            publish(layout.rejects_part(k), blob)
+            layout.publish(layout.rejects_part(k), blob)
             entries["rejects"] = file_entry(layout.rejects_part(k).name, blob)
         for suffix, data in sorted(files.items()):
-            publish(layout.extra(k, suffix), data)
+            layout.publish(layout.extra(k, suffix), data)
             entries[suffix] = file_entry(layout.extra(k, suffix).name, data)
-        publish(layout.chunk(k), arrow)
+        layout.publish(layout.chunk(k), arrow)
         entries["arrow"] = file_entry(layout.chunk(k).name, arrow)
         record = self._record(k, lo, hi, samples, tally, flags, entries)
-        publish(layout.record(k), orjson.dumps(record, option=orjson.OPT_SORT_KEYS) + b"\n")
+        layout.publish(layout.record(k), orjson.dumps(record, option=orjson.OPT_SORT_KEYS) + b"\n")
         return record
 
     def _take(
@@ -144,24 +149,13 @@ class ChunkJob:
                 rejects.append(orjson.dumps(reject_entry(record, error)) + b"\n")
                 flags.append(False)
             else:
-                samples.append(out)
+                # overflow="split": a long record becomes several samples (its windows)
+                samples.extend(self.recipe.pieces(out) if self._splits else (out,))
                 flags.append(True)
 
     def _process(self, records: list[Record]) -> list[Any]:
-        try:
-            return self.recipe.batch(records)
-        except SampleError:
-            pass
-        except Exception as exc:
-            as_sample_error(exc, None, None)  # re-raises job-level errors (ChuteError)
-        # Something raised outside the per-record guards: find the record, one at a time.
-        out: list[Any] = []
-        for record in records:
-            try:
-                out.append(self.recipe(record))
-            except Exception as exc:
-                out.append(as_sample_error(exc, record.path, record.line))
-        return out
+        # the same judgement as validate, stats and the Loader (chute.recipe.outcome)
+        return judge(self.recipe, records)
 
     def _record(
         self,

@@ -58,9 +58,10 @@ def validate_cache(
 
 
 def _manifest_bytes(path: str) -> int:
-    from chute.cache.layout import Layout, read_json
+    from chute.cache.layout import Layout
 
-    manifest = read_json(Layout(path).manifest)
+    layout = Layout(path)
+    manifest = layout.read_json(layout.manifest)
     if not isinstance(manifest, dict):
         return 0
     return sum(f["bytes"] for c in manifest.get("chunks", []) for f in c["files"].values())

@@ -19,23 +19,27 @@ from __future__ import annotations
 
 import functools
 import inspect
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, TypeVar
 
 import typer
+import yaml
 
+from chute._internal.progress import silenced
+from chute._internal.spelling import Spelling
 from chute.errors import ConfigError
 
 __all__ = [
     "CACHE_DIR",
+    "FLAGS",
     "RECIPE_FLAG_HELP",
     "RECIPE_OPTIONS",
     "OutputArgs",
     "RecipeArgs",
     "output_options",
     "parse_pairs",
+    "parse_template_vars",
     "recipe_options",
 ]
 
@@ -85,14 +89,42 @@ RECIPE_OPTIONS: tuple[_Flag, ...] = (
         "auto, alpaca, prompt_completion, sharegpt, llava, qwen_vl, messages or text.",
     ),
     _Flag("max_length", int | None, None, ("--max-length",), "Longest sample in tokens."),
-    _Flag("overflow", str, "truncate", ("--overflow",), "Over --max-length: truncate or drop."),
+    _Flag(
+        "overflow",
+        str,
+        "truncate",
+        ("--overflow",),
+        "Over --max-length: truncate, drop, or split (windows of --max-length; every token kept).",
+    ),
+    _Flag(
+        "truncation",
+        str,
+        "right",
+        ("--truncation",),
+        "What --overflow truncate keeps: right (the start), left (the end), turns (drops whole "
+        "earliest exchanges, the system prompt kept).",
+    ),
+    _Flag(
+        "stride",
+        int,
+        0,
+        ("--stride",),
+        "--overflow split: tokens each window repeats from the one before, as context only.",
+    ),
+    _Flag(
+        "task",
+        str,
+        "sft",
+        ("--task",),
+        "sft, preference (chosen/rejected pairs: DPO, ORPO, reward models) or kto.",
+    ),
     _Flag("train_on", str, "assistant", ("--train-on",), "assistant, last or all."),
     _Flag(
         "media_root",
-        Path | None,
+        str | None,
         None,
         ("--media-root",),
-        "Folder for relative media paths (default: the data file's).",
+        "Folder (or URL: s3://bucket/images) for relative media paths (default: the data file's).",
     ),
     _Flag(
         "image_tokens",
@@ -103,6 +135,44 @@ RECIPE_OPTIONS: tuple[_Flag, ...] = (
         "auto: qwen2-vl when the tokenizer's image token is <|image_pad|>, else 576.",
     ),
     _Flag(
+        "video_tokens",
+        int | None,
+        None,
+        ("--video-tokens",),
+        "Tokens per video (a fixed count); needed for data with videos.",
+    ),
+    _Flag(
+        "audio_tokens",
+        int | None,
+        None,
+        ("--audio-tokens",),
+        "Tokens per audio clip (a fixed count); needed for data with audio.",
+    ),
+    _Flag(
+        "video_token",
+        str | None,
+        None,
+        ("--video-token",),
+        "The token that marks a video (default <|video_pad|> if the vocabulary has it, else "
+        "<video>).",
+    ),
+    _Flag(
+        "audio_token",
+        str | None,
+        None,
+        ("--audio-token",),
+        "The token that marks an audio clip (default <|AUDIO|> if the vocabulary has it, else "
+        "<audio>).",
+    ),
+    _Flag(
+        "max_record_bytes",
+        int,
+        64 << 20,
+        ("--max-record-bytes",),
+        "Records larger than this many bytes are rejected (record_too_large) before they are "
+        "parsed.",
+    ),
+    _Flag(
         "columns",
         str | None,
         None,
@@ -111,9 +181,32 @@ RECIPE_OPTIONS: tuple[_Flag, ...] = (
     ),
     _Flag("tags", str | None, None, ("--tags",), "Role names, e.g. 'user_tag=Q,assistant_tag=A'."),
     _Flag("system", str | None, None, ("--system",), "System prompt for records without one."),
+    _Flag(
+        "template_vars",
+        list[str] | None,
+        None,
+        ("--template-var",),
+        "A template variable KEY=VALUE (repeatable; values read as YAML scalars), e.g. "
+        "enable_thinking=false or 'date_string=26 Jul 2024'. Templates never read the clock: "
+        "strftime_now gives 26 Jul 2024 unless you set the date this way.",
+    ),
 )
 _RECIPE_BY_NAME = {flag.name: flag for flag in RECIPE_OPTIONS}
 RECIPE_FLAG_HELP = {flag.name: flag.help for flag in RECIPE_OPTIONS}
+
+# How errors name parameters on the command line: the recipe's options by their flags (a
+# Recipe keyword without a flag keeps its Python name), and the other flags commands share.
+FLAGS = Spelling(
+    "cli",
+    {
+        **{flag.name: flag.decls[0] for flag in RECIPE_OPTIONS},
+        "template_vars": "--template-var",
+        "workers": "--workers",
+        "max_bad_fraction": "--max-bad-fraction",
+    },
+    assign=" ",
+    quote=False,
+)
 
 CACHE_DIR = typer.Option(
     None, "--cache-dir", help="Index cache (default $CHUTE_CACHE_DIR or ~/.cache/chute)."
@@ -140,6 +233,33 @@ def parse_pairs(text: str | None, option: str) -> dict[str, str]:
     return out
 
 
+def parse_template_vars(items: Iterable[str]) -> dict[str, Any]:
+    """``--template-var`` values (``KEY=VALUE``) as template variables.
+
+    A value reads as a YAML scalar (``true``, ``3``, ``null``); anything else, a date included,
+    stays the text given.
+
+    Example:
+        >>> parse_template_vars(["enable_thinking=false", "date_string=2024-07-26"])
+        {'enable_thinking': False, 'date_string': '2024-07-26'}
+    """
+    out: dict[str, Any] = {}
+    for item in items:
+        name, sep, text = item.partition("=")
+        name = name.strip()
+        if not sep or not name.isidentifier():
+            raise ConfigError(
+                f"--template-var: expected KEY=VALUE with KEY a variable name, got {item!r}"
+            )
+        try:
+            parsed = yaml.safe_load(text) if text.strip() else text
+        except yaml.YAMLError:
+            parsed = text
+        scalar = parsed is None or isinstance(parsed, bool | int | float | str)
+        out[name] = parsed if scalar else text
+    return out
+
+
 @dataclass(frozen=True)
 class RecipeArgs:
     """The recipe flags of one command line, and the ``Recipe`` they describe.
@@ -159,12 +279,21 @@ class RecipeArgs:
     format: str | None = "auto"
     max_length: int | None = None
     overflow: str = "truncate"
+    truncation: str = "right"
+    stride: int = 0
+    task: str = "sft"
     train_on: str = "assistant"
-    media_root: Path | None = None
+    media_root: str | None = None
     image_tokens: str | None = None
+    video_tokens: int | None = None
+    audio_tokens: int | None = None
+    video_token: str | None = None
+    audio_token: str | None = None
+    max_record_bytes: int = 64 << 20
     columns: str | None = None
     tags: str | None = None
     system: str | None = None
+    template_vars: Sequence[str] | None = None
 
     def given(self, *, ignore: Iterable[str] = ()) -> dict[str, Any]:
         """``{flag: value}`` of every flag but ``--tokenizer`` set (not left out, not default)."""
@@ -173,7 +302,7 @@ class RecipeArgs:
             flag.decls[0]: getattr(self, flag.name)
             for flag in RECIPE_OPTIONS
             if flag.name not in skip
-            and getattr(self, flag.name) is not None
+            and getattr(self, flag.name) not in (None, [], ())
             and getattr(self, flag.name) != flag.default
         }
 
@@ -192,27 +321,44 @@ class RecipeArgs:
                 f"--tokenizer, or {instead}"
             )
 
+    def keywords(self) -> dict[str, Any]:
+        """The ``Recipe`` keywords these flags set (``--tokenizer`` included, when given).
+
+        Example:
+            >>> RecipeArgs(image_tokens="576", template_vars=["enable_thinking=false"]).keywords()[
+            ...     "template_vars"]
+            {'enable_thinking': False}
+        """
+        return {
+            "tokenizer": self.tokenizer,
+            "template": self.template,
+            "format": self.format or "auto",
+            "max_length": self.max_length,
+            "overflow": self.overflow,
+            "truncation": self.truncation,
+            "stride": self.stride,
+            "task": self.task,
+            "train_on": self.train_on,
+            "media_root": self.media_root,
+            "image_tokens": self.image_tokens or "auto",
+            "video_tokens": self.video_tokens,
+            "audio_tokens": self.audio_tokens,
+            "video_token": self.video_token,
+            "audio_token": self.audio_token,
+            "max_record_bytes": self.max_record_bytes,
+            "columns": parse_pairs(self.columns, "--columns"),
+            "tags": parse_pairs(self.tags, "--tags"),
+            "system": self.system,
+            "template_vars": parse_template_vars(self.template_vars or ()),
+        }
+
     def build(self, **overrides: Any) -> Any:
         """The ``Recipe`` these flags describe (``overrides`` replace recipe keywords)."""
         from chute.recipe import Recipe
 
         if self.tokenizer is None:
             raise ConfigError("--tokenizer is required to build a recipe")
-        keywords: dict[str, Any] = {
-            "tokenizer": self.tokenizer,
-            "template": self.template,
-            "format": self.format or "auto",
-            "max_length": self.max_length,
-            "overflow": self.overflow,
-            "train_on": self.train_on,
-            "media_root": self.media_root,
-            "image_tokens": self.image_tokens or "auto",
-            "columns": parse_pairs(self.columns, "--columns"),
-            "tags": parse_pairs(self.tags, "--tags"),
-            "system": self.system,
-        }
-        keywords.update(overrides)
-        return Recipe(**keywords)
+        return Recipe(**{**self.keywords(), **overrides})
 
 
 @dataclass(frozen=True)
@@ -300,8 +446,18 @@ def recipe_options(
 
 
 def output_options(command: F) -> F:
-    """Add ``--json`` and ``--quiet`` to a command, passed to it as ``output: OutputArgs``."""
+    """Add ``--json`` and ``--quiet`` to a command, passed to it as ``output: OutputArgs``.
+
+    With either, every step the command runs reports no progress (``silenced``).
+    """
+
+    @functools.wraps(command)
+    def run(*args: Any, output: OutputArgs, **kwargs: Any) -> Any:
+        with silenced(not output.progress):
+            return command(*args, output=output, **kwargs)
+
+    run.__signature__ = inspect.signature(command)  # type: ignore[attr-defined]
     group = _with_group(
         _OUTPUT_FLAGS, lambda values: OutputArgs(**values), "output", {}, {}, "Output"
     )
-    return group(command)
+    return group(run)  # type: ignore[return-value]

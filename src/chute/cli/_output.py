@@ -3,18 +3,21 @@
 from __future__ import annotations
 
 import contextlib
+import logging
 import sys
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import orjson
 import typer
-from tqdm import tqdm
 
+from chute._internal.progress import Progress, progress
+from chute._internal.spelling import spelling
 from chute._internal.tables import table
+from chute.cli._options import FLAGS
 from chute.errors import ChuteError
 
-__all__ = ["emit_json", "fail", "handle_errors", "progress_bar", "table"]
+__all__ = ["emit_json", "fail", "handle_errors", "progress_bar", "shown", "table"]
 
 
 def emit_json(obj: Any) -> None:
@@ -25,18 +28,34 @@ def emit_json(obj: Any) -> None:
     sys.stdout.write("\n")
 
 
-def progress_bar(total: int, desc: str, unit: str = "B", enabled: bool = True) -> tqdm:
-    """A tqdm bar on stderr; disabled bars cost nothing."""
-    return tqdm(
-        total=total,
-        desc=desc,
-        unit=unit,
-        unit_scale=True,
-        unit_divisor=1024 if unit == "B" else 1000,
-        disable=not enabled,
-        file=sys.stderr,
-        leave=False,
-    )
+def progress_bar(total: int, desc: str, unit: str = "B", enabled: bool = True) -> Progress:
+    """Chute's progress reporter (``chute._internal.progress``) for a command's own step.
+
+    A bar on stderr when it is a terminal, else a line now and then; rank 0 only under a
+    launcher; nothing with ``enabled=False`` (``--quiet``, ``--json``).
+    """
+    return progress(total, desc, unit=unit, enabled=shown(enabled))
+
+
+def shown(enabled: bool) -> bool | None:
+    """The ``progress=`` a library call gets from a command: off, or the default (rank 0)."""
+    return None if enabled else False
+
+
+@contextlib.contextmanager
+def _progress_lines() -> Iterator[None]:
+    """Where stderr is no terminal, progress is a log line now and then: print those."""
+    logger = logging.getLogger("chute.progress")
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(message)s"))
+    level = logger.level
+    logger.setLevel(logging.INFO)
+    logger.addHandler(handler)
+    try:
+        yield
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
 
 
 def fail(message: str, code: int = 2) -> typer.Exit:
@@ -46,10 +65,14 @@ def fail(message: str, code: int = 2) -> typer.Exit:
 
 @contextlib.contextmanager
 def handle_errors() -> Iterator[None]:
-    """Turn chute's errors into one clear line on stderr and exit code 2, not a traceback."""
+    """Turn chute's errors into one clear line on stderr and exit code 2, not a traceback.
+
+    Inside, errors name parameters by their flags (``--media-root``, not ``media_root=``).
+    """
     try:
-        yield
-    except ChuteError as exc:
+        with spelling(FLAGS), _progress_lines():
+            yield
+    except ChuteError as exc:  # MissingDependency (torch, an extra) included
         raise fail(str(exc)) from None
 
 

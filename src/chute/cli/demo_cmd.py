@@ -8,7 +8,9 @@ from typing import Any
 
 import typer
 
+from chute.cli._options import RecipeArgs, recipe_options
 from chute.cli._output import guarded
+from chute.errors import ConfigError
 
 
 def register(app: typer.Typer) -> None:
@@ -16,45 +18,52 @@ def register(app: typer.Typer) -> None:
 
 
 @guarded
+@recipe_options(
+    exclude=("max_length",),  # --max-length is the packed rows' length here, for every run
+    help={"tokenizer": "With --data: tokenizer.json, folder or tiktoken file."},
+)
 def demo(
     out: Path | None = typer.Option(None, help="Working directory (default: a new temp dir)."),
     data: Path | None = typer.Option(
-        None, help="Run on your JSONL / JSON instead of generated data."
-    ),
-    tokenizer: Path | None = typer.Option(
-        None, help="With --data: tokenizer.json, folder or tiktoken file."
-    ),
-    template: str = typer.Option(
-        "chatml", help="With --data: chat template (built-in name, .jinja, tokenizer_config.json)."
-    ),
-    format: str = typer.Option("auto", "--format", help="With --data: record format."),
-    image_tokens: int | None = typer.Option(
-        None, help="With --data: image tokens per image (fixed count)."
-    ),
-    media_root: Path | None = typer.Option(
-        None, help="With --data: folder image paths are relative to."
+        None, help="Run on your JSONL / JSON instead of generated data (with --tokenizer)."
     ),
     records: int = typer.Option(3000, help="Generated records."),
     steps: int = typer.Option(100, help="Training steps."),
     batch_size: int = typer.Option(8, help="Packed rows per batch."),
-    max_length: int = typer.Option(256, help="Tokens per packed row."),
+    max_length: int = typer.Option(256, help="Tokens per packed row (the recipe's max_length)."),
     workers: int = typer.Option(2, help="DataLoader workers."),
+    *,
+    recipe: RecipeArgs,
 ) -> None:
     """Index, validate, measure padding, cache, train a tiny model and resume exactly.
 
     Every step prints what it proves. Exits with status 1 if a claim does not hold (planted
-    faults not all found, loss not falling, resumed stream different).
+    faults not all found, loss not falling, resumed stream different). With --data and
+    --tokenizer it runs on your data, with the recipe options of the other commands (same
+    defaults: the tokenizer's chat template, image tokens auto).
     """
+    from chute._internal.lazy_torch import require_torch
     from chute.demo import run_demo
 
-    root = out or Path(tempfile.mkdtemp(prefix="chute-demo-"))
+    require_torch()  # the demo trains a model: say so before any step runs
     options: dict[str, Any] | None = None
-    if data is not None:
-        options = {"template": template, "format": format}
-        if image_tokens is not None:
-            options["image_tokens"] = image_tokens
-        if media_root is not None:
-            options["media_root"] = str(media_root)
+    tokenizer: Path | None = None
+    if data is None:
+        recipe.refuse_without_tokenizer("leave them out (they apply to --data)")
+        if recipe.tokenizer is not None:
+            raise ConfigError("--tokenizer applies to --data (the generated data has its own)")
+    else:
+        if recipe.tokenizer is None:
+            raise ConfigError(
+                "--data needs --tokenizer (a tokenizer.json, folder or tiktoken file)"
+            )
+        keywords = recipe.keywords()
+        tokenizer = Path(keywords.pop("tokenizer"))
+        keywords.pop("max_length")
+        options = {k: v for k, v in keywords.items() if v not in (None, {}, [])}
+        if "media_root" in options:
+            options["media_root"] = str(options["media_root"])
+    root = out or Path(tempfile.mkdtemp(prefix="chute-demo-"))
     result = run_demo(
         root,
         data=data,

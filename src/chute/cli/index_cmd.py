@@ -1,4 +1,8 @@
-"""``chute index PATH...``: build (or check) the byte-offset index of each data file."""
+"""``chute index PATH...``: build (or check) the byte-offset index of each data file.
+
+Parquet files carry their own index (the row groups in the footer): they are listed with their
+rows and row groups, nothing is built. URLs (``s3://...``) are indexed like local files.
+"""
 
 from __future__ import annotations
 
@@ -8,9 +12,12 @@ from typing import Any
 
 import typer
 
+from chute._internal.tables import rate
+from chute.cli._data import open_data_files
 from chute.cli._options import CACHE_DIR, OutputArgs, output_options
 from chute.cli._output import emit_json, guarded, progress_bar, table
-from chute.sources import expand_paths, open_index
+from chute.sources import expand_paths, open_parquet
+from chute.sources.base import is_parquet
 
 
 def register(app: typer.Typer) -> None:
@@ -20,7 +27,9 @@ def register(app: typer.Typer) -> None:
 @guarded
 @output_options
 def index(
-    paths: list[str] = typer.Argument(..., help="JSONL / JSON-array files or globs."),
+    paths: list[str] = typer.Argument(
+        ..., help="JSONL / JSON-array / Parquet files, globs or URLs (s3://bucket/*.jsonl)."
+    ),
     cache_dir: Path | None = CACHE_DIR,
     rebuild: bool = typer.Option(
         False, "--rebuild", help="Rebuild even when a valid index exists."
@@ -31,27 +40,31 @@ def index(
     """Index data files: records, blank lines, bytes and scan speed.
 
     An index is reused while the file is unchanged (size, mtime, bytes at both ends); pass
-    --rebuild to time a fresh scan.
+    --rebuild to time a fresh scan. A file that holds no records (e.g. a dataset_info.json a
+    glob caught) is reported and skipped; the others are indexed, and the exit status is 1.
     """
     files = expand_paths(paths)
     total_bytes = sum(Path(p).stat().st_size for p in files if Path(p).is_file())
     rows: list[dict[str, Any]] = []
     t0 = time.perf_counter()
     with progress_bar(total_bytes, "indexing", enabled=output.progress) as bar:
-        for p in files:
-            ix = open_index(p, cache_dir=cache_dir, rebuild=rebuild, progress=bar.update)
-            rows.append(
-                {
-                    "path": p,
-                    "kind": ix.kind,
-                    "records": len(ix),
-                    "blank_lines": ix.blank_lines,
-                    "bytes": ix.bytes,
-                    "seconds": round(ix.seconds, 4),
-                    "built": ix.built,
-                    "closed": ix.closed,
-                }
-            )
+        data = open_data_files(files, cache_dir=cache_dir, rebuild=rebuild, progress=bar.update)
+    for p, ix in zip(data.paths, data.indexes, strict=True):
+        if is_parquet(p):
+            rows.append(_parquet_row(p))
+            continue
+        rows.append(
+            {
+                "path": p,
+                "kind": ix.kind,
+                "records": len(ix),
+                "blank_lines": ix.blank_lines,
+                "bytes": ix.bytes,
+                "seconds": round(ix.seconds, 4),
+                "built": ix.built,
+                "closed": ix.closed,
+            }
+        )
     seconds = time.perf_counter() - t0
     built_bytes = sum(r["bytes"] for r in rows if r["built"])
     built_seconds = sum(r["seconds"] for r in rows if r["built"])
@@ -60,12 +73,14 @@ def index(
         "blank_lines": sum(r["blank_lines"] for r in rows),
         "bytes": sum(r["bytes"] for r in rows),
         "seconds": round(seconds, 4),
-        "gb_per_s": round(built_bytes / built_seconds / 1e9, 6) if built_seconds > 0 else None,
+        "gb_per_s": round(built_bytes / built_seconds / 1e9, 3) if built_seconds > 0 else None,
         "files": rows,
+        "skipped": data.to_json(),
     }
+    data.warn()
     if output.as_json:
         emit_json(summary)
-        return
+        raise typer.Exit(data.exit_code())
     body = [
         [
             r["path"],
@@ -73,7 +88,7 @@ def index(
             r["records"],
             r["blank_lines"],
             _size(r["bytes"]),
-            "built" if r["built"] else "up to date",
+            r.get("index") or ("built" if r["built"] else "up to date"),
             r["seconds"],
         ]
         for r in rows
@@ -87,11 +102,29 @@ def index(
     if summary["gb_per_s"] is None:
         speed = " (all indexes were up to date)"
     else:
-        speed = f", {summary['gb_per_s']} GB/s"
+        speed = f", {rate(built_bytes / built_seconds / 1e9)} GB/s"
     typer.echo(
         f"\n{summary['records']:,} records, {summary['blank_lines']:,} blank lines, "
         f"{_size(summary['bytes'])} in {seconds:.3f} s{speed}"
     )
+    raise typer.Exit(data.exit_code())
+
+
+def _parquet_row(path: str) -> dict[str, Any]:
+    t0 = time.perf_counter()
+    pf = open_parquet(path)
+    return {
+        "path": path,
+        "kind": "parquet",
+        "records": len(pf),
+        "blank_lines": 0,
+        "bytes": pf.bytes,
+        "seconds": round(time.perf_counter() - t0, 4),
+        "built": False,
+        "closed": True,
+        "row_groups": pf.row_groups,
+        "index": f"footer: {pf.row_groups} row groups",
+    }
 
 
 def _size(n: float) -> str:

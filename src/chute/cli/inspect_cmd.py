@@ -18,7 +18,7 @@ from chute.cli._options import CACHE_DIR, RECIPE_FLAG_HELP, RecipeArgs, recipe_o
 from chute.cli._output import emit_json, guarded
 from chute.cli._render import decode_marked, pretty_sample
 from chute.errors import ConfigError, SampleError
-from chute.sources import JsonlSource
+from chute.sources import open_source
 
 
 def register(app: typer.Typer) -> None:
@@ -64,7 +64,7 @@ def inspect(
     if recipe.tokenizer is None:
         raise ConfigError(f"--tokenizer is required to inspect a data file ({path})")
     built = recipe.build()
-    source = JsonlSource(path, cache_dir=cache_dir)
+    source = open_source(path, cache_dir=cache_dir)
     try:
         record = source[index]
     except IndexError:
@@ -127,11 +127,20 @@ def inspect(
     )
     rule = "-" * 78
     typer.echo(rule)
-    typer.echo(pretty_sample(tok, ids, labels, sample["images"], use_color), color=use_color)
-    typer.echo(rule)
+    if "chosen_length" in sample:  # a preference pair: each side on its own
+        k = int(sample["chosen_length"])
+        for name, part in (("chosen", slice(0, k)), ("rejected", slice(k, None))):
+            typer.secho(f"{name}:", bold=True)
+            typer.echo(pretty_sample(tok, ids[part], labels[part], [], use_color), color=use_color)
+            typer.echo(rule)
+    else:
+        typer.echo(pretty_sample(tok, ids, labels, sample["images"], use_color), color=use_color)
+        typer.echo(rule)
     legend = "green" if use_color else "[[...]]"
     typer.echo(
         f"tokens {summary['length']:,}: trained {summary['trained']:,} ({legend}), masked "
         f"{summary['masked']:,}; images {summary['images']} ({summary['image_tokens']:,} "
         f"tokens); truncated: {'yes' if summary['truncated'] else 'no'}"
+        + (f"; windows: {sample['windows']}" if sample.get("windows", 1) > 1 else "")
+        + ("; label: " + str(sample["label"]).lower() if "label" in sample else "")
     )

@@ -1,8 +1,8 @@
 """``chute preprocess CONFIG.yaml --out DIR [key=value ...]``: build (or finish) a token cache.
 
 Runs the config's recipe over every record with a pool of processes (or Ray tasks with
-``--engine ray``), one chunk at a time, each committed atomically; running the same command again after a crash resumes at the first
-uncommitted chunk. Under torchrun (``RANK``/``WORLD_SIZE``) or with ``--shard i/N`` each rank
+``--engine ray``), one chunk at a time, each committed atomically; running the same command
+again after a crash resumes at the first uncommitted chunk. Under torchrun (``RANK``/``WORLD_SIZE``) or with ``--shard i/N`` each rank
 builds its share into the same directory; the last to finish writes the manifest.
 """
 
@@ -16,28 +16,11 @@ from typing import Any
 import typer
 
 from chute.cli._options import OutputArgs, output_options
-from chute.cli._output import emit_json, guarded, progress_bar, table
+from chute.cli._output import emit_json, guarded, shown, table
 
 
 def register(app: typer.Typer) -> None:
     app.command("preprocess")(preprocess)
-
-
-class _Bar:
-    """A progress bar created on the first report (the total is known only then)."""
-
-    def __init__(self, enabled: bool):
-        self.enabled = enabled
-        self.bar: Any = None
-
-    def __call__(self, done: int, total: int) -> None:
-        if self.bar is None:
-            self.bar = progress_bar(total, "preprocessing", unit="rec", enabled=self.enabled)
-        self.bar.update(done - self.bar.n)
-
-    def close(self) -> None:
-        if self.bar is not None:
-            self.bar.close()
 
 
 @guarded
@@ -47,8 +30,11 @@ def preprocess(
     overrides: list[str] | None = typer.Argument(
         None, help="Dotted overrides of config keys, e.g. recipe.max_length=4096."
     ),
-    out: Path | None = typer.Option(
-        None, "--out", "-o", help="The cache directory (default: the config's out)."
+    out: str | None = typer.Option(
+        None,
+        "--out",
+        "-o",
+        help="The cache directory, or a URL (s3://bucket/caches/run1); default: the config's out.",
     ),
     workers: int | None = typer.Option(
         None, help="Processes on this rank (default: this machine's cores / ranks on it)."
@@ -114,27 +100,23 @@ def preprocess(
         raise ConfigError("--image-size and --image-transform set up --pixels; add --pixels")
     if engine is not None and engine not in ENGINES:
         raise ConfigError(f"--engine: expected one of {', '.join(ENGINES)}, got {engine!r}")
-    bar = _Bar(enabled=output.progress)
     # stdout carries the summary (or the JSON) alone: what workers print while the build runs
     # (Ray echoes its workers' and raylets' logs into the driver's stdout) goes to stderr
-    try:
-        with contextlib.redirect_stdout(sys.stderr):
-            report = run(
-                config,
-                out=out,
-                overrides=overrides or [],
-                workers=workers,
-                shard=shard,
-                full_hash=full_hash,
-                wait_timeout=wait_timeout,
-                overwrite=overwrite,
-                pixels=options or pixels,
-                progress=bar if output.progress else None,
-                engine=engine,
-                address=address,
-            )
-    finally:
-        bar.close()
+    with contextlib.redirect_stdout(sys.stderr):
+        report = run(
+            config,
+            out=out,
+            overrides=overrides or [],
+            workers=workers,
+            shard=shard,
+            full_hash=full_hash,
+            wait_timeout=wait_timeout,
+            overwrite=overwrite,
+            pixels=options or pixels,
+            progress=shown(output.progress),
+            engine=engine,
+            address=address,
+        )
     if output.as_json:
         emit_json(report.to_json())
         return
@@ -173,4 +155,4 @@ def _print(r: dict[str, Any]) -> None:
             typer.echo(f"\n{kind}:")
             for example in r["examples"].get(kind, []):
                 typer.echo(f"  {example}")
-        typer.echo(f"\nrejected records: {Path(r['path']) / 'rejects.jsonl'}")
+        typer.echo(f"\nrejected records: {r['path'].rstrip('/')}/rejects.jsonl")

@@ -13,11 +13,12 @@ from typing import Any
 
 import typer
 
+from chute.cli._data import DataFiles, open_data_files
 from chute.cli._options import OutputArgs, RecipeArgs, output_options, recipe_options
-from chute.cli._output import emit_json, fail, guarded, progress_bar, table
+from chute.cli._output import emit_json, fail, guarded, shown, table
 from chute.errors import ConfigError
 from chute.lengths import Lengths, lengths_of
-from chute.sources import JsonlSource
+from chute.sources import open_source
 from chute.stats import padding_stats
 
 
@@ -32,10 +33,11 @@ def load_lengths(
     cache_dir: Path | None,
     workers: int | None,
     show_progress: bool,
-) -> Lengths:
+) -> tuple[Lengths, DataFiles | None]:
     """The lengths of the data named on the command line: data files, or one cache directory.
 
     A cache (``chute preprocess``) holds its lengths already (memory-mapped, no tokenizing).
+    Returns the files read too (``None`` for a cache), with any set aside as holding no data.
     """
     from chute.cache import is_cache_dir, open_cache
 
@@ -48,14 +50,17 @@ def load_lengths(
                 f"{caches[0]} is a cache: its lengths come from the recipe that built it; leave "
                 f"out --tokenizer and the other recipe options"
             )
-        return lengths_of(open_cache(caches[0], verify_sources=False))
-    source = JsonlSource(paths, cache_dir=cache_dir)
-    with progress_bar(len(source), "lengths", unit="rec", enabled=show_progress) as bar:
-        return lengths_of(source, recipe, workers=workers, cache_dir=cache_dir, progress=bar.update)
+        return lengths_of(open_cache(caches[0], verify_sources=False)), None
+    data = open_data_files(paths, cache_dir=cache_dir)
+    source = open_source(data.paths, cache_dir=cache_dir)
+    lengths = lengths_of(
+        source, recipe, workers=workers, cache_dir=cache_dir, progress=shown(show_progress)
+    )
+    return lengths, data
 
 
 @guarded
-@recipe_options(exclude=("max_length", "overflow"))
+@recipe_options(exclude=("max_length", "overflow", "truncation", "stride"))
 @output_options
 def stats(
     paths: list[str] = typer.Argument(
@@ -69,8 +74,11 @@ def stats(
     ),
     world_size: int = typer.Option(1, "--world-size", help="Ranks (data-parallel replicas)."),
     overflow: str = typer.Option(
-        "truncate", "--overflow", help="Samples over --max-length: truncate or drop."
+        "truncate",
+        "--overflow",
+        help="Samples over --max-length: truncate, drop, or split (windows; every token kept).",
     ),
+    stride: int = typer.Option(0, "--stride", help="--overflow split: windows' overlap."),
     max_tokens: int | None = typer.Option(
         None, "--max-tokens", help="Budget plan: padded tokens per batch (default B x L)."
     ),
@@ -116,7 +124,7 @@ def stats(
             require_matplotlib()  # fail before the lengths pass, not after
         except ImportError as exc:
             raise fail(str(exc)) from None
-    lengths = load_lengths(
+    lengths, data = load_lengths(
         paths, built, cache_dir=cache_dir, workers=workers, show_progress=output.progress
     )
     result = padding_stats(
@@ -125,6 +133,7 @@ def stats(
         batch_size=batch_size,
         world_size=world_size,
         overflow=overflow,
+        stride=stride,
         max_tokens=max_tokens,
         group_size=group_size,
         window=window,
@@ -136,10 +145,15 @@ def stats(
 
         plot_stats(result, plot)
         result["plot"] = str(plot)
+    if data is not None:
+        result["skipped"] = data.to_json()
+        data.warn()
     if output.as_json:
         emit_json(result)
-        return
-    _print(result)
+    else:
+        _print(result)
+    if data is not None and data.skipped:
+        raise typer.Exit(1)
 
 
 def _print(result: dict[str, Any]) -> None:
@@ -152,6 +166,7 @@ def _print(result: dict[str, Any]) -> None:
     typer.echo(
         f"over max_length {result['max_length']}: {result['truncated']:,} truncated, "
         f"{result['dropped']:,} dropped"
+        + (f", {result['split']:,} split into windows" if result.get("split") else "")
     )
     lens = result["lengths"]
     typer.echo("lengths: " + ", ".join(f"{k} {v}" for k, v in lens.items() if v is not None) + "\n")
@@ -187,6 +202,12 @@ def _print(result: dict[str, Any]) -> None:
         f"\npacking bound: {bound['rows']:,} rows of {result['max_length']} "
         f"({100 * bound['efficiency']:.1f}%)"
     )
+    mixed = result["plans"].get("grouped_by_modality", {}).get("mixed_batches")
+    if mixed is not None:
+        typer.echo(
+            f"grouped_by_modality (plan_options={{'by_modality': True}}): {mixed:,} batch(es) mix "
+            f"samples with images and text-only samples"
+        )
     for warning in result["warnings"]:
         typer.secho(f"warning: {warning}", fg="yellow")
     if "plot" in result:

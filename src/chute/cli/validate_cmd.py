@@ -15,6 +15,7 @@ from typing import Any
 import typer
 
 from chute.cli._cache_views import validate_cache
+from chute.cli._data import open_data_files
 from chute.cli._options import (
     CACHE_DIR,
     RECIPE_FLAG_HELP,
@@ -24,12 +25,14 @@ from chute.cli._options import (
     parse_pairs,
     recipe_options,
 )
-from chute.cli._output import emit_json, guarded, progress_bar, table
+from chute.cli._output import emit_json, guarded, shown, table
 from chute.errors import ConfigError
 from chute.formats import FormatReader, FormatSpec
 from chute.media.check import MediaCheck
+from chute.recipe.outcome import SampleCheck
 from chute.recipe.validate import ValidationReport, check_json_object, validate_source
-from chute.sources import JsonlSource
+from chute.sample.budget import ErrorBudget
+from chute.sources import open_source
 from chute.sources.record import Record
 
 
@@ -71,6 +74,12 @@ def validate(
     strict: bool = typer.Option(
         False, "--strict", help="Exit with status 1 when any record is rejected."
     ),
+    max_bad_fraction: float | None = typer.Option(
+        ErrorBudget.max_bad_fraction,
+        "--max-bad-fraction",
+        help="Exit with status 1 when a larger share of the records is rejected: the Loader's "
+        "error budget, which stops training on such data (default 0.25, its default).",
+    ),
     *,
     recipe: RecipeArgs,
     output: OutputArgs,
@@ -81,6 +90,11 @@ def validate(
     --media-root ...) every record goes through the full recipe, and every image it references
     is decoded fully, so template, tokenizer, length and media errors (unsafe paths, URLs,
     missing, corrupt, truncated, too large) are reported too.
+
+    Exit status: 1 when the rejected share is above --max-bad-fraction (the Loader would stop
+    on this data; default 0.25, the Loader's error budget), when --strict and any record is
+    rejected, or when a file holds no records (it is reported and skipped, the others are
+    checked); 2 on an error in the command itself.
 
     Given a cache directory (from chute preprocess): hash every file against its commit record,
     check lengths and sources, summarise the build's rejects; with recipe options, check the
@@ -109,8 +123,9 @@ def validate(
     check: Any = check_json_object
     described = "JSON objects"
     if recipe.tokenizer is not None:
-        check = recipe.build()
-        described = repr(check)
+        built = recipe.build()
+        described = repr(built)
+        check = SampleCheck(built)  # judged as stats, preprocess and the Loader judge it
         if decode:
             check = MediaCheck(check)
             described += ", media decoded"
@@ -126,23 +141,43 @@ def validate(
             )
             check = FormatCheck(spec)
             described = f"format {spec.name}"
-    source = JsonlSource(paths, cache_dir=cache_dir)
-    with progress_bar(len(source), "validating", unit="rec", enabled=output.progress) as bar:
-        report = validate_source(
-            source, check, workers=workers, rejects=rejects, progress=bar.update
-        )
+    budget = ErrorBudget(max_bad_fraction=max_bad_fraction)  # checks the value, names the flag
+    data = open_data_files(paths, cache_dir=cache_dir)
+    source = open_source(data.paths, cache_dir=cache_dir)
+    report = validate_source(
+        source, check, workers=workers, rejects=rejects, progress=shown(output.progress)
+    )
+    over = budget.exceeded_by(report.rejected, report.records)
+    data.warn()
     if output.as_json:
-        emit_json({**report.to_json(), "check": described})
+        emit_json(
+            {
+                **report.to_json(),
+                "check": described,
+                "max_bad_fraction": max_bad_fraction,
+                "over_budget": over,
+                "skipped": data.to_json(),
+            }
+        )
     else:
         typer.echo(f"check: {described}")
         _print_report(report)
-    if strict and report.rejected:
+    if over:
+        typer.secho(
+            f"error: {report.rejected:,} of {report.records:,} records rejected "
+            f"({report.rejected / report.records:.1%}), above --max-bad-fraction "
+            f"{max_bad_fraction}: the Loader's error budget would stop training on this data",
+            err=True,
+            fg=typer.colors.RED,
+        )
+    if over or (strict and report.rejected) or data.skipped:
         raise typer.Exit(1)
 
 
 def _print_report(report: ValidationReport) -> None:
+    cut = f" ({report.truncated:,} truncated)" if report.truncated else ""
     typer.echo(
-        f"{report.records:,} records: {report.valid:,} valid, {report.rejected:,} rejected"
+        f"{report.records:,} records: {report.valid:,} valid{cut}, {report.rejected:,} rejected"
         f" ({report.blank_lines:,} blank lines skipped) in {report.seconds:.2f} s"
     )
     if report.rejected:

@@ -73,7 +73,9 @@ def collate_media(
     else:
         row_of = np.asarray(rows, dtype=np.int64)
         if row_of.shape != (n,):
-            raise ConfigError(f"rows: expected one row per sample ({n}), got shape {row_of.shape}")
+            raise ConfigError(
+                f"expected one row per sample ({n}), got shape {row_of.shape}", param="rows"
+            )
         total_rows = (int(row_of.max()) + 1 if n else 1) if num_rows is None else num_rows
     out: dict[str, Any] = {}
     for values_key, grid_key, counts_key in _KINDS:

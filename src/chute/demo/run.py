@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from chute._internal.tables import table
+from chute.errors import ConfigError
 
 __all__ = ["DemoResult", "run_demo"]
 
@@ -90,7 +91,10 @@ def run_demo(
         say(f"a byte-level BPE tokenizer trained on it, offline: {tokenizer}")
     else:
         if tokenizer is None:
-            raise ValueError("--data needs --tokenizer (a tokenizer.json, folder or tiktoken file)")
+            raise ConfigError(
+                "data needs a tokenizer (a tokenizer.json, folder or tiktoken file)",
+                param="tokenizer",
+            )
         options = dict(recipe_options or {})
         say(f"your data: {data}, tokenizer {tokenizer}")
     recipe = Recipe(tokenizer=str(tokenizer), max_length=max_length, **options)
@@ -138,10 +142,11 @@ class _Say:
 
 def _validate(source: Any, recipe: Any, result: DemoResult, say: _Say, out: Path) -> None:
     from chute.media.check import MediaCheck
+    from chute.recipe.outcome import SampleCheck
     from chute.recipe.validate import validate_source
 
     say.step("Validate every record in parallel: the recipe, and every image decoded in full")
-    report = validate_source(source, MediaCheck(recipe), rejects=out / "rejects.jsonl")
+    report = validate_source(source, MediaCheck(SampleCheck(recipe)), rejects=out / "rejects.jsonl")
     result.rejected = dict(report.tally.counts)
     say(f"{report.valid:,} valid, {report.rejected} rejected in {report.seconds:.2f} s")
     say(

@@ -34,6 +34,7 @@ import itertools
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from chute._internal.spelling import spell
 from chute.errors import ConfigError, SampleError
 from chute.formats.alpaca import convert_alpaca
 from chute.formats.chat import convert_chat
@@ -172,12 +173,14 @@ def sniff_format(records: Iterable[Any], limit: int = 16) -> str:
     if not seen:
         names = ", ".join(f for f in FORMAT_NAMES if f != "auto")
         raise ConfigError(
-            f"format: none of the first {n} records matches a known format; pass format= one "
-            f"of {names} (with columns= for custom keys)"
+            f"none of the first {n} records matches a known format; pass {spell('format')} one "
+            f"of {names} (with {spell('columns')} for custom keys)",
+            param="format",
         )
     counts = ", ".join(f"{n} ({c})" for n, c in sorted(seen.items()))
     raise ConfigError(
-        f"format: the first records look like different formats: {counts}; pass format=..."
+        f"the first records look like different formats: {counts}; pass {spell('format')}",
+        param="format",
     )
 
 
@@ -186,7 +189,8 @@ def _unknown_message(data: Any) -> str:
         keys = ", ".join(sorted(data)[:12]) or "none"
         return (
             f"no format recognises a record with keys {keys}; expected messages, conversations, "
-            f"instruction, prompt+completion or text: pass format= and columns= to map your keys"
+            f"instruction, prompt+completion or text: pass {spell('format')} and "
+            f"{spell('columns')} to map your keys"
         )
     return (
         f"no format recognises a JSON {type(data).__name__} record; a record is an object (or a "

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from chute._internal.spelling import spell
 from chute.errors import SampleError
 from chute.formats.chat import _json_type, parse_tools
 from chute.formats.media import bind_media, media_list
@@ -82,12 +83,19 @@ def convert_alpaca(data: Any, spec: ResolvedSpec) -> Conversation:
 
 def _text(data: dict[str, Any], keys: tuple[str, ...], fmt: str, *, required: bool) -> str:
     value, key = lookup(data, keys)
+    if key is not None and value is None and required:
+        raise SampleError(
+            "missing_field",
+            f"an {fmt} record needs {key!r}, which is null here; give it a string (an empty "
+            f"one if it has no text) or drop the record",
+            field=key,
+        )
     if key is None or value is None:
         if required:
             raise SampleError(
                 "missing_field",
                 f"an {fmt} record needs {' or '.join(repr(k) for k in keys)} (keys present: "
-                f"{', '.join(sorted(data)) or 'none'}); remap keys with columns=...",
+                f"{', '.join(sorted(data)) or 'none'}); remap keys with {spell('columns')}",
                 field=keys[0] if keys else None,
             )
         return ""

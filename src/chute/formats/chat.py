@@ -28,6 +28,7 @@ from typing import Any
 
 import orjson
 
+from chute._internal.spelling import spell
 from chute.errors import SampleError
 from chute.formats.media import bind_media, media_list, split_inline_tags
 from chute.formats.spec import ResolvedSpec, lookup
@@ -137,8 +138,8 @@ def _message(item: Any, i: int, list_field: str, spec: ResolvedSpec) -> Message:
         known = sorted(k for k in spec.roles if k not in ("function", "ipython", "bard", "bing"))
         raise SampleError(
             "unknown_role",
-            f"role {raw_role!r} is not one of {', '.join(known)}; map it with tags="
-            f"{{'user_tag': ..., 'assistant_tag': ...}}",
+            f"role {raw_role!r} is not one of {', '.join(known)}; map it with "
+            f"{spell('tags')} (user_tag, assistant_tag, ...)",
             field=f"{where}.{role_key}",
         )
     content, content_key = lookup(item, spec.content_keys)

@@ -23,21 +23,30 @@ Example:
 
 from __future__ import annotations
 
+import base64
 import re
 from typing import Any
 
+from chute._internal.spelling import spell
 from chute.errors import SampleError
 from chute.sample.conversation import Message, Part
 
-__all__ = ["bind_media", "media_list", "split_inline_tags"]
+__all__ = ["bind_media", "inline_url", "media_list", "split_inline_tags"]
 
 _IMG_TAG = re.compile(r"<img>(.*?)</img>", re.DOTALL)
 
 
 def media_list(value: Any, field: str) -> list[str]:
-    """A top-level media field as a list of source strings (a single string is a list of one).
+    r"""A top-level media field as a list of source strings (a single string is a list of one).
 
-    Entries may be strings or objects with a ``path`` or ``url``.
+    Entries may be strings or objects with a ``path`` or ``url``. An object that carries the
+    image itself (``{"bytes": b"...", "path": ...}``, the Hugging Face ``Image`` feature, as
+    Parquet files hold it) becomes a ``data:`` URL of those bytes: as in ``datasets``, the
+    bytes win over the path, which then only names where the image once was.
+
+    Example:
+        >>> media_list([{"bytes": b"\x89PNG...", "path": "a.png"}], "images")
+        ['data:image/png;base64,iVBORy4uLg==']
     """
     if value is None:
         return []
@@ -52,6 +61,10 @@ def media_list(value: Any, field: str) -> list[str]:
     out = []
     for i, item in enumerate(value):
         if isinstance(item, dict):
+            data = item.get("bytes")
+            if isinstance(data, bytes | bytearray) and data:
+                out.append(inline_url(bytes(data)))
+                continue
             item = item.get("path") or item.get("url") or item.get("image")
         if not isinstance(item, str) or not item:
             raise SampleError(
@@ -61,6 +74,23 @@ def media_list(value: Any, field: str) -> list[str]:
             )
         out.append(item)
     return out
+
+
+# Leading bytes of the image formats records carry inline (the decoder sniffs again anyway).
+_MAGIC = (
+    (b"\xff\xd8\xff", "image/jpeg"),
+    (b"\x89PNG", "image/png"),
+    (b"GIF8", "image/gif"),
+    (b"BM", "image/bmp"),
+)
+
+
+def inline_url(data: bytes) -> str:
+    """A ``data:`` URL holding ``data`` (an image's bytes), with its type when recognised."""
+    kind = next((t for magic, t in _MAGIC if data.startswith(magic)), None)
+    if kind is None:
+        kind = "image/webp" if data[:4] == b"RIFF" and data[8:12] == b"WEBP" else "image"
+    return f"data:{kind};base64,{base64.b64encode(data).decode()}"
 
 
 def split_inline_tags(text: str) -> list[Part] | str:
@@ -156,7 +186,7 @@ def bind_media(
                 raise SampleError(
                     "image_placeholder_mismatch",
                     f"{n_ph} {token} placeholder(s) in the messages but the record has {where}; "
-                    f"list the {kind}s, or change the placeholder text (placeholders=...) if "
+                    f"list the {kind}s, or change the placeholder text ({spell('placeholders')}) if "
                     f"{token} is meant literally",
                     field=fields.get(kind),
                 )

@@ -12,7 +12,7 @@ Example:
     >>> FormatSpec("alpaca", columns={"answer": "a"})
     Traceback (most recent call last):
     ...
-    chute.errors.ConfigError: columns: unknown key 'answer'; known keys: audios, history, images, messages, prompt, query, response, system, text, tools, videos
+    chute.errors.ConfigError: columns: unknown key 'answer'; known keys: audios, chosen, history, images, kto_tag, messages, prompt, query, rejected, response, system, text, tools, videos
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from typing import Any
 
 import orjson
 
+from chute._internal.spelling import spell, spell_set
 from chute.errors import ConfigError
 
 __all__ = ["COLUMN_KEYS", "FORMAT_NAMES", "TAG_KEYS", "FormatSpec", "ResolvedSpec", "lookup"]
@@ -41,11 +42,14 @@ FORMAT_NAMES = (
 
 COLUMN_KEYS = (
     "audios",
+    "chosen",
     "history",
     "images",
+    "kto_tag",
     "messages",
     "prompt",
     "query",
+    "rejected",
     "response",
     "system",
     "text",
@@ -146,7 +150,8 @@ class FormatSpec:
     def __post_init__(self) -> None:
         if self.name not in FORMAT_NAMES:
             raise ConfigError(
-                f"format: unknown format {self.name!r}; choose one of {', '.join(FORMAT_NAMES)}"
+                f"unknown format {self.name!r}; choose one of {', '.join(FORMAT_NAMES)}",
+                param="format",
             )
         for what, given, known in (
             ("columns", self.columns, COLUMN_KEYS),
@@ -155,23 +160,24 @@ class FormatSpec:
         ):
             if not isinstance(given, Mapping):
                 raise ConfigError(
-                    f"{what}: expected a mapping, got {type(given).__name__} {given!r}"
+                    f"expected a mapping, got {type(given).__name__} {given!r}", param=what
                 )
-            for key, value in given.items():
-                if key not in known:
+            for name, value in given.items():
+                if name not in known:
                     raise ConfigError(
-                        f"{what}: unknown key {key!r}; known keys: {', '.join(sorted(known))}"
+                        f"unknown key {name!r}; known keys: {', '.join(sorted(known))}",
+                        param=what,
                     )
                 if not (isinstance(value, str) and value) and not (
                     what == "placeholders" and value is None
                 ):
                     raise ConfigError(
-                        f"{what}[{key!r}]: expected a non-empty string, got {value!r}"
+                        f"{spell(what)}[{name!r}]: expected a non-empty string, got {value!r}"
                     )
         if self.name == "auto" and (self.columns or self.tags):
             raise ConfigError(
-                "columns/tags need an explicit format: pass format='alpaca', 'sharegpt', "
-                "'messages' or 'text' together with them"
+                f"{spell('columns')}/{spell('tags')} need an explicit format: pass "
+                f"{spell_set('format', 'alpaca')}, sharegpt, messages or text together with them"
             )
         # Freeze into plain dicts so the spec pickles and compares by value.
         object.__setattr__(self, "columns", dict(self.columns))
@@ -259,8 +265,9 @@ class FormatSpec:
                 f"dataset_info {path}: entry {dataset!r} has formatting {formatting!r}; chute "
                 f"reads 'alpaca' and 'sharegpt'"
             )
-        dropped = set(columns) - set(COLUMN_KEYS)
-        for key in dropped:  # ranking / KTO columns (chosen, rejected, kto_tag) are not SFT data
+        # ranking / KTO columns (chosen, rejected, kto_tag) are kept: Recipe(task="preference")
+        # and task="kto" read them, SFT recipes ignore them
+        for key in set(columns) - set(COLUMN_KEYS):
             del columns[key]
         return cls(name, columns=columns, tags=dict(entry.get("tags", {})))
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from chute._internal.spelling import spell
 from chute.errors import SampleError
 from chute.formats.chat import _json_type
 from chute.formats.media import bind_media, media_list
@@ -30,11 +31,17 @@ def convert_text(data: Any, spec: ResolvedSpec) -> Conversation:
         raise SampleError("wrong_type", f"expected a JSON object, got {_json_type(data)}")
     keys = spec.columns.get("text") or spec.columns.get("prompt") or ("text",)
     text, key = lookup(data, keys)
+    if key is not None and text is None:
+        raise SampleError(
+            "missing_field",
+            f"a text record needs {key!r}, which is null here; give it a string or drop the record",
+            field=key,
+        )
     if key is None or text is None:
         raise SampleError(
             "missing_field",
             f"a text record needs {' or '.join(repr(k) for k in keys)} (keys present: "
-            f"{', '.join(sorted(data)) or 'none'}); remap it with columns={{'text': ...}}",
+            f"{', '.join(sorted(data)) or 'none'}); remap it with {spell('columns')} (text=...)",
             field=keys[0],
         )
     if type(text) is not str:

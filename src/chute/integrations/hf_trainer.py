@@ -35,7 +35,7 @@ import os
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-from chute.errors import ConfigError
+from chute.errors import ConfigError, MissingDependency
 
 __all__ = ["MODEL_INPUTS", "ChuteTrainer", "ChuteTrainerMixin", "TrainerView", "loader_state_file"]  # noqa: F822 - ChuteTrainer is built on first access (module __getattr__)
 
@@ -59,7 +59,7 @@ def _require_transformers() -> Any:
     try:
         import transformers
     except ImportError:
-        raise ImportError(
+        raise MissingDependency(
             "chute.integrations.hf_trainer needs transformers and accelerate: "
             "pip install 'chute[hf]'"
         ) from None

@@ -10,7 +10,12 @@ and ``chute stats`` get lengths without tokenizing again:
 3. otherwise the lengths pass runs (``compute_lengths``: all cores) and stores the result.
 
 Sources or recipes without a ``fingerprint()`` cannot be keyed, so their lengths are computed
-again each time and never cached (fine for in-memory data). Under ``torchrun`` only local rank
+again each time and never cached (fine for in-memory data).
+
+With ``Recipe(overflow="split")`` the pass measures whole documents (that is what is cached) and
+the result is per window: ``split_lengths`` expands it into pieces, each a sample of its own
+(``chute.lengths.pieces``). With ``Recipe(task="preference")`` each sample is a pair, two rows of
+a padded batch (``sequences == 2``; ``longest`` is the longer side). Under ``torchrun`` only local rank
 0 of each node computes; the other local ranks wait for its file (``wait_timeout``).
 
 Example:
@@ -21,17 +26,22 @@ Example:
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import time
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
 import orjson
 
+from chute._internal.progress import ProgressArg
+from chute._internal.progress import progress as progress_of
 from chute.errors import ConfigError
 from chute.lengths.base import STATUS_OK, STATUS_REJECTED, STATUS_TRUNCATED, Lengths
 from chute.lengths.compute import compute_lengths
+from chute.lengths.pieces import Pieces, PieceTable, split_lengths
 from chute.lengths.store import LENGTHS_VERSION, cache_key, cache_paths, read_cached, write_cached
 
 __all__ = [
@@ -40,9 +50,12 @@ __all__ = [
     "STATUS_REJECTED",
     "STATUS_TRUNCATED",
     "Lengths",
+    "PieceTable",
+    "Pieces",
     "compute_lengths",
     "lengths_key",
     "lengths_of",
+    "split_lengths",
 ]
 
 log = logging.getLogger("chute.lengths")
@@ -74,7 +87,7 @@ def lengths_of(
     workers: int | None = None,
     cache: bool = True,
     cache_dir: str | os.PathLike[str] | None = None,
-    progress: Callable[[int], None] | None = None,
+    progress: ProgressArg = None,
     local_rank: int = 0,
     wait_timeout: float = 3600.0,
 ) -> Lengths:
@@ -86,7 +99,9 @@ def lengths_of(
         workers: processes for the lengths pass (default: all cores).
         cache: read and write the lengths cache (``False``: always compute, store nothing).
         cache_dir: the cache root (default ``$CHUTE_CACHE_DIR`` or ``~/.cache/chute``).
-        progress: called with the number of records done, for progress bars.
+        progress: ``None``: a bar on a terminal, else a log line now and then, on rank 0
+            (``chute._internal.progress``); ``False``: silent; or called with the number of
+            records done.
         local_rank: this process's rank within its node; ranks other than 0 wait for local
             rank 0 to write the cache instead of computing it again.
         wait_timeout: seconds a waiting rank waits before it gives up.
@@ -102,11 +117,46 @@ def lengths_of(
                 f"{type(source).__name__}.lengths has {len(lens)} entries but the source has "
                 f"{len(source)} samples; rebuild the source's lengths"
             )
+        longest = getattr(source, "longest", None)  # a cache of preference pairs
+        if longest is not None and lens.longest is None:
+            lens = dataclasses.replace(lens, longest=np.asarray(longest), sequences=2)
         return lens
+    lens = _per_record(
+        source, recipe, workers, cache, cache_dir, progress, local_rank, wait_timeout
+    )
+    if getattr(recipe, "task", None) == "preference":
+        lens = dataclasses.replace(lens, sequences=2)
+    if getattr(recipe, "overflow", None) == "split":
+        lens = split_lengths(lens, recipe.max_length, recipe.stride)  # type: ignore[union-attr]
+    return lens
+
+
+def _per_record(
+    source: Any,
+    recipe: Any,
+    workers: int | None,
+    cache: bool,
+    cache_dir: Any,
+    progress: ProgressArg,
+    local_rank: int,
+    wait_timeout: float,
+) -> Lengths:
+    """The lengths of every record under ``recipe``: cached, or computed (and cached)."""
     key, describe = lengths_key(source, recipe) if cache else (None, {})
     if key is None:
-        out, kinds, tally = compute_lengths(source, recipe, workers=workers, progress=progress)
-        return Lengths(out[0], out[1], out[2], kinds=tuple(kinds), tally=tally)
+        with progress_of(len(source), "lengths", enabled=progress) as bar:
+            out, kinds, tally = compute_lengths(
+                source, recipe, workers=workers, progress=bar.update
+            )
+        return Lengths(
+            out[0],
+            out[1],
+            out[2],
+            kinds=tuple(kinds),
+            tally=tally,
+            first_trained=out[3],
+            longest=out[4],
+        )
     hit = read_cached(key, cache_dir)
     if hit is not None:
         return hit
@@ -118,9 +168,10 @@ def lengths_of(
     )
 
     def fill(out: Any) -> tuple[list[str], Any]:
-        _, kinds, tally = compute_lengths(
-            source, recipe, workers=workers, out=out, progress=progress
-        )
+        with progress_of(n, "lengths", enabled=progress) as bar:
+            _, kinds, tally = compute_lengths(
+                source, recipe, workers=workers, out=out, progress=bar.update
+            )
         return kinds, tally
 
     return write_cached(key, n, fill, cache_dir=cache_dir, describe=describe)

@@ -6,33 +6,37 @@ back to back) and sends back three small int32 arrays per chunk. Results are wri
 into the output array (a memory map when the result is cached), so the main process holds no
 per-record Python objects::
 
-    records 0 .. n-1 ──chunks──► worker: recipe.batch(256 records) ──► length, image_tokens,
-                                         check_sample, check_values      status (+ reject kinds)
+    records 0 .. n-1 ──chunks──► worker: judge(recipe, 256 records) ──► length, image_tokens,
+                                         (recipe.batch + the sample       status, first trained
+                                          contract)                       (+ reject kinds)
                                                      │
     out[:, lo:hi] ◄──────────────────────────────────┘  (in chunk order, whatever finished first)
 
-A sample counts as valid exactly when the loader would accept it: the same ``check_sample`` and
-token-value checks run here.
+A sample counts as valid exactly when the loader would accept it: ``chute.recipe.outcome.judge``
+decides, as it does for validate and preprocess. The position of each sample's first trained
+token is kept, so ``chute stats`` can apply any ``max_length`` later exactly as the recipe would.
 
 Example:
     >>> data = [{"input_ids": [1, 2, 3]}, {"input_ids": []}, {"input_ids": [4]}]
     >>> out, kinds, tally = compute_lengths(data, None, workers=1)
     >>> out[0].tolist(), kinds, dict(tally.counts)
     ([3, -1, 1], ['empty_sample'], {'empty_sample': 1})
+    >>> out[4].tolist()  # each sample's longest sequence (a preference pair's longer side)
+    [3, -1, 1]
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterator
-from concurrent.futures import ProcessPoolExecutor
 from typing import Any
 
 import numpy as np
 
-from chute._internal.pools import pool_context
-from chute.errors import RejectTally, as_sample_error
-from chute.lengths.base import STATUS_OK, STATUS_REJECTED, STATUS_TRUNCATED
+from chute._internal.pools import process_pool
+from chute.errors import RejectTally, SampleError
+from chute.lengths.base import ROWS, STATUS_OK, STATUS_REJECTED, STATUS_TRUNCATED
+from chute.recipe.outcome import first_trained, judge, preflight
 
 __all__ = ["compute_lengths"]
 
@@ -58,16 +62,18 @@ def compute_lengths(
         recipe: ``recipe(record) -> sample`` (``recipe.batch`` is used when present);
             ``None``: records are pre-tokenized samples.
         workers: processes (default: all cores; 1 runs in this process).
-        out: a ``(3, len(source))`` int32 array to fill (e.g. a memory map); default: new.
+        out: a ``(ROWS, len(source))`` int32 array to fill (e.g. a memory map); default: new.
         progress: called with the number of records done as chunks finish.
 
     Returns:
-        ``(out, kinds, tally)``: rows ``length`` (-1 rejected), ``image_tokens`` and
-        ``status`` (see ``chute.lengths.base``); the reject kinds by code; the reject tally.
+        ``(out, kinds, tally)``: rows ``length`` (-1 rejected), ``image_tokens``, ``status``
+        ``first_trained`` and ``longest`` (see ``chute.lengths.base``); the reject kinds by code; the
+        reject tally.
     """
+    preflight(recipe, source)  # a recipe that cannot work fails now, not after a chunk
     n = len(source)
     if out is None:
-        out = np.empty((3, n), dtype=np.int32)
+        out = np.empty((ROWS, n), dtype=np.int32)
     workers = max(1, workers or os.cpu_count() or 1)
     chunk = max(MIN_CHUNK, min(MAX_CHUNK, -(-n // (workers * 8)))) if n else 1
     bounds = [(lo, min(n, lo + chunk)) for lo in range(0, n, chunk)]
@@ -96,12 +102,7 @@ def _run(
         for lo, hi in bounds:
             yield _chunk(source, recipe, lo, hi)
         return
-    with ProcessPoolExecutor(
-        max_workers=min(workers, len(bounds)),
-        mp_context=pool_context(),
-        initializer=_init_worker,
-        initargs=(source, recipe),
-    ) as pool:
+    with process_pool(min(workers, len(bounds)), _init_worker, (source, recipe)) as pool:
         yield from pool.map(_chunk_in_worker, bounds)
 
 
@@ -127,40 +128,31 @@ def _records(source: Any, lo: int, hi: int) -> Iterator[Any]:
 
 def _chunk(source: Any, recipe: Any, lo: int, hi: int) -> ChunkResult:
     """Lengths of records ``lo .. hi-1``; rejects carry chunk-local kind names."""
-    # imported here: chute.loader imports the plans, which import chute.lengths
-    from chute.sample.contract import as_tokenized, check_sample, check_values, location_of
-
-    block = np.zeros((3, hi - lo), dtype=np.int32)
+    block = np.zeros((ROWS, hi - lo), dtype=np.int32)
     kinds: list[str] = []
     tally = RejectTally()
-    batch_fn = getattr(recipe, "batch", None) if recipe is not None else None
     pending: list[Any] = []
     pos = 0
 
     def flush() -> None:
         nonlocal pos
-        if callable(batch_fn):
-            results: list[Any] = batch_fn(pending)
-        else:
-            results = [_convert(recipe, item) for item in pending]
-        for item, result in zip(pending, results, strict=True):
-            try:
-                if isinstance(result, BaseException):
-                    raise result
-                sample = check_sample(result if recipe is not None else as_tokenized(result))
-                check_values(sample)
-            except Exception as exc:
-                path, line = location_of(item)
-                error = as_sample_error(exc, path, line)
-                if error.path is None and path is None:
-                    error.with_location(f"{type(source).__name__}[{lo + pos}]", None)
-                tally.add(error)
-                kinds.append(error.kind)
-                block[:, pos] = (-1, 0, STATUS_REJECTED)
+        for result in judge(recipe, pending):
+            if isinstance(result, SampleError):
+                if result.path is None:
+                    result.with_location(f"{type(source).__name__}[{lo + pos}]", None)
+                tally.add(result)
+                kinds.append(result.kind)
+                block[:, pos] = (-1, 0, STATUS_REJECTED, 0, -1)
             else:
-                image = sample.get("num_image_tokens", 0) or 0
-                status = STATUS_TRUNCATED if sample.get("truncated") else STATUS_OK
-                block[:, pos] = (len(sample["input_ids"]), int(image), status)
+                image = result.get("num_image_tokens", 0) or 0
+                status = STATUS_TRUNCATED if result.get("truncated") else STATUS_OK
+                n = len(result["input_ids"])
+                # pre-tokenized samples are taken as they are (the loader checks no labels)
+                labels = result.get("labels") if recipe is not None else None
+                first = first_trained(labels) if labels is not None else 0
+                chosen = result.get("chosen_length")  # a preference pair: its longer side
+                longest = n if chosen is None else max(int(chosen), n - int(chosen))
+                block[:, pos] = (n, int(image), status, first, longest)
             pos += 1
         pending.clear()
 
@@ -171,13 +163,3 @@ def _chunk(source: Any, recipe: Any, lo: int, hi: int) -> ChunkResult:
     if pending:
         flush()
     return lo, block, kinds, tally
-
-
-def _convert(recipe: Any, item: Any) -> Any:
-    """``recipe(item)``, or the item itself without a recipe; an error is returned, not raised."""
-    if recipe is None:
-        return item
-    try:
-        return recipe(item)
-    except Exception as exc:  # judged (and job-level errors re-raised) by the caller
-        return exc

@@ -2,7 +2,8 @@
 
 Files live under ``<cache root>/lengths/`` (``$CHUTE_CACHE_DIR``, else ``~/.cache/chute``)::
 
-    lengths/3f2a...c1.npy    int32, shape (3, n): length, image_tokens, status
+    lengths/3f2a...c1.npy    int32, shape (5, n): length, image_tokens, status, first_trained,
+                             longest
     lengths/3f2a...c1.json   key inputs (source and recipe fingerprints), reject kinds, tally
 
 The name is a hash of the source's fingerprint (each file's size, mtime and edge hash), the
@@ -31,12 +32,12 @@ import orjson
 
 from chute._internal.files import atomic_file, cache_root
 from chute.errors import RejectTally
-from chute.lengths.base import Lengths
+from chute.lengths.base import ROWS, Lengths
 
 __all__ = ["LENGTHS_VERSION", "cache_key", "cache_paths", "read_cached", "write_cached"]
 
 # Bump when the same source and recipe would give different lengths or a different layout.
-LENGTHS_VERSION = 1
+LENGTHS_VERSION = 3  # 2: a fourth row, first_trained; 3: a fifth, longest (preference pairs)
 FORMAT = "chute.lengths"
 
 
@@ -74,14 +75,21 @@ def read_cached(key: str, cache_dir: str | os.PathLike[str] | None = None) -> Le
         or meta.get("version") != LENGTHS_VERSION
         or meta.get("key") != key
         or data.dtype != np.int32
-        or data.shape != (3, meta.get("samples"))
+        or data.shape != (ROWS, meta.get("samples"))
     ):
         return None
     tally = RejectTally()
     tally.counts.update(meta.get("by_reason", {}))
     tally.examples = {k: list(v) for k, v in meta.get("examples", {}).items()}
     return Lengths(
-        data[0], data[1], data[2], kinds=tuple(meta.get("kinds", ())), tally=tally, key=key
+        data[0],
+        data[1],
+        data[2],
+        kinds=tuple(meta.get("kinds", ())),
+        tally=tally,
+        key=key,
+        first_trained=data[3],
+        longest=data[4],
     )
 
 
@@ -98,7 +106,7 @@ def write_cached(
     Args:
         key: the cache key.
         n: samples in the source.
-        fill: fills the ``(3, n)`` int32 array it is given; returns the reject kinds and tally.
+        fill: fills the ``(ROWS, n)`` int32 array it is given; returns the reject kinds and tally.
         cache_dir: the cache root (default ``$CHUTE_CACHE_DIR`` or ``~/.cache/chute``).
         describe: extra JSON-able fields for the sidecar (the fingerprints behind the key).
     """
@@ -108,7 +116,7 @@ def write_cached(
     os.close(fd)
     t0 = time.perf_counter()
     try:
-        out = np.lib.format.open_memmap(tmp, mode="w+", dtype=np.int32, shape=(3, n))
+        out = np.lib.format.open_memmap(tmp, mode="w+", dtype=np.int32, shape=(ROWS, n))
         kinds, tally = fill(out)
         out.flush()
         del out

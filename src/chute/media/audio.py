@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from chute._internal.lazy_torch import require_torch
-from chute.errors import ConfigError, SampleError
+from chute.errors import ConfigError, MissingDependency, SampleError
 from chute.media.transforms import ImageFeatures
 
 __all__ = ["AudioClips", "AudioInfo", "probe_audio", "resample"]
@@ -37,7 +37,9 @@ def _sf() -> Any:
     try:
         import soundfile
     except (ImportError, OSError):
-        raise ImportError("reading audio needs soundfile: pip install 'chute[audio]'") from None
+        raise MissingDependency(
+            "reading audio needs soundfile: pip install 'chute[audio]'"
+        ) from None
     return soundfile
 
 
@@ -125,7 +127,7 @@ class AudioClips:
     def __post_init__(self) -> None:
         sr = self.sample_rate
         if isinstance(sr, bool) or not isinstance(sr, int) or sr < 1:
-            raise ConfigError(f"sample_rate: expected a positive int (Hz), got {sr!r}")
+            raise ConfigError(f"expected a positive int (Hz), got {sr!r}", param="sample_rate")
         for name in ("max_seconds", "tokens_per_second"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:

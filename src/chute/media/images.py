@@ -84,8 +84,8 @@ class DecodeOptions:
             or not all(isinstance(c, int) and 0 <= c <= 255 for c in bg)
         ):
             raise ConfigError(
-                f"background: expected an RGB triple of ints 0..255 such as (255, 255, 255), "
-                f"got {bg!r}"
+                f"expected an RGB triple of ints 0..255 such as (255, 255, 255), got {bg!r}",
+                param="background",
             )
         object.__setattr__(self, "background", tuple(bg))
 

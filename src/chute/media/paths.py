@@ -13,10 +13,21 @@ different places). The resolved path, with every symlink followed, must lie insi
     /data/llava/link.jpg -> /home/me/.ssh/id_rsa      link.jpg            unsafe_path (symlink)
     /data/llava/coco/1.jpg                            /data/llava/coco/…  ok (absolute, inside)
 
-URLs (``http://``, ``https://``, ``s3://``, ``gs://``, ``ftp://``) are refused as
-``url_not_allowed`` unless ``allow_urls=True``; even then chute fetches nothing (a URL reference
-then needs a user ``fetch`` function in the media stage). ``data:`` URLs carry their bytes inline
-and are always allowed.
+A root may be a URL (``media_root="s3://bucket/images"``; a remote data file's default root is
+its own folder): references then resolve to URLs under it by the same rule, with ``..`` resolved
+and no escape above the root, and chute fetches them (``chute.media.remote``: size limit first,
+retries, a bounded local cache)::
+
+    media_root = s3://b/images       record says         verdict
+    ──────────────────────────────   ─────────────────   ─────────────────────────────────────
+    s3://b/images/coco/1.jpg         coco/1.jpg          ok (fetched)
+    s3://b/secret.txt                ../secret.txt       unsafe_path
+    s3://b/images/coco/1.jpg         s3://b/images/...   ok (a URL inside the root)
+
+Other URLs (``http://``, ``https://``, ``s3://``, ...) are refused as ``url_not_allowed`` unless
+``allow_urls=True``; even then chute fetches nothing (a URL reference then needs a user
+``fetch`` function in the media stage). ``data:`` URLs carry their bytes inline and are always
+allowed.
 
 Example:
     >>> import tempfile, os
@@ -37,6 +48,8 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
+from chute._internal.remote import check_url, is_url, join_url, parent_url
+from chute._internal.spelling import spell
 from chute.errors import ConfigError, SampleError
 
 __all__ = ["INLINE", "REMOTE", "MediaPaths", "is_remote"]
@@ -49,7 +62,7 @@ PathLike = str | os.PathLike[str]
 
 def is_remote(source: str) -> bool:
     """Whether ``source`` is a URL chute would have to fetch."""
-    return source.startswith(REMOTE)
+    return source.startswith(REMOTE) or is_url(source)
 
 
 class MediaPaths:
@@ -75,30 +88,40 @@ class MediaPaths:
         if isinstance(allowed_roots, str | os.PathLike):
             allowed_roots = [allowed_roots]
         self.allowed = tuple(
-            os.path.realpath(_folder(r, f"allowed_roots[{i}]"))
-            for i, r in enumerate(allowed_roots or ())
+            _real(_folder(r, f"allowed_roots[{i}]")) for i, r in enumerate(allowed_roots or ())
         )
         self.default: str | None = None
         self.by_source: dict[str, str] = {}
         if isinstance(media_root, Mapping):
-            for key, folder in media_root.items():
-                self.by_source[_pattern(key)] = _folder(folder, f"media_root[{key!r}]")
+            for pattern, folder in media_root.items():
+                self.by_source[_pattern(pattern)] = _folder(folder, f"media_root[{pattern!r}]")
         elif media_root is not None:
             self.default = _folder(media_root, "media_root")
         self._real: dict[str, str] = {}
 
     def root_for(self, data_path: str | None) -> str:
-        """The folder relative references of ``data_path``'s records resolve against."""
+        """The folder (or URL) relative references of ``data_path``'s records resolve against."""
         if self.by_source and data_path is not None:
-            absolute = os.path.abspath(data_path)
+            absolute = data_path if is_url(data_path) else os.path.abspath(data_path)
             for pattern, folder in self.by_source.items():
                 if absolute == pattern or fnmatch.fnmatch(absolute, pattern):
                     return folder
         if self.default is not None:
             return self.default
+        if data_path and is_url(data_path):
+            return parent_url(data_path)
         if data_path:
             return os.path.dirname(os.path.abspath(data_path))
         return os.getcwd()
+
+    def fetchable(self, url: str, data_path: str | None) -> bool:
+        """Whether chute itself may fetch ``url``: under a remote root of ``data_path``'s records.
+
+        The roots are ``data_path``'s media root and the remote ``allowed_roots`` entries.
+        """
+        root = self.root_for(data_path)
+        roots = [r for r in (root, *self.allowed) if is_url(r)]
+        return any(_inside_url(url, r) for r in roots)
 
     def resolve(self, source: str, data_path: str | None) -> str:
         """The real path of a local reference, or the URL itself when URLs are allowed.
@@ -109,18 +132,23 @@ class MediaPaths:
         """
         if source.startswith(INLINE):
             return source
+        root = self.root_for(data_path)
+        if is_url(root) and not is_remote(source):
+            return self._resolve_remote(source, root)
         if is_remote(source):
+            if is_url(source) and self.fetchable(normal := _normal_url(source), data_path):
+                return normal
             if self.allow_urls:
                 return source
             raise SampleError(
                 "url_not_allowed",
-                f"{source} is a URL; chute reads local files only and never fetches (download "
-                f"the file and reference the local copy, or pass allow_urls=True with a media "
-                f"stage that has fetch=...)",
+                f"{source} is a URL; chute fetches only under a remote media root "
+                f"(media_root='s3://bucket/images', or a remote data file's own folder): set "
+                f"media_root=, download the file and reference the local copy, or pass "
+                f"allow_urls=True with a media stage that has fetch=...",
             )
         if source.startswith("file://"):
             source = source[len("file://") :]
-        root = self.root_for(data_path)
         joined = os.path.join(root, os.path.expanduser(source))
         real = os.path.realpath(joined)
         real_root = self._real.get(root)
@@ -131,11 +159,22 @@ class MediaPaths:
             raise SampleError(
                 "unsafe_path",
                 f"{source} resolves to {real}, outside the media root {real_root} ({why} "
-                f"there); media references must stay inside their root: set media_root= to the "
-                f"folder the dataset's paths are relative to, or name the target's folder in "
-                f"media_allowed_roots=",
+                f"there); media references must stay inside their root: set "
+                f"{spell('media_root')} to the folder the dataset's paths are relative to, or name "
+                f"the target's folder in {spell('media_allowed_roots')}",
             )
         return real
+
+    def _resolve_remote(self, source: str, root: str) -> str:
+        joined = join_url(root, source)
+        if _inside_url(joined, root) or any(_inside_url(joined, r) for r in self.allowed):
+            return joined
+        raise SampleError(
+            "unsafe_path",
+            f"{source} resolves to {joined}, outside the media root {root}; media references "
+            f"must stay inside their root: set media_root= to the folder the dataset's paths "
+            f"are relative to, or name the target's folder in media_allowed_roots=",
+        )
 
     def describe_root(self, data_path: str | None) -> str:
         """Which root applies to ``data_path``, in words, for error messages."""
@@ -161,28 +200,51 @@ def _inside(path: str, root: str) -> bool:
     return path == root or path.startswith(root.rstrip(os.sep) + os.sep)
 
 
+def _normal_url(url: str) -> str:
+    """``url`` with ``.`` and ``..`` resolved (never above its bucket or host)."""
+    scheme, rest = url.split("://", 1)
+    host, _, path = rest.partition("/")
+    return join_url(f"{scheme}://{host}/", path)
+
+
+def _inside_url(url: str, root: str) -> bool:
+    """Whether ``url`` lies under the URL folder ``root`` (after ``..`` is resolved)."""
+    if not is_url(url):
+        return False
+    return _normal_url(url).startswith(root.rstrip("/") + "/")
+
+
 def _folder(value: Any, name: str) -> str:
     if not isinstance(value, str | os.PathLike):
-        raise ConfigError(f"{name}: expected a folder path, got {type(value).__name__}")
+        raise ConfigError(f"expected a folder path, got {type(value).__name__}", param=name)
+    if is_url(os.fspath(value)):
+        return check_url(os.fspath(value), name).rstrip("/")  # existence shows per reference
     folder = os.path.abspath(os.path.expanduser(os.fspath(value)))
     if not os.path.isdir(folder):
         raise ConfigError(
-            f"{name}: {folder} is not a folder; pass the folder the dataset's media paths are "
-            f"relative to"
+            f"{folder} is not a folder; pass the folder the dataset's media paths are relative to",
+            param=name,
         )
     return folder
 
 
-def _pattern(key: Any) -> str:
+def _pattern(entry: Any) -> str:
     """A mapping key as an absolute path or glob (``*/x.jsonl`` matches at any depth)."""
-    if not isinstance(key, str | os.PathLike):
+    if not isinstance(entry, str | os.PathLike):
         raise ConfigError(
-            f"media_root: mapping keys are data file paths or globs, got {type(key).__name__}"
+            f"mapping keys are data file paths or globs, got {type(entry).__name__}",
+            param="media_root",
         )
-    text = os.path.expanduser(os.fspath(key))
+    text = os.path.expanduser(os.fspath(entry))
+    if is_url(text):
+        return text
     if any(c in text for c in "*?[") and (text.startswith("*") or os.path.isabs(text)):
         return text
     return os.path.abspath(text)
+
+
+def _real(folder: str) -> str:
+    return folder if is_url(folder) else os.path.realpath(folder)
 
 
 def _has_link(path: str, root: str) -> bool:

@@ -56,8 +56,9 @@ class ProcessorTransform:
     ):
         if not callable(processor):
             raise ConfigError(
-                f"processor: expected a transformers image processor or a callable, got "
-                f"{type(processor).__name__}"
+                f"expected a transformers image processor or a callable, got "
+                f"{type(processor).__name__}",
+                param="processor",
             )
         self.processor = processor
         self.is_hf = hasattr(processor, "model_input_names") and hasattr(processor, "preprocess")

@@ -18,9 +18,11 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
+from chute._internal.spelling import spell, spell_set, spell_value
 from chute.errors import ConfigError, SampleError
 from chute.media.images import DEFAULT_MAX_PIXELS
 from chute.media.paths import MediaPaths, is_remote
+from chute.media.remote import RemoteMedia
 from chute.media.sizes import image_size
 from chute.media.tokens import DynamicImageTokens, image_tokens_rule
 from chute.sample.conversation import Part
@@ -46,11 +48,12 @@ class MediaPlan:
 
     Args:
         tokenizer: the recipe's tokenizer (for token ids and the default image token).
-        image_tokens: a count, a preset or a rule (see ``image_tokens_rule``); ``"auto"``:
-            ``qwen2-vl`` when the image token is ``<|image_pad|>``, else ``llava-1.5`` (576);
-            ``None`` makes the first image a ``ConfigError``.
+        image_tokens: a count, a preset or a rule (see ``image_tokens_rule``); ``"auto"`` (the
+            default): ``qwen2-vl`` when the image token is ``<|image_pad|>``, else ``llava-1.5``
+            (576); ``None`` makes the first image a ``ConfigError``.
         image_token: the token marking an image (default: the tokenizer's, else ``<image>``).
         image_token_id: the id written for it (default: the token's id).
+        video_token / audio_token: the tokens marking a video / an audio clip.
         video_tokens: fixed tokens per video, a ``VideoFrames`` (counts from the header), or
             ``None``.
         audio_tokens: fixed tokens per audio clip, an ``AudioClips`` (counts from the header),
@@ -68,11 +71,13 @@ class MediaPlan:
         self,
         tokenizer: Tokenizer,
         *,
-        image_tokens: Any = None,
+        image_tokens: Any = "auto",
         image_token: str | None = None,
         image_token_id: int | None = None,
         video_tokens: Any = None,
         audio_tokens: Any = None,
+        video_token: str | None = None,
+        audio_token: str | None = None,
         media_root: Any = None,
         check_images: bool = True,
         allow_urls: bool = False,
@@ -84,9 +89,12 @@ class MediaPlan:
         if image_token_id is not None and (
             not isinstance(image_token_id, int) or isinstance(image_token_id, bool)
         ):
-            raise ConfigError(f"image_token_id: expected an integer, got {image_token_id!r}")
+            raise ConfigError(
+                f"expected an integer, got {spell_value(image_token_id)}", param="image_token_id"
+            )
         self.image_token_id = image_token_id
         self.paths = MediaPaths(media_root, allow_urls=allow_urls, allowed_roots=allowed_roots)
+        self._remote: RemoteMedia | None = None
         self.check_images = bool(check_images)
         if (
             isinstance(max_image_pixels, bool)
@@ -94,11 +102,12 @@ class MediaPlan:
             or max_image_pixels < 1
         ):
             raise ConfigError(
-                f"max_image_pixels: expected a positive integer, got {max_image_pixels!r}"
+                f"expected a positive integer, got {spell_value(max_image_pixels)}",
+                param="max_image_pixels",
             )
         self.max_image_pixels = max_image_pixels
         self.tokenizer = tokenizer
-        self.tokens, self.text = _markup(tokenizer, image_token)
+        self.tokens, self.text = _markup(tokenizer, image_token, video_token, audio_token)
         if image_tokens == "auto":  # Qwen2-VL's rule for Qwen vision vocabularies, else LLaVA's
             image_tokens = "qwen2-vl" if self.tokens["image"] == "<|image_pad|>" else "llava-1.5"
         self.image_rule = image_tokens_rule(image_tokens)
@@ -140,18 +149,22 @@ class MediaPlan:
                 count = rule
                 extra: dict[str, Any] = {"size": None, "grid_thw": None}
                 if rule is not None and not isinstance(rule, int):
-                    if is_remote(resolved) or resolved.startswith(_INLINE):
+                    local = resolved
+                    if self.paths.fetchable(resolved, data_path):
+                        local = self.remote.local(resolved, data_path, part.kind)
+                    elif is_remote(resolved) or resolved.startswith(_INLINE):
                         raise SampleError(
                             "url_not_allowed",
                             f"{resolved}: counting {part.kind} tokens needs the local file",
                         )
-                    count, found = rule.count_tokens(resolved)
+                    count, found = rule.count_tokens(local)
                     extra.update(found)
                 if count is None:
                     raise ConfigError(
-                        f"{part.kind}_tokens: the data has {part.kind}s ({part.value}) but no "
-                        f"token count per {part.kind} is set; pass {part.kind}_tokens=N "
-                        f"(counting from the {part.kind}'s content is not supported yet)"
+                        f"the data has {part.kind}s ({part.value}) but no token count per "
+                        f"{part.kind} is set; pass {spell(f'{part.kind}_tokens')} (tokens per "
+                        f"{part.kind}, e.g. {spell_set(f'{part.kind}_tokens', 64)})",
+                        param=f"{part.kind}_tokens",
                     )
                 token_id = self._token_id(part.kind, None, None)
                 info.update(num_tokens=count, **extra)
@@ -164,12 +177,18 @@ class MediaPlan:
         rule = self.image_rule
         if rule is None:
             raise ConfigError(
-                "image_tokens: the data has images but no token count per image is set; pass "
-                "image_tokens=576 (LLaVA-1.5), 256 (Qwen-VL) or 'qwen2-vl' (from each image's "
-                "size)"
+                f"the data has images but image tokens are turned off ({spell_value(None)}); pass "
+                f"{spell_set('image_tokens', 576)} (LLaVA-1.5), 256 (Qwen-VL), "
+                f"{spell_value('qwen2-vl')} (from each image's size) or {spell_value('auto')} (the default)",
+                param="image_tokens",
             )
         dynamic = isinstance(rule, DynamicImageTokens)
-        if is_remote(resolved):  # allow_urls=True, else resolve() refused it
+        if dynamic and is_remote(resolved) and self.paths.fetchable(resolved, data_path):
+            # Under a remote media root: the header is read from a local copy (which the
+            # media stage then decodes without fetching again). A fixed count reads nothing.
+            w, h = image_size(self.remote.local(resolved, data_path))
+            return self._dynamic_count(rule, resolved, w, h)
+        if is_remote(resolved):  # allow_urls=True or a remote root, else resolve() refused it
             if dynamic:
                 raise SampleError(
                     "url_not_allowed",
@@ -185,19 +204,31 @@ class MediaPlan:
             raise SampleError(
                 "image_missing",
                 f"{resolved}: no such file (relative paths resolve against {where}; set "
-                f"media_root= if they are relative to another folder)",
+                f"{spell('media_root')} if they are relative to another folder)",
             )
         if dynamic:
             w, h = image_size(resolved)
-            if w * h > self.max_image_pixels:
-                raise SampleError(
-                    "image_too_large",
-                    f"{resolved}: {w}x{h} = {w * h:,} pixels, more than max_image_pixels="
-                    f"{self.max_image_pixels:,}",
-                )
-            count, grid = rule.count((w, h))
-            return count, [w, h], list(grid) if grid is not None else None
+            return self._dynamic_count(rule, resolved, w, h)
         return rule.count(None)[0], None, None
+
+    def _dynamic_count(
+        self, rule: Any, resolved: str, w: int, h: int
+    ) -> tuple[int, list[int] | None, list[int] | None]:
+        if w * h > self.max_image_pixels:
+            raise SampleError(
+                "image_too_large",
+                f"{resolved}: {w}x{h} = {w * h:,} pixels, more than max_image_pixels="
+                f"{self.max_image_pixels:,}",
+            )
+        count, grid = rule.count((w, h))
+        return count, [w, h], list(grid) if grid is not None else None
+
+    @property
+    def remote(self) -> RemoteMedia:
+        """The fetcher of media under remote media roots (made on first use)."""
+        if self._remote is None:
+            self._remote = RemoteMedia(self.paths)
+        return self._remote
 
     def token_id(self, kind: str = "image") -> int:
         """The id written for one ``kind`` token (``image``, ``video``, ``audio``).
@@ -216,13 +247,13 @@ class MediaPlan:
         token_id = self.tokenizer.token_to_id(token)
         if token_id is None:
             fix = (
-                f"pass {option}= (LLaVA's original code uses -200)"
+                f"pass {spell(option)} (LLaVA's original code uses -200)"
                 if option
                 else "use a tokenizer that has it"
             )
             raise ConfigError(
                 f"{kind} token {token!r} is not in the tokenizer's vocabulary; {fix}, or name "
-                f"the token with image_token=..."
+                f"the {kind} token with {spell(f'{kind}_token')}"
             )
         return token_id
 
@@ -241,7 +272,12 @@ class MediaPlan:
         }
 
 
-def _markup(tok: Tokenizer, image_token: str | None) -> tuple[dict[str, str], dict[str, str]]:
+def _markup(
+    tok: Tokenizer,
+    image_token: str | None,
+    video_token: str | None = None,
+    audio_token: str | None = None,
+) -> tuple[dict[str, str], dict[str, str]]:
     """Per kind: the media token, and the text one item renders as.
 
     The text is the token, wrapped in Qwen's vision/audio markers when the vocabulary has them.
@@ -250,8 +286,9 @@ def _markup(tok: Tokenizer, image_token: str | None) -> tuple[dict[str, str], di
     has = tok.token_to_id
     tokens = {
         "image": image,
-        "video": "<|video_pad|>" if has("<|video_pad|>") is not None else "<video>",
-        "audio": "<|AUDIO|>" if has("<|AUDIO|>") is not None else "<audio>",
+        "video": video_token
+        or ("<|video_pad|>" if has("<|video_pad|>") is not None else "<video>"),
+        "audio": audio_token or ("<|AUDIO|>" if has("<|AUDIO|>") is not None else "<audio>"),
     }
     vision = has("<|vision_start|>") is not None
     text = {}
@@ -265,13 +302,16 @@ def _markup(tok: Tokenizer, image_token: str | None) -> tuple[dict[str, str], di
     return tokens, text
 
 
-def _count_or_none(value: Any, name: str) -> Any:
+def _count_or_none(count: Any, name: str) -> Any:
     """A fixed count, ``None``, or a rule with ``count_tokens(path)`` (e.g. ``VideoFrames``)."""
-    if value is None or callable(getattr(value, "count_tokens", None)):
-        return value
-    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-        raise ConfigError(f"{name}: expected a positive number of tokens or None, got {value!r}")
-    return value
+    if count is None or callable(getattr(count, "count_tokens", None)):
+        return count
+    if not isinstance(count, int) or isinstance(count, bool) or count < 1:
+        raise ConfigError(
+            f"expected a positive number of tokens or {spell_value(None)}, got {spell_value(count)}",
+            param=name,
+        )
+    return count
 
 
 def _rule_json(rule: Any) -> Any:

@@ -65,6 +65,8 @@ def image_size(source: str | os.PathLike[str], *, exif_transpose: bool = True) -
             f"and point the record (or media_root) at the local copy",
         )
     fp: str | IO[bytes] = _data_url(text) if text.startswith("data:") else text
+    if text.startswith("data:"):
+        text = text[:40] + "..."  # the name in messages, not the whole image
     try:
         with Image.open(fp) as im:
             width, height = im.size

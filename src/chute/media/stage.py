@@ -31,14 +31,16 @@ from typing import Any
 
 import numpy as np
 
+from chute._internal.spelling import spell_set
 from chute.errors import ConfigError, SampleError
 from chute.media.images import DecodeOptions, decode_image
 from chute.media.paths import is_remote
 from chute.media.processor import ProcessorTransform
+from chute.media.remote import RemoteMedia
 from chute.media.tokens import DynamicImageTokens, FixedImageTokens
 from chute.media.transforms import DynamicResolution, ImageFeatures, ImageTransform
 
-__all__ = ["MediaStage", "as_media_stage"]
+__all__ = ["DEFAULT_TRANSFORMS", "MediaStage", "as_media_stage", "default_media_stage"]
 
 # Sample keys the stage adds (transformers' names for Qwen2-VL / LLaVA inputs).
 OUTPUT_KEYS = {
@@ -64,7 +66,9 @@ class MediaStage:
             ``None`` (default): a Loader over a cache built with ``--pixels`` fills in the
             cache's store; ``False``: decode every image even then.
         fetch: ``fetch(url) -> bytes`` for URL references (with ``Recipe(allow_urls=True)``);
-            chute itself never fetches.
+            chute itself fetches only under a remote media root (``remote``).
+        remote: the fetcher of media under remote media roots (``RemoteMedia``); filled in
+            from the recipe's media roots by ``bind``.
         token_ids: kind -> the token id marking that kind in ``input_ids``; filled in from the
             recipe by ``bind`` (the Loader calls it).
     """
@@ -75,6 +79,7 @@ class MediaStage:
     audio: Any = None
     store: Any = None
     fetch: Callable[[str], bytes] | None = None
+    remote: RemoteMedia | None = None
     token_ids: Mapping[str, int] | None = None
     fixed_tokens: int | None = None
 
@@ -84,18 +89,21 @@ class MediaStage:
         ):
             if not callable(self.image):
                 raise ConfigError(
-                    f"image: expected ImageTransform, DynamicResolution, ProcessorTransform or "
-                    f"a callable, got {type(self.image).__name__}"
+                    f"expected ImageTransform, DynamicResolution, ProcessorTransform or "
+                    f"a callable, got {type(self.image).__name__}",
+                    param="image",
                 )
             self.image = ProcessorTransform(self.image)
         if not isinstance(self.decode, DecodeOptions):
             raise ConfigError(
-                f"decode: expected chute.media.DecodeOptions, got {type(self.decode).__name__}"
+                f"expected chute.media.DecodeOptions, got {type(self.decode).__name__}",
+                param="decode",
             )
         if self.has_store and not hasattr(self.image, "prepare"):
             raise ConfigError(
-                "store: a pixel store keeps the output of a transform's geometry step; "
-                "ProcessorTransform has none, use ImageTransform or DynamicResolution"
+                "a pixel store keeps the output of a transform's geometry step; "
+                "ProcessorTransform has none, use ImageTransform or DynamicResolution",
+                param="store",
             )
         if self.has_store:
             self.store.check_transform(self.image)
@@ -127,7 +135,10 @@ class MediaStage:
                 with contextlib.suppress(ConfigError):
                     ids[kind] = plan.token_id(kind)
         fixed = rule.tokens if isinstance(rule, FixedImageTokens) else None
-        return dataclasses.replace(self, token_ids=ids, fixed_tokens=fixed)
+        remote = self.remote
+        if remote is None and self.fetch is None:
+            remote = RemoteMedia(plan.paths, max_bytes=self.decode.max_bytes)
+        return dataclasses.replace(self, token_ids=ids, fixed_tokens=fixed, remote=remote)
 
     # -- per sample ----------------------------------------------------------------------------
 
@@ -149,7 +160,8 @@ class MediaStage:
                     f"the data has {refs_key} but the media stage has no {kind}=...; pass "
                     f"MediaStage({kind}=...) to load them"
                 )
-            feats = [self._load(kind, loader, ref) for ref in refs]
+            where = sample.get("path")
+            feats = [self._load(kind, loader, ref, where) for ref in refs]
             self._check(kind, sample["input_ids"], refs, feats)
             values_key, grid_key = OUTPUT_KEYS[kind]
             out[values_key] = [f.pixels for f in feats]
@@ -157,9 +169,14 @@ class MediaStage:
                 out[grid_key] = [f.grid_thw for f in feats]
         return out
 
-    def _load(self, kind: str, loader: Any, ref: Mapping[str, Any]) -> ImageFeatures:
+    def _load(
+        self, kind: str, loader: Any, ref: Mapping[str, Any], data_path: str | None
+    ) -> ImageFeatures:
         path = ref["path"]
+        remote = is_remote(path) and self.fetch is None and self.remote is not None
         if kind != "image":
+            if remote:
+                return loader(self.remote.local(path, data_path, kind))  # type: ignore[union-attr]
             return loader(path)
         if self.has_store:
             pixels = self.store.get(path)
@@ -168,7 +185,14 @@ class MediaStage:
         source: Any = path
         if is_remote(path) and self.fetch is not None:
             source = self.fetch(path)
-        image = decode_image(source, self.decode)
+        elif remote:
+            source = self.remote.read(path, data_path)  # type: ignore[union-attr]
+        try:
+            image = decode_image(source, self.decode)
+        except SampleError as exc:
+            if not isinstance(source, bytes) or "<bytes>" not in exc.message:
+                raise
+            raise SampleError(exc.kind, exc.message.replace("<bytes>", path)) from None
         return loader(image)
 
     def _check(self, kind: str, ids: np.ndarray, refs: Any, feats: list[ImageFeatures]) -> None:
@@ -226,9 +250,10 @@ def _check_rule(transform: Any, rule: Any) -> None:
     if isinstance(transform, DynamicResolution):
         if not isinstance(rule, DynamicImageTokens):
             raise ConfigError(
-                f"media: the recipe counts a fixed {rule.tokens} tokens per image but the "
+                f"the recipe counts a fixed {rule.tokens} tokens per image but the "
                 f"media stage's DynamicResolution gives a count per image size; pass "
-                f"Recipe(image_tokens=transform.rule()) or a fixed ImageTransform"
+                f"Recipe(image_tokens=transform.rule()) or a fixed ImageTransform",
+                param="media",
             )
         want = transform.rule()
         diffs = [
@@ -238,22 +263,25 @@ def _check_rule(transform: Any, rule: Any) -> None:
         ]
         if diffs:
             raise ConfigError(
-                "media: the recipe's image token rule and the DynamicResolution transform "
+                "the recipe's image token rule and the DynamicResolution transform "
                 f"differ ({'; '.join(diffs)}), so token counts would not match the patches; "
-                "pass Recipe(image_tokens=transform.rule())"
+                "pass Recipe(image_tokens=transform.rule())",
+                param="media",
             )
         return
     if isinstance(rule, DynamicImageTokens):
         raise ConfigError(
-            "media: the recipe counts image tokens from each image's size (a dynamic rule) but "
+            "the recipe counts image tokens from each image's size (a dynamic rule) but "
             "the media stage's ImageTransform makes every image the same size; use "
-            "DynamicResolution(...) with the same patch_size, merge_size, min_pixels, max_pixels"
+            "DynamicResolution(...) with the same patch_size, merge_size, min_pixels, max_pixels",
+            param="media",
         )
     per_image = transform.tokens_per_image
     if per_image is not None and per_image != rule.tokens:
         raise ConfigError(
-            f"media: the recipe writes {rule.tokens} tokens per image but the ImageTransform's "
-            f"tokens_per_image is {per_image}; make them equal (LLaVA-1.5 with CLIP-336: 576)"
+            f"the recipe writes {rule.tokens} tokens per image but the ImageTransform's "
+            f"tokens_per_image is {per_image}; make them equal (LLaVA-1.5 with CLIP-336: 576)",
+            param="media",
         )
 
 
@@ -262,3 +290,69 @@ def as_media_stage(media: Any) -> MediaStage:
     if isinstance(media, MediaStage):
         return media
     return MediaStage(image=media)
+
+
+# The transform a model family uses, by its fixed image-token count (see default_media_stage).
+DEFAULT_TRANSFORMS: dict[int, tuple[str, Callable[[], Any]]] = {
+    576: (
+        "LLaVA-1.5's CLIP-336: padded to a square on the mean colour, 336 x 336, CLIP "
+        "normalisation",
+        lambda: ImageTransform(size=336, crop=336, pad_to_square=True, tokens_per_image=576),
+    ),
+    256: (
+        "Qwen-VL's: resized to 448 x 448 (bicubic), CLIP normalisation",
+        lambda: ImageTransform(size=(448, 448), crop=None, tokens_per_image=256),
+    ),
+}
+
+
+def default_media_stage(rule: Any, video: Any = None, audio: Any = None) -> MediaStage:
+    """The media stage matching a recipe's image-token rule: what ``Loader`` uses without ``media=``.
+
+    So samples that reference images always get their pixels (and bad images are counted skips).
+
+    ====================================  =========================================================
+    ``Recipe(image_tokens=...)``          default transform
+    ====================================  =========================================================
+    ``576`` / ``"llava-1.5"``             ``ImageTransform(size=336, crop=336, pad_to_square=True,
+                                          tokens_per_image=576)`` (LLaVA-1.5, CLIP-336)
+    ``256`` / ``"qwen-vl"``               ``ImageTransform(size=(448, 448), tokens_per_image=256)``
+    ``"qwen2-vl"``, ``"qwen2.5-vl"``,     ``DynamicResolution`` with the rule's patch size, merge
+    a ``DynamicImageTokens``              size and pixel bounds (CLIP normalisation; SigLIP's for
+                                          16-pixel patches, Qwen3-VL)
+    ====================================  =========================================================
+
+    Videos and audio clips counted by a ``VideoFrames`` / ``AudioClips`` are loaded by it.
+
+    Raises:
+        ConfigError: a fixed count with no known model family: the message names ``media=``
+            and ``media=False``.
+
+    Example:
+        >>> from chute.media.tokens import image_tokens_rule
+        >>> default_media_stage(image_tokens_rule("llava-1.5")).image.output_size
+        (336, 336)
+    """
+    if isinstance(rule, DynamicImageTokens):
+        image: Any = DynamicResolution(
+            patch_size=rule.patch_size,
+            merge_size=rule.merge_size,
+            min_pixels=rule.min_pixels,
+            max_pixels=rule.max_pixels,
+            normalize="siglip" if rule.patch_size == 16 else "clip",
+        )
+    elif isinstance(rule, FixedImageTokens) and rule.tokens in DEFAULT_TRANSFORMS:
+        image = DEFAULT_TRANSFORMS[rule.tokens][1]()
+    else:
+        tokens = getattr(rule, "tokens", rule)
+        raise ConfigError(
+            f"the recipe counts {tokens} tokens per image ({spell_set('image_tokens', tokens)}) "
+            f"but no media stage was given, and no default transform makes {tokens} features; pass "
+            f"media=MediaStage(ImageTransform(..., tokens_per_image={tokens})) to load the "
+            f"images, or media=False to train on the text alone (the image tokens then stand "
+            f"for no pixels)"
+        )
+    # a VideoFrames / AudioClips both counts tokens (the recipe) and loads (the stage)
+    frames = video if hasattr(video, "fingerprint") else None
+    clips = audio if hasattr(audio, "fingerprint") else None
+    return MediaStage(image=image, video=frames, audio=clips)

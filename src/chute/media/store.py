@@ -33,6 +33,7 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -44,7 +45,9 @@ from typing import Any
 import numpy as np
 
 from chute._internal.files import atomic_file
-from chute._internal.pools import process_map
+from chute._internal.pools import process_pool
+from chute._internal.progress import ProgressArg
+from chute._internal.progress import progress as progress_of
 from chute.errors import ConfigError, SampleError
 from chute.media.images import DecodeOptions, decode_image
 
@@ -95,6 +98,7 @@ def build_pixel_store(
     workers: int | None = None,
     per_task: int = 512,
     extra: dict[str, Any] | None = None,
+    progress: ProgressArg = None,
     map_tasks: MapTasks | None = None,
 ) -> StoreReport:
     """Decode and prepare every image of ``paths`` once, into a store at ``out``.
@@ -108,8 +112,10 @@ def build_pixel_store(
         workers: processes (default: all cores; 1 runs here).
         per_task: images per chunk file.
         extra: more JSON-able facts for the manifest (e.g. what the store was built from).
+        progress: ``None``: a bar on a terminal, else a log line now and then, on rank 0
+            (``chute._internal.progress``); ``False``: silent; or called with images done.
         map_tasks: runs the decoding tasks instead of a local process pool:
-            ``map_tasks(fn, tasks)`` returns ``[fn(t) for t in tasks]``, in order (e.g. as Ray
+            ``map_tasks(fn, tasks)`` yields ``fn(t)`` for each task, in order (e.g. as Ray
             tasks; each task writes one chunk file, atomically, into ``out``, so ``out`` must
             be on a filesystem every task sees). ``workers`` is then not used.
 
@@ -122,8 +128,9 @@ def build_pixel_store(
     t0 = time.perf_counter()
     if not hasattr(transform, "prepare"):
         raise ConfigError(
-            "transform: a pixel store needs a transform with a geometry step (ImageTransform "
-            f"or DynamicResolution), got {type(transform).__name__}"
+            "a pixel store needs a transform with a geometry step (ImageTransform "
+            f"or DynamicResolution), got {type(transform).__name__}",
+            param="transform",
         )
     folder = Path(out)
     folder.mkdir(parents=True, exist_ok=True)
@@ -135,10 +142,21 @@ def build_pixel_store(
         (k, unique[lo : lo + per_task], transform, decode or DecodeOptions(), os.fspath(folder))
         for k, lo in enumerate(range(0, len(unique), per_task))
     ]
-    if map_tasks is None:
-        results = process_map(_write_chunk_task, tasks, workers=workers or os.cpu_count() or 1)
-    else:
-        results = list(map_tasks(_write_chunk_task, tasks))
+    workers = max(1, workers or os.cpu_count() or 1)
+    results: list[tuple[list[tuple[Any, ...]], list[dict[str, Any]]]] = []
+    bar = progress_of(len(unique), "pixels", unit="img", enabled=progress)
+    with bar, contextlib.ExitStack() as stack:
+        outputs: Iterable[Any]
+        if map_tasks is not None:
+            outputs = map_tasks(_write_chunk_task, tasks)
+        elif workers == 1 or len(tasks) <= 1:
+            outputs = map(_write_chunk_task, tasks)
+        else:
+            pool = stack.enter_context(process_pool(min(workers, len(tasks))))
+            outputs = pool.map(_write_chunk_task, tasks)
+        for task, result in zip(tasks, outputs, strict=True):
+            results.append(result)
+            bar.update(len(task[1]))
     rows: list[tuple[Any, ...]] = []
     failures: list[dict[str, Any]] = []
     for entries, failed in results:
@@ -225,8 +243,9 @@ class PixelStore:
         manifest = self.path / "manifest.json"
         if not manifest.is_file():
             raise ConfigError(
-                f"store: {self.path} holds no complete pixel store (no manifest.json); build "
-                f"one with chute.media.build_pixel_store(paths, transform, {str(self.path)!r})"
+                f"{self.path} holds no complete pixel store (no manifest.json); build "
+                f"one with chute.media.build_pixel_store(paths, transform, {str(self.path)!r})",
+                param="store",
             )
         self.manifest = json.loads(manifest.read_text())
         if (self.manifest.get("format"), self.manifest.get("version")) != (
@@ -234,9 +253,10 @@ class PixelStore:
             STORE_VERSION,
         ):
             raise ConfigError(
-                f"store: {self.path} is {self.manifest.get('format')} version "
+                f"{self.path} is {self.manifest.get('format')} version "
                 f"{self.manifest.get('version')}; this chute reads {STORE_FORMAT} version "
-                f"{STORE_VERSION}: rebuild it with build_pixel_store"
+                f"{STORE_VERSION}: rebuild it with build_pixel_store",
+                param="store",
             )
         self._index: np.ndarray | None = None
         self._paths: np.ndarray | None = None
@@ -257,8 +277,9 @@ class PixelStore:
             if (have or {}).get(k) != (want or {}).get(k)
         ]
         raise ConfigError(
-            f"store: {self.path} was built with another transform ({'; '.join(diffs)}); "
-            f"rebuild it with build_pixel_store(paths, transform, {str(self.path)!r})"
+            f"{self.path} was built with another transform ({'; '.join(diffs)}); "
+            f"rebuild it with build_pixel_store(paths, transform, {str(self.path)!r})",
+            param="store",
         )
 
     def __len__(self) -> int:

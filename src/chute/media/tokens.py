@@ -26,6 +26,7 @@ from typing import Any
 
 import numpy as np
 
+from chute._internal.spelling import spell_value
 from chute.errors import ConfigError
 from chute.media.sizes import qwen2vl_grid
 
@@ -42,8 +43,9 @@ class FixedImageTokens:
     def __post_init__(self) -> None:
         if not isinstance(self.tokens, int) or isinstance(self.tokens, bool) or self.tokens < 1:
             raise ConfigError(
-                f"image_tokens: expected a positive number of tokens per image, got "
-                f"{self.tokens!r} (LLaVA-1.5: 576, Qwen-VL: 256)"
+                f"expected a positive number of tokens per image, got {spell_value(self.tokens)} "
+                f"(LLaVA-1.5: 576, Qwen-VL: 256)",
+                param="image_tokens",
             )
 
     def count(self, size: tuple[int, int] | None) -> tuple[int, None]:
@@ -80,9 +82,10 @@ class DynamicImageTokens:
         factor = self.patch_size * self.merge_size
         if self.min_pixels > self.max_pixels or self.max_pixels < factor * factor:
             raise ConfigError(
-                f"image_tokens: min_pixels={self.min_pixels} and max_pixels={self.max_pixels} "
+                f"min_pixels={self.min_pixels} and max_pixels={self.max_pixels} "
                 f"must satisfy min_pixels <= max_pixels and max_pixels >= (patch_size * "
-                f"merge_size)**2 = {factor * factor}"
+                f"merge_size)**2 = {factor * factor}",
+                param="image_tokens",
             )
 
     def count(self, size: tuple[int, int] | None) -> tuple[int, tuple[int, int, int]]:
@@ -116,7 +119,9 @@ def image_tokens_rule(value: Any) -> FixedImageTokens | DynamicImageTokens | Non
     if value is None or isinstance(value, FixedImageTokens | DynamicImageTokens):
         return value
     if isinstance(value, bool):
-        raise ConfigError(f"image_tokens: expected a count, a preset or a rule, got {value!r}")
+        raise ConfigError(
+            f"expected a count, a preset or a rule, got {spell_value(value)}", param="image_tokens"
+        )
     if isinstance(value, int):
         return FixedImageTokens(value)
     if isinstance(value, str):
@@ -125,19 +130,22 @@ def image_tokens_rule(value: Any) -> FixedImageTokens | DynamicImageTokens | Non
         if value in _PRESETS:
             return _PRESETS[value]
         raise ConfigError(
-            f"image_tokens: unknown preset {value!r}; use a count (e.g. 576), one of "
-            f"{', '.join(_PRESETS)}, or DynamicImageTokens(patch_size=..., merge_size=..., "
-            f"min_pixels=..., max_pixels=...)"
+            f"unknown preset {spell_value(value)}; use a count (e.g. 576), auto, one of "
+            f"{', '.join(_PRESETS)}, or the fields of a dynamic rule (patch_size, merge_size, "
+            f"min_pixels, max_pixels)",
+            param="image_tokens",
         )
     if isinstance(value, Mapping):
         try:
             return DynamicImageTokens(**value)
         except TypeError as exc:
             raise ConfigError(
-                f"image_tokens: {exc}; the keys are patch_size, merge_size, min_pixels, max_pixels"
+                f"{exc}; the keys are patch_size, merge_size, min_pixels, max_pixels",
+                param="image_tokens",
             ) from None
     raise ConfigError(
-        f"image_tokens: expected a count, a preset name or a rule, got {type(value).__name__}"
+        f"expected a count, a preset name or a rule, got {type(value).__name__}",
+        param="image_tokens",
     )
 
 

@@ -85,18 +85,22 @@ def _normalization(value: Any) -> tuple[np.ndarray, np.ndarray] | None:
     if isinstance(value, str):
         if value not in NORMALIZE_PRESETS:
             raise ConfigError(
-                f"normalize: unknown preset {value!r}; use one of "
-                f"{', '.join(NORMALIZE_PRESETS)}, a (mean, std) pair, or None"
+                f"unknown preset {value!r}; use one of "
+                f"{', '.join(NORMALIZE_PRESETS)}, a (mean, std) pair, or None",
+                param="normalize",
             )
         value = NORMALIZE_PRESETS[value]
     try:
         mean, std = (np.asarray(v, dtype=np.float32).reshape(-1) for v in value)
     except (TypeError, ValueError):
         raise ConfigError(
-            f"normalize: expected a preset name or (mean, std) with 3 values each, got {value!r}"
+            f"expected a preset name or (mean, std) with 3 values each, got {value!r}",
+            param="normalize",
         ) from None
     if mean.shape != (3,) or std.shape != (3,) or (std <= 0).any():
-        raise ConfigError(f"normalize: mean and std need 3 values each and std > 0, got {value!r}")
+        raise ConfigError(
+            f"mean and std need 3 values each and std > 0, got {value!r}", param="normalize"
+        )
     return mean, std
 
 
@@ -124,13 +128,15 @@ def normalize_chw(
 
 def _check_rescale(value: Any) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
-        raise ConfigError(f"rescale: expected a positive number such as 1/255, got {value!r}")
+        raise ConfigError(
+            f"expected a positive number such as 1/255, got {value!r}", param="rescale"
+        )
     return float(value)
 
 
 def _check_resample(value: Any) -> Image.Resampling:
     if value not in RESAMPLE:
-        raise ConfigError(f"resample: expected one of {', '.join(RESAMPLE)}, got {value!r}")
+        raise ConfigError(f"expected one of {', '.join(RESAMPLE)}, got {value!r}", param="resample")
     return RESAMPLE[value]
 
 
@@ -187,15 +193,18 @@ class ImageTransform:
         crop = None if self.crop is None else _pair(self.crop, "crop")
         if crop is None and isinstance(size, int):
             raise ConfigError(
-                f"crop: None with size={size} (shorter side) gives images of different shapes "
-                f"that cannot be stacked; pass crop={size} or size=({size}, {size})"
+                f"None with size={size} (shorter side) gives images of different shapes "
+                f"that cannot be stacked; pass crop={size} or size=({size}, {size})",
+                param="crop",
             )
         _check_resample(self.resample)
         _check_rescale(self.rescale)
         _normalization(self.normalize)
         t = self.tokens_per_image
         if t is not None and (isinstance(t, bool) or not isinstance(t, int) or t < 1):
-            raise ConfigError(f"tokens_per_image: expected a positive int or None, got {t!r}")
+            raise ConfigError(
+                f"expected a positive int or None, got {t!r}", param="tokens_per_image"
+            )
         object.__setattr__(self, "size", size)
         object.__setattr__(self, "crop", crop)
 
@@ -300,7 +309,7 @@ class DynamicResolution:
         self.rule()  # validates the size fields
         t = self.temporal_patch_size
         if isinstance(t, bool) or not isinstance(t, int) or t < 1:
-            raise ConfigError(f"temporal_patch_size: expected a positive int, got {t!r}")
+            raise ConfigError(f"expected a positive int, got {t!r}", param="temporal_patch_size")
         _check_resample(self.resample)
         _check_rescale(self.rescale)
         _normalization(self.normalize)

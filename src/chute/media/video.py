@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from chute.errors import ConfigError, SampleError
+from chute.errors import ConfigError, MissingDependency, SampleError
 from chute.media.images import to_rgb
 from chute.media.transforms import DynamicResolution, ImageFeatures, ImageTransform
 
@@ -41,7 +41,7 @@ def _av() -> Any:
     try:
         import av
     except ImportError:
-        raise ImportError("reading videos needs PyAV: pip install 'chute[video]'") from None
+        raise MissingDependency("reading videos needs PyAV: pip install 'chute[video]'") from None
     return av
 
 
@@ -122,19 +122,21 @@ class VideoFrames:
     def __post_init__(self) -> None:
         n = self.num_frames
         if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-            raise ConfigError(f"num_frames: expected a positive int, got {n!r}")
+            raise ConfigError(f"expected a positive int, got {n!r}", param="num_frames")
         t = self.transform
         if t is None:
             object.__setattr__(self, "transform", DynamicResolution())
         elif isinstance(t, ImageTransform):
             if t.tokens_per_image is None:
                 raise ConfigError(
-                    "transform: a video's token count is num_frames * tokens_per_image; pass "
-                    "ImageTransform(..., tokens_per_image=N)"
+                    "a video's token count is num_frames * tokens_per_image; pass "
+                    "ImageTransform(..., tokens_per_image=N)",
+                    param="transform",
                 )
         elif not isinstance(t, DynamicResolution):
             raise ConfigError(
-                f"transform: expected ImageTransform or DynamicResolution, got {type(t).__name__}"
+                f"expected ImageTransform or DynamicResolution, got {type(t).__name__}",
+                param="transform",
             )
 
     # -- counting (the recipe) -----------------------------------------------------------------

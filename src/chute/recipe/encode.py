@@ -16,7 +16,9 @@ is LLaVA's rule (text on both sides encoded separately). Media tokens are never 
     labels : -100   -100 ... -100  [-100   x 66] -100   -100  -100   ...
 
 Truncation (``overflow="truncate"``) keeps the first ``max_length`` tokens, moving the cut to
-the start of an image it would split; ``overflow="drop"`` rejects the sample (``too_long``).
+the start of an image it would split (``truncation="left"``: the last ones, the cut moved past
+the image); ``overflow="drop"`` rejects the sample (``too_long``); ``overflow="split"`` keeps it
+whole for ``chute.recipe.windows`` to cut into windows.
 
 Example:
     >>> from chute.templates.base import Rendered
@@ -39,10 +41,19 @@ from typing import Any
 
 import numpy as np
 
+from chute._internal.spelling import spell, spell_set
 from chute.errors import SampleError
 from chute.media.refs import MediaSlot
+from chute.recipe.outcome import (
+    NOTHING_TRAINED,
+    TOO_LONG,
+    TRUNCATED,
+    first_trained,
+    overflow_outcome,
+)
 from chute.templates.base import Rendered
 from chute.tokenize.base import Tokenizer
+from chute.tokenize.prefix import safe_prefix_end
 
 __all__ = ["Encoded", "MediaSlot", "encode", "fit_length"]
 
@@ -57,6 +68,13 @@ class Encoded:
     labels: np.ndarray
     media: list[dict[str, Any]]
     truncated: bool = False
+    # False when encoding stopped once what is kept was known (encode(need=)): the text has
+    # more tokens than ``ids``
+    complete: bool = True
+    # a window of a document (encode(keep=)): where ids[0] lies in the whole encoding, and the
+    # whole encoding's length
+    offset: int = 0
+    total: int | None = None
 
 
 def _labels(ids: list[int], ranges: list[tuple[int, int]]) -> tuple[np.ndarray, np.ndarray]:
@@ -91,6 +109,64 @@ def _encode_piece(
     return np.array(all_ids, dtype=np.int32), np.array(label_list, dtype=np.int32)
 
 
+# A long text is encoded in pieces of about this many tokens, cut where the tokenizer cannot merge
+# across (chute.tokenize.prefix): peak memory follows the piece, not the document.
+PIECE_TOKENS = 8192
+
+
+def _encode_stream(
+    tok: Tokenizer,
+    text: str,
+    spans: list[tuple[int, int]],
+    lo: int,
+    hi: int,
+    need: int | None = None,
+    keep: tuple[int, int] | None = None,
+) -> tuple[np.ndarray, np.ndarray, int, bool]:
+    """``_encode_piece`` of ``text[lo:hi]`` for a text of any size, in bounded memory.
+
+    Args:
+        tok: the tokenizer.
+        text: the whole rendered text.
+        spans: trained character spans, in whole-text coordinates.
+        lo: where the piece starts in ``text``.
+        hi: where it ends.
+        need: stop once this many tokens are known (the caller keeps no more).
+        keep: keep only tokens ``[a, b)`` of the piece; the others are counted, not kept.
+
+    Returns:
+        ``(ids, labels, tokens, complete)``: the kept tokens, how many tokens were encoded, and
+        whether the whole piece was (``False`` when ``need`` or ``keep`` stopped it early).
+    """
+    stop_at = need  # with keep, the rest is still counted (a window says how many there are)
+    id_parts: list[np.ndarray] = []
+    label_parts: list[np.ndarray] = []
+    n = 0
+    pos = lo
+    while pos < hi:
+        budget = PIECE_TOKENS if stop_at is None else max(1, min(PIECE_TOKENS, stop_at - n))
+        cut = safe_prefix_end(tok, text, budget, pos, hi)
+        end = hi if cut is None else cut
+        ids, labels = _encode_piece(tok, text, spans, pos, end)
+        if keep is not None:
+            a, b = max(keep[0] - n, 0), max(min(keep[1] - n, len(ids)), 0)
+            id_parts.append(ids[a:b])
+            label_parts.append(labels[a:b])
+        else:
+            id_parts.append(ids)
+            label_parts.append(labels)
+        n += len(ids)
+        pos = end
+        if stop_at is not None and n >= stop_at:
+            break
+    if not id_parts:
+        empty = np.empty(0, dtype=np.int32)
+        return empty, empty, 0, True
+    ids = id_parts[0] if len(id_parts) == 1 else np.concatenate(id_parts)
+    labels = label_parts[0] if len(label_parts) == 1 else np.concatenate(label_parts)
+    return ids, labels, n, pos >= hi
+
+
 def encode(
     rendered: Rendered,
     tokenizer: Tokenizer,
@@ -98,6 +174,8 @@ def encode(
     slots: list[MediaSlot] | None = None,
     guard: tuple[str, ...] = (),
     pre: tuple[list[int], list[tuple[int, int]]] | None = None,
+    need: int | None = None,
+    keep: tuple[int, int] | None = None,
 ) -> Encoded:
     """Encode ``rendered``; expand its media tokens into ``slots`` (one per media part, in order).
 
@@ -110,6 +188,10 @@ def encode(
             contains one literally is rejected (the model would look for an image there).
         pre: for a sample without media, ``tokenizer.encode_spans(text, spans)`` already done
             (``Recipe.batch`` encodes many texts back to back first).
+        need: only the first ``need`` tokens matter (``max_length + 1`` when the rest would be
+            cut): encoding may stop there, so a huge record costs what is kept.
+        keep: a sample without media: keep only tokens ``[a, b)`` (a window of a long
+            document); ``Encoded.offset`` is ``a`` and ``Encoded.total`` the whole count.
 
     Raises:
         SampleError: ``image_placeholder_mismatch`` when the text's media tokens do not match
@@ -117,14 +199,16 @@ def encode(
     """
     text, spans = rendered.text, rendered.spans
     if not rendered.media:
-        if pre is not None:
-            ids, labels = _labels(*pre)
-        else:
-            ids, labels = _encode_piece(tokenizer, text, spans, 0, len(text))
         for token in guard:
             if token in text:
                 _literal_media_token(text, {"": token}, 0)
-        return Encoded(ids, labels, [])
+        if pre is not None:
+            ids, labels = _labels(*pre)
+            return Encoded(ids, labels, [])
+        ids, labels, n, complete = _encode_stream(tokenizer, text, spans, 0, len(text), need, keep)
+        if keep is not None:
+            return Encoded(ids, labels, [], offset=keep[0], total=n if complete else None)
+        return Encoded(ids, labels, [], complete=complete)
     slots = slots or []
     kinds = {tok: kind for kind, tok in media_tokens.items()}
     pattern = re.compile("|".join(re.escape(t) for t in sorted(kinds, key=len, reverse=True)))
@@ -137,20 +221,37 @@ def encode(
     media: list[dict[str, Any]] = []
     pos = 0
     n = 0
+    complete = True
     for m, slot in zip(found, slots, strict=True):
-        ids, labels = _encode_piece(tokenizer, text, spans, pos, m.start())
+        rest = None if need is None else need - n
+        ids, labels, _, complete = _encode_stream(tokenizer, text, spans, pos, m.start(), rest)
         id_parts.append(ids)
         label_parts.append(labels)
         n += len(ids)
+        if not complete or (need is not None and n >= need):
+            complete = False
+            break  # what follows lies past the tokens kept
         id_parts.append(np.full(slot.count, slot.token_id, dtype=np.int32))
         label_parts.append(np.full(slot.count, IGNORE, dtype=np.int32))
         media.append({"kind": slot.kind, **slot.info, "span": [n, n + slot.count]})
         n += slot.count
         pos = m.end()
-    ids, labels = _encode_piece(tokenizer, text, spans, pos, len(text))
-    id_parts.append(ids)
-    label_parts.append(labels)
-    return Encoded(np.concatenate(id_parts), np.concatenate(label_parts), media)
+    else:
+        rest = None if need is None else need - n
+        if rest is None or rest > 0:
+            ids, labels, _, complete = _encode_stream(tokenizer, text, spans, pos, len(text), rest)
+            id_parts.append(ids)
+            label_parts.append(labels)
+            n += len(ids)
+        else:
+            complete = pos >= len(text)
+    return Encoded(np.concatenate(id_parts), np.concatenate(label_parts), media, complete=complete)
+
+
+def _count(enc: Encoded) -> str:
+    """The sample's token count for messages: exact, or a lower bound when encoding stopped."""
+    n = len(enc.ids)
+    return str(n) if enc.complete else f"over {n - 1}"
 
 
 def _literal_media_token(
@@ -165,7 +266,8 @@ def _literal_media_token(
         raise SampleError(
             "image_placeholder_mismatch",
             f"the rendered text contains the media token {token!r} {text.count(token)} time(s) "
-            f"but the record has no media; remove it from the text (or set placeholders= if it "
+            f"but the record has no media; remove it from the text (or set "
+            f"{spell('placeholders')} if it "
             f"marks an image)",
         )
     got = [m.group() for m in found]
@@ -177,22 +279,72 @@ def _literal_media_token(
     )
 
 
-def fit_length(enc: Encoded, max_length: int | None, overflow: str) -> Encoded:
-    """Apply ``max_length``: cut (never inside a media item) or reject.
+def fit_length(
+    enc: Encoded, max_length: int | None, overflow: str, truncation: str = "right"
+) -> Encoded:
+    """Apply ``max_length``: keep, cut (never inside a media item), reject, or leave for splitting.
+
+    ``chute.recipe.outcome.overflow_outcome`` decides, as it does for ``chute stats``.
+
+    Args:
+        enc: the encoded sample.
+        max_length: the limit (``None``: none).
+        overflow: ``truncate``, ``drop`` or ``split`` (the whole sample is kept; the caller
+            cuts it into windows, see ``chute.recipe.windows``).
+        truncation: with ``truncate``: ``right`` keeps the first ``max_length`` tokens,
+            ``left`` the last ones (``turns`` is handled before, on the conversation; what is
+            still too long then is cut on the right).
 
     Raises:
-        SampleError: ``too_long`` (``overflow="drop"``); ``no_trainable_tokens`` when nothing is
+        SampleError: ``too_long`` (``overflow="drop"``, or a sample with media that
+            ``overflow="split"`` would have to cut); ``no_trainable_tokens`` when nothing is
             left to train on (checked with or without truncation).
     """
     n = len(enc.ids)
-    if max_length is not None and n > max_length:
-        if overflow == "drop":
+    over = max_length is not None and n > max_length
+    if overflow == "split":
+        if over and enc.media:
             raise SampleError(
                 "too_long",
-                f"{n} tokens, more than max_length={max_length} (overflow='drop'); raise "
-                f"max_length or use overflow='truncate'",
+                f"{n} tokens with {len(enc.media)} media item(s), more than "
+                f"{spell_set('max_length', max_length)}; {spell_set('overflow', 'split')} cuts "
+                f"documents into windows of text only (a window must not cut an image apart): "
+                f"raise {spell('max_length')}, or use {spell_set('overflow', 'truncate')} for "
+                f"such data",
             )
-        cut = max_length
+        max_length = None  # the whole sample is kept: windows are cut from it later
+    if over and overflow == "truncate" and truncation == "left" and max_length is not None:
+        enc = _keep_end(enc, n - max_length)
+        if first_trained(enc.labels) >= len(enc.ids):
+            raise SampleError(
+                "no_trainable_tokens",
+                f"truncation to the last {spell_set('max_length', max_length)} tokens "
+                f"({spell_set('truncation', 'left')}) cut every trained token; raise "
+                f"{spell('max_length')}, or use {spell_set('overflow', 'drop')} to skip such "
+                f"samples",
+            )
+        return enc
+    outcome = overflow_outcome(n, first_trained(enc.labels), max_length, overflow)
+    if outcome == TOO_LONG:
+        raise SampleError(
+            "too_long",
+            f"{_count(enc)} tokens, more than {spell_set('max_length', max_length)} "
+            f"({spell_set('overflow', 'drop')}); raise {spell('max_length')} or use "
+            f"{spell_set('overflow', 'truncate')}",
+        )
+    if outcome == NOTHING_TRAINED:
+        if max_length is not None and n > max_length:
+            why = f"truncation to {spell_set('max_length', max_length)} cut every trained token"
+            fix = (
+                f"raise {spell('max_length')}, or use {spell_set('overflow', 'drop')} to skip "
+                f"such samples"
+            )
+        else:
+            why = "no token is trained (no assistant turn, or every turn has loss off)"
+            fix = f"check the roles, or use {spell_set('train_on', 'all')}"
+        raise SampleError("no_trainable_tokens", f"{why}; {fix}")
+    if outcome == TRUNCATED:
+        cut = max_length if max_length is not None else n  # TRUNCATED: n > max_length
         for item in enc.media:
             start, end = item["span"]
             if start < cut < end:
@@ -204,13 +356,18 @@ def fit_length(enc: Encoded, max_length: int | None, overflow: str) -> Encoded:
             [m for m in enc.media if m["span"][1] <= cut],
             truncated=True,
         )
-    # Trained labels are token ids (>= 0); everything else is IGNORE (-100).
-    if int(enc.labels.max(initial=IGNORE)) == IGNORE:
-        if enc.truncated:
-            why = f"truncation to max_length={max_length} cut every trained token"
-            fix = "raise max_length, or use overflow='drop' to skip such samples"
-        else:
-            why = "no token is trained (no assistant turn, or every turn has loss off)"
-            fix = "check the roles, or use train_on='all'"
-        raise SampleError("no_trainable_tokens", f"{why}; {fix}")
     return enc
+
+
+def _keep_end(enc: Encoded, cut: int) -> Encoded:
+    """Drop the first ``cut`` tokens, moving the cut forward past a media item it would split."""
+    for item in enc.media:
+        start, end = item["span"]
+        if start < cut < end:
+            cut = end
+    media = []
+    for item in enc.media:
+        if item["span"][0] >= cut:
+            a, b = item["span"]
+            media.append({**item, "span": [a - cut, b - cut]})
+    return Encoded(enc.ids[cut:].copy(), enc.labels[cut:].copy(), media, truncated=True)

@@ -1,9 +1,10 @@
 r"""Check every record of a source in parallel; count rejects by reason; write a rejects file.
 
 The check is any picklable callable ``check(record)`` that raises ``SampleError`` for a bad
-record. The default only parses JSON and requires an object; a ``Recipe`` is also a check (it
-raises on every kind of bad sample), so ``chute validate --format ... --tokenizer ...`` runs the
-real pipeline over the data.
+record. The default only parses JSON and requires an object; ``SampleCheck(recipe)`` judges each
+record as every other entry point does (``chute.recipe.outcome``: the recipe, then the sample
+contract), so ``chute validate --tokenizer ...`` counts what preprocess and the Loader count. A
+check that returns a sample marked ``truncated`` is counted in ``truncated``.
 
 Example:
     >>> import tempfile, pathlib
@@ -22,7 +23,6 @@ import shutil
 import tempfile
 import time
 from collections.abc import Callable, Iterator
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -30,8 +30,11 @@ from typing import Any, BinaryIO
 import orjson
 
 from chute._internal.files import atomic_file
-from chute._internal.pools import pool_context
+from chute._internal.pools import process_pool
+from chute._internal.progress import ProgressArg
+from chute._internal.progress import progress as progress_of
 from chute.errors import RejectTally, SampleError, as_sample_error
+from chute.recipe.outcome import preflight
 from chute.sample.rejects import reject_entry
 from chute.sources.record import Record
 
@@ -64,6 +67,7 @@ class ValidationReport:
 
     records: int = 0
     valid: int = 0
+    truncated: int = 0
     tally: RejectTally = field(default_factory=RejectTally)
     blank_lines: int = 0
     seconds: float = 0.0
@@ -77,6 +81,7 @@ class ValidationReport:
         return {
             "records": self.records,
             "valid": self.valid,
+            "truncated": self.truncated,
             "rejected": self.rejected,
             "blank_lines": self.blank_lines,
             "by_reason": dict(self.tally.counts),
@@ -92,7 +97,7 @@ def validate_source(
     *,
     workers: int | None = None,
     rejects: str | os.PathLike[str] | None = None,
-    progress: Callable[[int], None] | None = None,
+    progress: ProgressArg = None,
 ) -> ValidationReport:
     """Run ``check`` over every record of ``source`` in ``workers`` processes.
 
@@ -101,9 +106,12 @@ def validate_source(
         check: raises ``SampleError`` for a bad record.
         workers: processes (default: all cores; 1 runs in this process).
         rejects: write every rejected record, in source order, to this JSONL file.
-        progress: called with the number of records checked as chunks finish.
+        progress: ``None``: a bar on a terminal, else a log line now and then, on rank 0
+            (``chute._internal.progress``); ``False``: silent; or called with the number of
+            records checked as chunks finish.
     """
     t0 = time.perf_counter()
+    preflight(check, source)  # a check that cannot work fails now, not in every worker
     n = len(source)
     workers = max(1, workers or os.cpu_count() or 1)
     chunk = max(1000, min(200_000, -(-n // (workers * 8)))) if n else 1
@@ -111,11 +119,14 @@ def validate_source(
     report = ValidationReport(records=n, blank_lines=getattr(source, "blank_lines", 0))
     parts_dir = Path(tempfile.mkdtemp(prefix="chute-rejects-")) if rejects else None
     try:
-        for k, (valid, tally) in enumerate(_run(source, check, bounds, workers, parts_dir)):
-            report.valid += valid
-            report.tally.merge(tally)
-            if progress is not None:
-                progress(bounds[k][1] - bounds[k][0])
+        with progress_of(n, "validate", enabled=progress) as bar:
+            for k, (valid, truncated, tally) in enumerate(
+                _run(source, check, bounds, workers, parts_dir)
+            ):
+                report.valid += valid
+                report.truncated += truncated
+                report.tally.merge(tally)
+                bar.update(bounds[k][1] - bounds[k][0])
         if rejects is not None and parts_dir is not None:
             with atomic_file(rejects) as out:
                 for k in range(len(bounds)):
@@ -133,18 +144,13 @@ def validate_source(
 
 def _run(
     source: Any, check: Check, bounds: list[tuple[int, int]], workers: int, parts_dir: Path | None
-) -> Iterator[tuple[int, RejectTally]]:
+) -> Iterator[tuple[int, int, RejectTally]]:
     tasks = [(k, lo, hi, parts_dir) for k, (lo, hi) in enumerate(bounds)]
     if workers == 1 or len(bounds) <= 1:
         for task in tasks:
             yield _check_chunk(source, check, *task)
         return
-    with ProcessPoolExecutor(
-        max_workers=min(workers, len(bounds)),
-        mp_context=pool_context(),
-        initializer=_init_worker,
-        initargs=(source, check),
-    ) as pool:
+    with process_pool(min(workers, len(bounds)), _init_worker, (source, check)) as pool:
         yield from pool.map(_check_chunk_in_worker, tasks)
 
 
@@ -155,20 +161,22 @@ def _init_worker(source: Any, check: Check) -> None:
     _WORKER["source"], _WORKER["check"] = source, check
 
 
-def _check_chunk_in_worker(task: tuple[int, int, int, Path | None]) -> tuple[int, RejectTally]:
+def _check_chunk_in_worker(
+    task: tuple[int, int, int, Path | None],
+) -> tuple[int, int, RejectTally]:
     return _check_chunk(_WORKER["source"], _WORKER["check"], *task)
 
 
 def _check_chunk(
     source: Any, check: Check, k: int, lo: int, hi: int, parts_dir: Path | None
-) -> tuple[int, RejectTally]:
+) -> tuple[int, int, RejectTally]:
     tally = RejectTally()
-    valid = 0
+    valid = truncated = 0
     out: BinaryIO | None = None
     try:
         for record in source.records_between(lo, hi):
             try:
-                check(record)
+                result = check(record)
             except Exception as exc:
                 error = as_sample_error(exc, record.path, record.line)
                 tally.add(error)
@@ -178,7 +186,8 @@ def _check_chunk(
                     out.write(orjson.dumps(reject_entry(record, error)) + b"\n")
             else:
                 valid += 1
+                truncated += isinstance(result, dict) and bool(result.get("truncated"))
     finally:
         if out is not None:
             out.close()
-    return valid, tally
+    return valid, truncated, tally

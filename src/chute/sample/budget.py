@@ -25,6 +25,7 @@ from typing import Any
 
 import numpy as np
 
+from chute._internal.spelling import spell_value
 from chute.errors import ConfigError, ErrorBudgetExceeded, RejectTally
 
 __all__ = ["ErrorBudget"]
@@ -59,7 +60,8 @@ class ErrorBudget:
             isinstance(f, bool) or not isinstance(f, int | float) or not 0.0 <= f <= 1.0
         ):
             raise ConfigError(
-                f"max_bad_fraction must be a number in [0, 1] or None (no limit), got {f!r}"
+                f"must be a number in [0, 1] or {spell_value(None)} (no limit), got {f!r}",
+                param="max_bad_fraction",
             )
         c = self.max_consecutive_bad
         if c is not None and (isinstance(c, bool) or not isinstance(c, int) or c < 1):
@@ -69,6 +71,19 @@ class ErrorBudget:
         m = self.min_samples
         if isinstance(m, bool) or not isinstance(m, int) or m < 0:
             raise ConfigError(f"min_samples must be an int >= 0, got {m!r}")
+
+    def exceeded_by(self, bad: int, total: int) -> bool:
+        """Whether ``bad`` of ``total`` is more than ``max_bad_fraction`` allows.
+
+        For counts over a whole dataset (``chute validate``): every sample was seen, so
+        ``min_samples`` does not apply.
+
+        Example:
+            >>> ErrorBudget().exceeded_by(24, 24), ErrorBudget().exceeded_by(1, 300)
+            (True, False)
+        """
+        f = self.max_bad_fraction
+        return f is not None and total > 0 and bad > f * total
 
     @property
     def fraction(self) -> float:

@@ -1,7 +1,23 @@
-"""Sources: records with provenance, read in place."""
+"""Sources: records with provenance, read in place (local files or object storage)."""
 
+from chute._internal.remote import RemoteOptions
+from chute.sources.base import FileSource, expand_paths
 from chute.sources.index import FileIndex, open_index
-from chute.sources.jsonl import JsonlSource, expand_paths
+from chute.sources.jsonl import JsonlSource
+from chute.sources.parquet import ParquetSource, open_parquet
 from chute.sources.record import Record, parse_json
+from chute.sources.select import open_source
 
-__all__ = ["FileIndex", "JsonlSource", "Record", "expand_paths", "open_index", "parse_json"]
+__all__ = [
+    "FileIndex",
+    "FileSource",
+    "JsonlSource",
+    "ParquetSource",
+    "Record",
+    "RemoteOptions",
+    "expand_paths",
+    "open_index",
+    "open_parquet",
+    "open_source",
+    "parse_json",
+]

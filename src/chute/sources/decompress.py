@@ -6,6 +6,8 @@ record, so chute decompresses a compressed file once, atomically, into
 copy. Sequential and random reads then cost the same as for a plain file; records still report
 the compressed file's path and their line numbers in the decompressed text. The copy is
 replaced when the compressed file changes. Budget disk space for it: about the uncompressed size.
+A compressed object in remote storage follows the same rule: streamed and decompressed once
+into the cache (keyed by its URL, size and ETag), then read locally.
 """
 
 from __future__ import annotations
@@ -16,29 +18,43 @@ import os
 from pathlib import Path
 from typing import IO
 
-from chute._internal.files import atomic_file, file_identity
-from chute.errors import ConfigError, SourceError
+from chute._internal.files import atomic_file
+from chute._internal.objects import object_identity, open_binary
+from chute._internal.remote import DEFAULT_OPTIONS, RemoteOptions, is_url
+from chute.errors import ChuteError, ConfigError, SourceError
 
 __all__ = ["COMPRESSED_SUFFIXES", "decompressed_copy"]
 
 COMPRESSED_SUFFIXES = (".gz", ".zst", ".zstd")
 
 
-def decompressed_copy(path: Path, root: Path) -> Path:
-    """Path of the decompressed copy of ``path`` under ``root``, made first if needed."""
-    identity = file_identity(path)
-    key = hashlib.blake2b(os.path.abspath(path).encode(), digest_size=8).hexdigest()
-    stem = path.name.rsplit(".", 1)[0]
-    tag = f"{identity.size}-{identity.mtime_ns}-{identity.edge_hash[:16]}"
+def decompressed_copy(
+    path: str | os.PathLike[str], root: Path, options: RemoteOptions = DEFAULT_OPTIONS
+) -> Path:
+    """Path of the decompressed copy of ``path`` (a file or a URL) under ``root``, made if needed."""
+    path = os.fspath(path)
+    identity = object_identity(path, options)
+    where = path if is_url(path) else os.path.abspath(path)
+    key = hashlib.blake2b(where.encode(), digest_size=8).hexdigest()
+    name = path.rsplit("/", 1)[-1]
+    stem = name.rsplit(".", 1)[0]
+    mark = hashlib.blake2b(repr(identity.to_json()).encode(), digest_size=8).hexdigest()
+    tag = f"{identity.size}-{mark}"
     out = root / "decompressed" / f"{key}-{tag}-{stem}"
     if out.exists():
         return out
     for stale in out.parent.glob(f"{key}-*-{stem}"):
         stale.unlink(missing_ok=True)
     try:
-        with open(path, "rb") as raw, _decompressor(path, raw) as stream, atomic_file(out) as dst:
+        with (
+            open_binary(path, options) as raw,
+            _decompressor(name, raw) as stream,
+            atomic_file(out) as dst,
+        ):
             while block := stream.read(1 << 22):
                 dst.write(block)
+    except ChuteError:
+        raise
     except (OSError, EOFError) as exc:
         if isinstance(exc, PermissionError):
             raise
@@ -50,8 +66,8 @@ def decompressed_copy(path: Path, root: Path) -> Path:
     return out
 
 
-def _decompressor(path: Path, raw: IO[bytes]) -> IO[bytes]:
-    if path.name.endswith(".gz"):
+def _decompressor(path: str, raw: IO[bytes]) -> IO[bytes]:
+    if path.endswith(".gz"):
         return gzip.GzipFile(fileobj=raw)  # type: ignore[return-value]  # a binary file object
     try:
         import zstandard

@@ -10,6 +10,8 @@ Sidecar layout (little-endian), in ``<cache>/index/<hash of the absolute path>-<
 The header holds the identity (size, mtime_ns, hash of both ends) of the file it describes; an
 index whose identity no longer matches the file is rebuilt, never trusted because it exists.
 Sidecars are written to a temporary file and renamed, so concurrent builders never corrupt one.
+A file in object storage (``s3://...``) is indexed the same way, its identity being the
+object's size, ETag and version (see ``chute.sources.remote``).
 
 Example:
     >>> import tempfile, pathlib
@@ -26,6 +28,7 @@ import hashlib
 import logging
 import mmap
 import os
+import re
 import struct
 import tempfile
 import time
@@ -37,17 +40,24 @@ from typing import IO, Any
 import numpy as np
 import orjson
 
-from chute._internal.files import FileIdentity, atomic_file, cache_root, file_identity
+from chute._internal.files import FileIdentity, atomic_file, cache_root
+from chute._internal.objects import RemoteIdentity, object_identity, open_binary
+from chute._internal.progress import ProgressArg
+from chute._internal.progress import progress as progress_of
+from chute._internal.remote import DEFAULT_OPTIONS, RemoteOptions, check_url, is_url
 from chute.errors import SourceChanged, SourceError
 from chute.sources.decompress import COMPRESSED_SUFFIXES, decompressed_copy
+from chute.sources.remote import remote_pread, spooled_array
 from chute.sources.scan_array import ArrayScan, scan_array
-from chute.sources.scan_lines import BOM, ENTRY_DTYPE, LineScan, scan_lines
+from chute.sources.scan_lines import BOM, ENTRY_DTYPE, LineScan, scan_lines, scan_spans
 
-__all__ = ["INDEX_VERSION", "FileIndex", "open_index"]
+__all__ = ["INDEX_VERSION", "FileIndex", "is_text_file", "open_index"]
 
 log = logging.getLogger("chute.index")
 
 INDEX_VERSION = 1
+# Kinds whose records are lines (scanned alike; a text line is not parsed as JSON).
+LINE_KINDS = ("jsonl", "text")
 MAGIC = b"CHUTEIDX"
 HEADER_SIZE = 4096
 
@@ -60,8 +70,10 @@ class FileIndex:
 
     Attributes:
         path: the file as the user named it (shown in messages).
-        data_path: the file actually read (a decompressed copy for ``.gz`` / ``.zst``).
-        kind: ``"jsonl"`` or ``"json_array"``.
+        data_path: the file actually read (a decompressed copy for ``.gz`` / ``.zst``; the
+            URL of a remote object).
+        kind: ``"jsonl"``, ``"json_array"`` or ``"text"`` (a ``.txt`` file: one document per
+            line, read as ``{"text": line}``).
         identity: identity of ``data_path`` when the index was built.
         entries: ``ENTRY_DTYPE`` array (memory-mapped from the sidecar when one could be written).
         built: True when this call scanned the file, False when a valid sidecar was reused.
@@ -70,7 +82,7 @@ class FileIndex:
     path: str
     data_path: str
     kind: str
-    identity: FileIdentity
+    identity: FileIdentity | RemoteIdentity
     entries: np.ndarray
     lines: int
     blank_lines: int
@@ -85,6 +97,11 @@ class FileIndex:
     @property
     def bytes(self) -> int:
         return self.identity.size
+
+    @property
+    def remote(self) -> bool:
+        """Whether the records are read from object storage (not from a local file)."""
+        return is_url(self.data_path)
 
     def __getstate__(self) -> dict[str, Any]:
         # DataLoader workers and process pools get the sidecar's path, not a copy of the entries:
@@ -111,13 +128,20 @@ def open_index(
     *,
     cache_dir: str | os.PathLike[str] | None = None,
     rebuild: bool = False,
-    progress: Progress | None = None,
+    progress: ProgressArg = None,
+    remote: RemoteOptions | None = None,
 ) -> FileIndex:
-    """Open the index of ``path``, building it first when it is missing or stale."""
+    """Open the index of ``path`` (a file or a URL), building it first when missing or stale.
+
+    ``progress`` reports the scan of a build: ``None``, a bar on a terminal (else a log line
+    now and then) on rank 0; ``False``: silent; or called with the bytes scanned.
+    ``remote``: timeouts and retries for a URL (``RemoteOptions``; defaults otherwise).
+    """
     t0 = time.perf_counter()
+    options = remote or DEFAULT_OPTIONS
     shown = os.fspath(path)
-    data_path = _data_path(shown, cache_dir)
-    identity = file_identity(data_path)
+    data_path = _data_path(shown, cache_dir, options)
+    identity = object_identity(data_path, options)
     sidecar = _sidecar_path(data_path, cache_dir)
     if not rebuild:
         loaded = _load(sidecar, identity)
@@ -126,7 +150,7 @@ def open_index(
             return FileIndex(
                 path=shown,
                 data_path=data_path,
-                kind=header["kind"],
+                kind="text" if is_text_file(shown) else header["kind"],
                 identity=identity,
                 entries=entries,
                 lines=header["lines"],
@@ -136,10 +160,17 @@ def open_index(
                 seconds=time.perf_counter() - t0,
                 sidecar=sidecar,
             )
-    return _build(shown, data_path, identity, sidecar, progress, t0)
+    name = f"index {shown.rsplit('/', 1)[-1]}"
+    with progress_of(identity.size, name, unit="B", enabled=progress) as bar:
+        return _build(shown, data_path, identity, sidecar, bar.update, t0, options)
 
 
-def _data_path(path: str, cache_dir: str | os.PathLike[str] | None) -> str:
+def _data_path(path: str, cache_dir: str | os.PathLike[str] | None, options: RemoteOptions) -> str:
+    if is_url(path):
+        check_url(path)
+        if path.endswith(COMPRESSED_SUFFIXES):
+            return os.fspath(decompressed_copy(path, cache_root(cache_dir), options))
+        return path
     p = Path(path)
     if p.is_dir():
         raise SourceError(
@@ -154,10 +185,13 @@ def _data_path(path: str, cache_dir: str | os.PathLike[str] | None) -> str:
 
 def _sidecar_path(data_path: str, cache_dir: str | os.PathLike[str] | None) -> Path:
     key = hashlib.blake2b(data_path.encode(), digest_size=8).hexdigest()
-    return cache_root(cache_dir) / "index" / f"{key}-{Path(data_path).name}.idx"
+    name = re.sub(r"[^A-Za-z0-9._-]", "_", data_path.rsplit("/", 1)[-1])[-100:]
+    return cache_root(cache_dir) / "index" / f"{key}-{name}.idx"
 
 
-def _load(sidecar: Path, identity: FileIdentity) -> tuple[dict[str, Any], np.ndarray] | None:
+def _load(
+    sidecar: Path, identity: FileIdentity | RemoteIdentity
+) -> tuple[dict[str, Any], np.ndarray] | None:
     try:
         with open(sidecar, "rb") as f:
             head = f.read(HEADER_SIZE)
@@ -183,25 +217,25 @@ def _load(sidecar: Path, identity: FileIdentity) -> tuple[dict[str, Any], np.nda
 def _build(
     path: str,
     data_path: str,
-    identity: FileIdentity,
+    identity: FileIdentity | RemoteIdentity,
     sidecar: Path,
     progress: Progress | None,
     t0: float,
+    options: RemoteOptions,
 ) -> FileIndex:
-    kind = detect_kind(data_path, shown=path)
+    kind = detect_kind(data_path, shown=path, remote=options)
     header: dict[str, Any] = {"version": INDEX_VERSION, "kind": kind, "path": data_path}
+    scan = _Scan(path, data_path, kind, progress, options, sidecar.parent.parent)
     if _writable(sidecar.parent):
         with atomic_file(sidecar) as out:
             out.seek(HEADER_SIZE)
-            header.update(
-                _scan_into(out, path, data_path, kind, progress), identity=identity.to_json()
-            )
+            header.update(scan.into(out), identity=identity.to_json())
             blob = orjson.dumps(header)
             if len(blob) > HEADER_SIZE - 12:
                 raise SourceError(f"{path}: index header too large ({len(blob)} bytes)")
             out.seek(0)
             out.write((MAGIC + struct.pack("<I", len(blob)) + blob).ljust(HEADER_SIZE, b"\0"))
-            if file_identity(data_path) != identity:
+            if object_identity(data_path, options) != identity:
                 raise SourceError(f"{path}: the file changed while it was being indexed; try again")
         loaded = _load(sidecar, identity)
         if loaded is None:
@@ -213,7 +247,7 @@ def _build(
         log.warning(
             "cannot write indexes under %s; keeping the index of %s in memory", sidecar.parent, path
         )
-        entries, counts = _scan_to_memory(path, data_path, kind, progress)
+        entries, counts = scan.to_memory()
         header.update(counts)
         stored = None
     return FileIndex(
@@ -242,44 +276,71 @@ def _writable(directory: Path) -> bool:
     return True
 
 
-def _scan_into(
-    out: IO[Any], path: str, data_path: str, kind: str, progress: Progress | None
-) -> dict[str, Any]:
-    totals: LineScan | ArrayScan
-    if kind == "jsonl":
-        totals = LineScan()
-        with open(data_path, "rb") as f:
-            for entries in scan_lines(f, totals, progress):
+class _Scan:
+    """How one file is scanned: lines or array elements, of a local file or a remote object."""
+
+    def __init__(
+        self,
+        path: str,
+        data_path: str,
+        kind: str,
+        progress: Progress | None,
+        options: RemoteOptions,
+        cache: Path,
+    ):
+        self.path, self.data_path, self.kind = path, data_path, kind
+        self.progress, self.options, self.cache = progress, options, cache
+
+    def into(self, out: IO[Any]) -> dict[str, Any]:
+        """Write the entries to ``out``; returns the counts for the header."""
+        totals: LineScan | ArrayScan
+        if self.kind in LINE_KINDS:
+            totals = LineScan()
+            for entries in self._lines(totals):
                 out.write(entries.tobytes())
-        closed = True
-    else:
-        totals = ArrayScan()
-        entries = _scan_array_file(path, data_path, totals, progress)
-        out.write(entries.tobytes())
-        closed = totals.closed
-    return {
-        "records": totals.records,
-        "lines": totals.lines,
-        "blank_lines": totals.blank_lines,
-        "bytes": totals.bytes,
-        "closed": closed,
-    }
+            closed = True
+        else:
+            totals = ArrayScan()
+            out.write(self._array(totals).tobytes())
+            closed = totals.closed
+        return {
+            "records": totals.records,
+            "lines": totals.lines,
+            "blank_lines": totals.blank_lines,
+            "bytes": totals.bytes,
+            "closed": closed,
+        }
 
+    def to_memory(self) -> tuple[np.ndarray, dict[str, Any]]:
+        if self.kind in LINE_KINDS:
+            totals = LineScan()
+            parts = list(self._lines(totals))
+            entries = np.concatenate(parts) if parts else np.empty(0, dtype=ENTRY_DTYPE)
+            counts = {"lines": totals.lines, "blank_lines": totals.blank_lines, "closed": True}
+        else:
+            array_totals = ArrayScan()
+            entries = self._array(array_totals)
+            counts = {"lines": array_totals.lines, "blank_lines": 0, "closed": array_totals.closed}
+        return entries, counts
 
-def _scan_to_memory(
-    path: str, data_path: str, kind: str, progress: Progress | None
-) -> tuple[np.ndarray, dict[str, Any]]:
-    if kind == "jsonl":
-        totals = LineScan()
-        with open(data_path, "rb") as f:
-            parts = list(scan_lines(f, totals, progress))
-        entries = np.concatenate(parts) if parts else np.empty(0, dtype=ENTRY_DTYPE)
-        counts = {"lines": totals.lines, "blank_lines": totals.blank_lines, "closed": True}
-    else:
-        array_totals = ArrayScan()
-        entries = _scan_array_file(path, data_path, array_totals, progress)
-        counts = {"lines": array_totals.lines, "blank_lines": 0, "closed": array_totals.closed}
-    return entries, counts
+    def _lines(self, totals: LineScan) -> Iterator[np.ndarray]:
+        if is_url(self.data_path):
+            pread, size = remote_pread(self.data_path, self.options)
+            yield from scan_spans(pread, size, totals, self.progress)
+            return
+        with open(self.data_path, "rb") as f:
+            yield from scan_lines(f, totals, self.progress)
+
+    def _array(self, totals: ArrayScan) -> np.ndarray:
+        if not is_url(self.data_path):
+            return _scan_array_file(self.path, self.data_path, totals, self.progress)
+
+        def scan(data: np.ndarray) -> np.ndarray:
+            if len(data) == 0:
+                raise SourceError(f"{self.path}: empty file is not a JSON array")
+            return scan_array(data, self.path, totals, self.progress)
+
+        return spooled_array(self.data_path, self.options, self.cache / "tmp", scan)
 
 
 def _scan_array_file(
@@ -297,17 +358,35 @@ def _scan_array_file(
                 del data  # release the buffer before the map closes
 
 
-def detect_kind(data_path: str, *, shown: str | None = None) -> str:
-    """``"json_array"`` for a ``.json`` file holding one array, else ``"jsonl"``.
+def is_text_file(path: str) -> bool:
+    """Whether ``path`` names a plain-text file (``.txt``, possibly compressed).
 
+    Example:
+        >>> is_text_file("wiki.txt.gz"), is_text_file("c4.jsonl")
+        (True, False)
+    """
+    name = os.path.basename(path)
+    for suffix in COMPRESSED_SUFFIXES:
+        name = name.removesuffix(suffix)
+    return name.endswith(".txt")
+
+
+def detect_kind(
+    data_path: str, *, shown: str | None = None, remote: RemoteOptions = DEFAULT_OPTIONS
+) -> str:
+    """The kind of a data file: ``json_array``, ``text`` (``.txt``) or ``jsonl``.
+
+    ``"json_array"`` is a ``.json`` file holding one array; ``"text"`` a ``.txt`` file.
     A ``.json`` file whose first line is a complete JSON value is JSON Lines (people often
     name JSONL files ``.json``). A ``.json`` file holding a single object is refused: it is a
     config or a dict of records, not a list of records.
     """
     shown = shown or data_path
+    if is_text_file(shown):
+        return "text"
     if not data_path.endswith(".json"):
         return "jsonl"
-    with open(data_path, "rb") as f:
+    with open_binary(data_path, remote, chunk=1 << 20) as f:
         first_line = f.readline(1 << 24)
         rest_has_content = any(line.strip() for line in _lines_after(f, 4))
     text = first_line[3:] if first_line.startswith(BOM) else first_line

@@ -1,5 +1,12 @@
 r"""``JsonlSource``: JSON Lines and JSON array files read in place, with random access.
 
+A ``.txt`` file is read the same way, one document per line (blank lines skipped): each line is
+the record ``{"text": line}`` (a ``TextLine``), for pretraining corpora stored as plain text.
+
+Files may be local or in object storage (``s3://``, ``gs://``, ``az://``, ``hf://``,
+``https://``): the same index, the same checks, bytes read through a block cache
+(``chute.sources.remote``).
+
 Example:
     >>> import tempfile, pathlib
     >>> d = pathlib.Path(tempfile.mkdtemp())
@@ -13,17 +20,21 @@ from __future__ import annotations
 
 import builtins
 import contextlib
-import glob
 import os
 from collections.abc import Callable, Iterator, Sequence
-from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
-from chute.errors import SourceChanged, SourceError
+from chute._internal.files import FileIdentity
+from chute._internal.objects import RemoteIdentity
+from chute._internal.remote import DEFAULT_OPTIONS, RemoteOptions
+from chute.errors import SourceChanged
+from chute.sources.base import FileSource, expand_paths, shown_path
+from chute.sources.blocks import BlockCache
 from chute.sources.index import FileIndex, open_index
-from chute.sources.record import Record
+from chute.sources.record import Record, TextLine
+from chute.sources.remote import RemoteBytes, block_cache
 from chute.sources.scan_lines import BOM
 
 __all__ = ["JsonlSource", "expand_paths"]
@@ -37,21 +48,26 @@ _ARRAY_BEFORE = frozenset(b" \t\r\n,[")
 _ARRAY_AFTER = frozenset(b" \t\r\n,]")
 
 
-class JsonlSource:
-    """Records of one or many JSONL / JSON-array files, by global index, without loading them.
+class JsonlSource(FileSource):
+    """Records of one or many JSONL / JSON-array / text files, by global index, without loading.
 
     Each file gets a cached byte-offset index (see ``chute.sources.index``); the source maps
     a global record index to (file, record) with one ``searchsorted`` over per-file counts.
     Memory per process is O(1) in the file size: the indexes are memory-mapped and records are
-    read with ``pread`` on demand.
+    read with ``pread`` on demand (ranged requests through a bounded block cache for files in
+    object storage).
 
     Args:
-        paths: a path, a glob (``data/*.jsonl``, ``**`` allowed), or a list of them; files keep
-            the given order and each glob is sorted, so record ids are stable across runs.
+        paths: a path, a glob (``data/*.jsonl``, ``**`` allowed), a URL or URL glob
+            (``s3://bucket/train-*.jsonl``), or a list of them; files keep the given order and
+            each glob is sorted, so record ids are stable across runs.
         cache_dir: where indexes live (default ``$CHUTE_CACHE_DIR`` or ``~/.cache/chute``).
         rebuild: rebuild indexes even when a valid one exists.
         progress: called with the number of bytes scanned, for progress bars.
+        remote: timeouts, retries and block cache for URLs (``RemoteOptions``).
     """
+
+    kind = "jsonl"
 
     def __init__(
         self,
@@ -60,20 +76,23 @@ class JsonlSource:
         cache_dir: PathLike | None = None,
         rebuild: bool = False,
         progress: Callable[[int], None] | None = None,
+        remote: RemoteOptions | None = None,
     ):
-        self.paths = expand_paths(paths)
+        self.remote = remote or DEFAULT_OPTIONS
+        self.paths = expand_paths(paths, self.remote)
         self.cache_dir = cache_dir
         self.files: list[FileIndex] = [
-            open_index(p, cache_dir=cache_dir, rebuild=rebuild, progress=progress)
+            open_index(p, cache_dir=cache_dir, rebuild=rebuild, progress=progress, remote=remote)
             for p in self.paths
         ]
         self._starts = np.cumsum([0] + [len(f) for f in self.files], dtype=np.int64)
-        self._readers = [_FileReader(f) for f in self.files]
+        self._readers = self._open_readers()
+
+    def _open_readers(self) -> list[_FileReader]:
+        blocks = block_cache(self.remote) if any(f.remote for f in self.files) else None
+        return [_FileReader(f, _bytes_of(f, self.remote, blocks)) for f in self.files]
 
     # -- size and identity ------------------------------------------------------------------
-
-    def __len__(self) -> int:
-        return int(self._starts[-1])
 
     @property
     def blank_lines(self) -> int:
@@ -83,48 +102,31 @@ class JsonlSource:
     def bytes(self) -> int:
         return sum(f.bytes for f in self.files)
 
+    @property
+    def blocks(self) -> BlockCache | None:
+        """This process's block cache of remote files (counters: ``requests``, ...), if any."""
+        for r in self._readers:
+            if isinstance(r.io, RemoteBytes):
+                return r.io.cache
+        return None
+
     def fingerprint(self) -> dict[str, Any]:
         """What identifies this source's content: each file's identity and record count."""
         return {
             "kind": "jsonl",
             "records": len(self),
             "files": [
-                {"path": os.path.abspath(f.path), "records": len(f), **f.identity.to_json()}
+                {"path": shown_path(f.path), "records": len(f), **f.identity.to_json()}
                 for f in self.files
             ],
         }
 
-    def __repr__(self) -> str:
-        names = ", ".join(Path(p).name for p in self.paths[:3])
-        more = f", +{len(self.paths) - 3} more" if len(self.paths) > 3 else ""
-        return f"JsonlSource([{names}{more}], records={len(self)})"
-
     # -- access -----------------------------------------------------------------------------
 
-    def locate(self, index: int) -> tuple[int, int]:
-        """(file number, record number within that file) of a global index."""
-        n = len(self)
-        if not -n <= index < n:
-            raise IndexError(f"record index {index} out of range for a source of {n} records")
-        index %= n
-        file_no = int(np.searchsorted(self._starts, index, side="right")) - 1
-        return file_no, index - int(self._starts[file_no])
-
-    def __getitem__(self, key: int | slice) -> Any:
-        if isinstance(key, slice):
-            start, stop, step = key.indices(len(self))
-            if step == 1:
-                return list(self.records_between(start, stop))
-            return [self[i] for i in range(start, stop, step)]
-        if not isinstance(key, int | np.integer):
-            raise TypeError(f"records are indexed by int or slice, not {type(key).__name__}")
-        file_no, local = self.locate(int(key))
+    def _read(self, file_no: int, local: int) -> Record:
         entry = self.files[file_no].entries[local]
         raw = self._readers[file_no].read(int(entry["start"]), int(entry["end"]))
         return self._record(file_no, local, raw, int(entry["line"]))
-
-    def __iter__(self) -> Iterator[Record]:
-        return self.records_between(0, len(self))
 
     def records_between(self, i: int, j: int) -> Iterator[Record]:
         """Records ``i`` to ``j - 1`` in order, read in large sequential blocks."""
@@ -141,7 +143,7 @@ class JsonlSource:
 
     def _record(self, file_no: int, local: int, raw: builtins.bytes, line: int) -> Record:
         f = self.files[file_no]
-        return Record(
+        return (TextLine if f.kind == "text" else Record)(
             raw,
             path=f.path,
             line=line,
@@ -154,25 +156,29 @@ class JsonlSource:
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
-        self._readers = [_FileReader(f) for f in self.files]
+        self.__dict__.setdefault("remote", DEFAULT_OPTIONS)
+        self._readers = self._open_readers()
 
 
-class _FileReader:
-    """Reads record bytes from one indexed file and refuses to return bytes from a changed file.
+class _Bytes(Protocol):
+    def pread(self, n: int, offset: int) -> builtins.bytes: ...
 
-    Every read checks the file's size and mtime against the index and checks that the bytes
-    around the record are the record delimiters the index promised, so a file modified or
-    truncated while open raises ``SourceChanged`` instead of yielding a wrong record.
-    """
+
+def _bytes_of(index: FileIndex, options: RemoteOptions, blocks: BlockCache | None) -> _Bytes:
+    if index.remote and blocks is not None and isinstance(index.identity, RemoteIdentity):
+        return RemoteBytes(index.data_path, index.identity, options, blocks)
+    return _LocalBytes(index)
+
+
+class _LocalBytes:
+    """``pread`` of a local indexed file; every read first checks its size and mtime."""
 
     def __init__(self, index: FileIndex):
         self.index = index
-        self.is_array = index.kind == "json_array"
-        self.bom = False
         self._fd: int | None = None
         self._pid = -1
 
-    def _open(self) -> int:
+    def pread(self, n: int, offset: int) -> builtins.bytes:
         if self._fd is None or self._pid != os.getpid():
             try:
                 self._fd = os.open(self.index.data_path, os.O_RDONLY)
@@ -181,41 +187,63 @@ class _FileReader:
                     f"{self.index.path}: the file vanished after it was indexed"
                 ) from None
             self._pid = os.getpid()
-            self.bom = os.pread(self._fd, 3, 0) == BOM
-        self._check_unchanged(self._fd)
-        return self._fd
-
-    def _check_unchanged(self, fd: int) -> None:
-        st = os.fstat(fd)
+        st = os.fstat(self._fd)
         ident = self.index.identity
-        if st.st_size != ident.size or st.st_mtime_ns != ident.mtime_ns:
+        mtime = ident.mtime_ns if isinstance(ident, FileIdentity) else None
+        if st.st_size != ident.size or st.st_mtime_ns != mtime:
             raise SourceChanged(
                 f"{self.index.path}: the file changed after it was indexed (size {ident.size} -> "
-                f"{st.st_size}, mtime_ns {ident.mtime_ns} -> {st.st_mtime_ns}); re-open the "
+                f"{st.st_size}, mtime_ns {mtime} -> {st.st_mtime_ns}); re-open the "
                 f"source to re-index it"
             )
+        return os.pread(self._fd, n, offset)
 
-    def read(self, start: int, end: int) -> bytes:
-        fd = self._open()
+    def __del__(self) -> None:
+        if self._fd is not None and self._pid == os.getpid():
+            with contextlib.suppress(OSError):
+                os.close(self._fd)
+
+
+class _FileReader:
+    """Reads record bytes from one indexed file and refuses to return bytes from a changed file.
+
+    Every read checks the file against its index (a local file's size and mtime; a remote
+    object's ETag, see ``RemoteFile.pinned_read``) and checks that the bytes around the record
+    are the record delimiters the index promised, so a file modified or truncated while open
+    raises ``SourceChanged`` instead of yielding a wrong record.
+    """
+
+    def __init__(self, index: FileIndex, io: _Bytes):
+        self.index = index
+        self.io = io
+        self.is_array = index.kind == "json_array"
+        self._bom: bool | None = None
+
+    @property
+    def bom(self) -> bool:
+        if self._bom is None:
+            self._bom = self.io.pread(3, 0) == BOM
+        return self._bom
+
+    def read(self, start: int, end: int) -> builtins.bytes:
         lo = start - 1 if start > 0 else 0
         hi = min(end + 1, self.index.identity.size)
-        buf = os.pread(fd, hi - lo, lo)
+        buf = self.io.pread(hi - lo, lo)
         return self._cut(buf, lo, start, end)
 
-    def read_many(self, starts: np.ndarray, ends: np.ndarray) -> Iterator[bytes]:
+    def read_many(self, starts: np.ndarray, ends: np.ndarray) -> Iterator[builtins.bytes]:
         first, last = int(starts[0]), int(ends[-1])
         if last - first > _BLOCK_BYTES:
             for s, e in zip(starts.tolist(), ends.tolist(), strict=True):
                 yield self.read(s, e)
             return
-        fd = self._open()
         lo = first - 1 if first > 0 else 0
         hi = min(last + 1, self.index.identity.size)
-        buf = os.pread(fd, hi - lo, lo)
+        buf = self.io.pread(hi - lo, lo)
         for s, e in zip(starts.tolist(), ends.tolist(), strict=True):
             yield self._cut(buf, lo, s, e)
 
-    def _cut(self, buf: bytes, lo: int, start: int, end: int) -> bytes:
+    def _cut(self, buf: builtins.bytes, lo: int, start: int, end: int) -> builtins.bytes:
         size = self.index.identity.size
         if len(buf) < min(end + 1, size) - lo:
             self._changed(start)
@@ -238,33 +266,3 @@ class _FileReader:
             f"{self.index.path}: bytes at offset {offset} no longer match the index (the file was "
             f"modified in place); re-open the source to re-index it"
         )
-
-    def __del__(self) -> None:
-        if self._fd is not None and self._pid == os.getpid():
-            with contextlib.suppress(OSError):
-                os.close(self._fd)
-
-
-def expand_paths(paths: PathLike | Sequence[PathLike]) -> list[str]:
-    """Turn a path, a glob or a list of them into an ordered list of files.
-
-    Example:
-        >>> expand_paths([])
-        Traceback (most recent call last):
-        ...
-        chute.errors.SourceError: no data files given
-    """
-    items = [paths] if isinstance(paths, str | os.PathLike) else list(paths)
-    out: list[str] = []
-    for item in items:
-        text = os.fspath(item)
-        if glob.has_magic(text):
-            matches = sorted(m for m in glob.glob(text, recursive=True) if os.path.isfile(m))
-            if not matches:
-                raise SourceError(f"{text}: the pattern matches no files")
-            out.extend(matches)
-        else:
-            out.append(text)
-    if not out:
-        raise SourceError("no data files given")
-    return out

@@ -21,7 +21,11 @@ from typing import BinaryIO, NamedTuple
 
 import numpy as np
 
-__all__ = ["ENTRY_DTYPE", "LineScan", "scan_lines"]
+__all__ = ["ENTRY_DTYPE", "LineScan", "Pread", "scan_lines", "scan_spans"]
+
+# pread(n, offset): up to n bytes at offset (os.pread of a file, or ranged requests to an object
+# in remote storage).
+Pread = Callable[[int, int], bytes]
 
 # One record: [start, end) byte span (end excludes the newline and a trailing \r) and the 1-based
 # line number where it begins. 24 bytes a record; memory-mapped, never loaded into Python objects.
@@ -56,9 +60,9 @@ class _Window(NamedTuple):
     first: int  # the window's first byte
 
 
-def _scan_window(fd: int, pos: int, window: int) -> _Window:
+def _scan_window(pread: Pread, pos: int, window: int) -> _Window:
     lo = pos - 1 if pos > 0 else 0  # one byte of overlap: the byte before a leading newline
-    buf = np.frombuffer(os.pread(fd, window + (pos - lo), lo), dtype=np.uint8)
+    buf = np.frombuffer(pread(window + (pos - lo), lo), dtype=np.uint8)
     off = pos - lo
     body = buf[off:]
     first = int(body[0]) if len(body) else -1
@@ -75,7 +79,7 @@ def _scan_window(fd: int, pos: int, window: int) -> _Window:
     starts = newlines[:-1] + np.uint64(1)
     inner_ends = ends[1:]
     heads = body[rel[:-1] + 1].astype(np.int16)
-    keep = _records_mask(fd, starts, inner_ends, heads)
+    keep = _records_mask(pread, starts, inner_ends, heads)
     inner = np.empty(int(np.count_nonzero(keep)), dtype=ENTRY_DTYPE)
     inner["start"], inner["end"] = starts[keep], inner_ends[keep]
     inner["line"] = np.flatnonzero(keep).astype(np.uint64) + np.uint64(2)
@@ -86,16 +90,16 @@ def _scan_window(fd: int, pos: int, window: int) -> _Window:
 _EMPTY = np.empty(0, dtype=ENTRY_DTYPE)
 
 
-def _windows(fd: int, size: int, window: int, threads: int) -> Iterator[_Window]:
+def _windows(pread: Pread, size: int, window: int, threads: int) -> Iterator[_Window]:
     """Scanned windows in file order, at most ``2 * threads`` in flight."""
     if threads <= 1:
         for pos in range(0, size, window):
-            yield _scan_window(fd, pos, window)
+            yield _scan_window(pread, pos, window)
         return
     with ThreadPoolExecutor(max_workers=threads, thread_name_prefix="chute-scan") as pool:
         pending: deque[Future[_Window]] = deque()
         for pos in range(0, size, window):
-            pending.append(pool.submit(_scan_window, fd, pos, window))
+            pending.append(pool.submit(_scan_window, pread, pos, window))
             if len(pending) >= 2 * threads:
                 yield pending.popleft().result()
         while pending:
@@ -116,19 +120,42 @@ def scan_lines(
     ``f`` must be a real file (it is read with ``pread`` on its descriptor).
     """
     fd = f.fileno()
-    size = os.fstat(fd).st_size
+    yield from scan_spans(
+        lambda n, offset: os.pread(fd, n, offset),
+        os.fstat(fd).st_size,
+        totals,
+        progress,
+        window,
+        threads,
+    )
+
+
+def scan_spans(
+    pread: Pread,
+    size: int,
+    totals: LineScan,
+    progress: Callable[[int], None] | None = None,
+    window: int = WINDOW,
+    threads: int | None = None,
+) -> Iterator[np.ndarray]:
+    """``scan_lines`` over ``size`` bytes read with ``pread(n, offset)`` (safe from threads).
+
+    Windows are read in parallel on ``threads`` threads, so a remote object is fetched with
+    that many ranged requests in flight, each byte once (a few short re-reads decide whether
+    lines that start with whitespace are blank).
+    """
     threads = threads or min(4, os.cpu_count() or 1)
-    line_start = 3 if os.pread(fd, 3, 0) == BOM else 0
+    line_start = 3 if pread(3, 0) == BOM else 0
     head = -1  # first byte of the line starting at line_start, once known
     line_no = 0
     end_of_data = 0
-    for w in _windows(fd, size, window, threads):
+    for w in _windows(pread, size, window, threads):
         end_of_data = w.pos + w.size
         if head < 0:  # the current line starts in this window: at its start, or after a BOM
-            head = w.first if line_start == w.pos else _byte_at(fd, line_start)
+            head = w.first if line_start == w.pos else _byte_at(pread, line_start)
         if w.newlines:
             line_no += 1
-            carried = _one_entry(fd, line_start, w.head_end, line_no, head)
+            carried = _one_entry(pread, line_start, w.head_end, line_no, head)
             if carried is not None:
                 yield carried
             if len(w.inner):
@@ -143,43 +170,45 @@ def scan_lines(
     if line_start < end_of_data:  # a last line without a newline
         line_no += 1
         end = end_of_data
-        if end - 1 > line_start and _byte_at(fd, end - 1) == 13:
+        if end - 1 > line_start and _byte_at(pread, end - 1) == 13:
             end -= 1
         if head < 0:
-            head = _byte_at(fd, line_start)
-        last = _one_entry(fd, line_start, end, line_no, head)
+            head = _byte_at(pread, line_start)
+        last = _one_entry(pread, line_start, end, line_no, head)
         if last is not None:
             totals.records += 1
             yield last
     totals.lines = line_no
 
 
-def _one_entry(fd: int, start: int, end: int, line: int, head: int) -> np.ndarray | None:
-    if end <= start or (head <= 32 and not _has_content(fd, start, end)):
+def _one_entry(pread: Pread, start: int, end: int, line: int, head: int) -> np.ndarray | None:
+    if end <= start or (head <= 32 and not _has_content(pread, start, end)):
         return None
     return np.array([(start, end, line)], dtype=ENTRY_DTYPE)
 
 
-def _records_mask(fd: int, starts: np.ndarray, ends: np.ndarray, heads: np.ndarray) -> np.ndarray:
+def _records_mask(
+    pread: Pread, starts: np.ndarray, ends: np.ndarray, heads: np.ndarray
+) -> np.ndarray:
     """True for lines that hold a record: not empty and not whitespace only."""
     nonempty = ends > starts
     keep = nonempty & (heads > 32)
     # A non-empty line starting with a byte <= 32 may still be a record (leading spaces, or a
     # stray control byte that must become a counted reject, not vanish). Re-read just those.
     for i in np.flatnonzero(nonempty & (heads <= 32)):
-        keep[i] = _has_content(fd, int(starts[i]), int(ends[i]))
+        keep[i] = _has_content(pread, int(starts[i]), int(ends[i]))
     return keep
 
 
-def _byte_at(fd: int, offset: int) -> int:
-    got = os.pread(fd, 1, offset)
+def _byte_at(pread: Pread, offset: int) -> int:
+    got = pread(1, offset)
     return got[0] if got else -1
 
 
-def _has_content(fd: int, start: int, end: int) -> bool:
+def _has_content(pread: Pread, start: int, end: int) -> bool:
     block = 1 << 16
     while start < end:
-        chunk = os.pread(fd, min(block, end - start), start)
+        chunk = pread(min(block, end - start), start)
         if not chunk:
             return False
         if chunk.strip(_WHITESPACE):

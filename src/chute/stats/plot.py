@@ -16,6 +16,8 @@ import itertools
 import os
 from typing import Any
 
+from chute.errors import MissingDependency
+
 __all__ = ["plot_stats", "require_matplotlib"]
 
 
@@ -27,7 +29,7 @@ def require_matplotlib() -> Any:
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError as exc:
-        raise ImportError(
+        raise MissingDependency(
             f"chute stats --plot draws with matplotlib, which is an optional extra: "
             f"pip install 'chute[plot]' (import failed: {exc})"
         ) from exc
@@ -53,19 +55,32 @@ def plot_stats(stats: dict[str, Any], path: str | os.PathLike[str]) -> None:
     names = list(stats["efficiency"])
     values = [100 * stats["efficiency"][n] for n in names]
     bars = right.bar(
-        names, values, color=["#8c8c8c", "#4c72b0", "#55a868", "#dd8452"][: len(names)]
+        names,
+        values,
+        color=["#8c8c8c", "#4c72b0", "#55a868", "#dd8452"][: len(names)],
+        zorder=2,  # in front of the packing-bound line: it never crosses a bar or its label
     )
     for bar, value, name in zip(bars, values, names, strict=True):
         steps = stats["plans"][name]["steps"]
+        # Inside the bar, below its top: the packing-bound line (drawn behind the bars) runs
+        # near the best bars' tops, so a label above them would sit on it. A bar too short to
+        # hold its label gets it above, on a white box.
+        inside = value >= 15
         right.annotate(
-            f"{value:.1f}%\n{steps:,} steps",
-            (bar.get_x() + bar.get_width() / 2, value),
+            f"{value:.1f}%\n{steps:,} step{'s' if steps != 1 else ''}",
+            (bar.get_x() + bar.get_width() / 2, value - 2 if inside else value + 1),
             ha="center",
-            va="bottom",
+            va="top" if inside else "bottom",
             fontsize=8,
+            color="white" if inside else "black",
+            fontweight="bold" if inside else "normal",
+            bbox=None if inside else {"facecolor": "white", "edgecolor": "none", "pad": 1},
+            zorder=3,
         )
     bound = 100 * stats["packing_bound"]["efficiency"]
-    right.axhline(bound, color="#c44e52", linestyle=":", label=f"packing bound {bound:.1f}%")
+    right.axhline(
+        bound, color="#c44e52", linestyle=":", label=f"packing bound {bound:.1f}%", zorder=1
+    )
     right.set_ylim(0, 122)  # room above the bars for their labels and the legend
     right.set_yticks(range(0, 101, 20))
     right.set_ylabel("padding efficiency (%)")

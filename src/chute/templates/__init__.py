@@ -23,6 +23,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from chute._internal.spelling import spell
 from chute.errors import ConfigError
 from chute.templates.base import TRAIN_ON, RenderContext, Rendered, Template, train_flags
 from chute.templates.builtin import BUILTIN
@@ -54,13 +55,15 @@ def get_template(value: Any, tokenizer: Any = None) -> Template:
         source = getattr(tokenizer, "chat_template", None)
         if not source:
             raise ConfigError(
-                f"template: none given and the tokenizer has no chat_template; pass template= "
-                f"one of {', '.join(BUILTIN)}, a tokenizer_config.json, or a .jinja file"
+                f"none given and the tokenizer has no chat_template; pass {spell('template')} "
+                f"one of {', '.join(BUILTIN)}, a tokenizer_config.json, or a .jinja file",
+                param="template",
             )
         return JinjaTemplate(source, name="tokenizer")
     if not isinstance(value, str | os.PathLike):
         raise ConfigError(
-            f"template: expected a name, a path or a Jinja string, got {type(value).__name__}"
+            f"expected a name, a path or a Jinja string, got {type(value).__name__}",
+            param="template",
         )
     text = os.fspath(value)
     if text in BUILTIN:
@@ -71,21 +74,25 @@ def get_template(value: Any, tokenizer: Any = None) -> Template:
     if path.is_dir():
         _, source, _ = read_tokenizer_config(path)
         if not source:
-            raise ConfigError(f"template: {path} has no chat_template (tokenizer_config.json)")
+            raise ConfigError(
+                f"{path} has no chat_template (tokenizer_config.json)", param="template"
+            )
         return JinjaTemplate(source, name=path.name, origin=text)
     if path.is_file():
         if path.suffix == ".json":
             _, source, _ = _config_template(path)
             if not source:
                 raise ConfigError(
-                    f"template: {path} has no 'chat_template'; pass a built-in name "
-                    f"({', '.join(BUILTIN)}) or a .jinja file"
+                    f"{path} has no 'chat_template'; pass a built-in name "
+                    f"({', '.join(BUILTIN)}) or a .jinja file",
+                    param="template",
                 )
             return JinjaTemplate(source, name=path.parent.name or path.name, origin=text)
         return JinjaTemplate(path.read_text(encoding="utf-8"), name=path.stem, origin=text)
     raise ConfigError(
-        f"template: {text!r} is not a built-in template ({', '.join(BUILTIN)}), an existing "
-        f"file, or a Jinja string"
+        f"{text!r} is not a built-in template ({', '.join(BUILTIN)}), an existing "
+        f"file, or a Jinja string",
+        param="template",
     )
 
 
@@ -97,5 +104,5 @@ def _config_template(path: Path) -> tuple[dict[str, Any], str | None, list[Path]
     try:
         config = orjson.loads(path.read_bytes())
     except orjson.JSONDecodeError as exc:
-        raise ConfigError(f"template: {path} is not valid JSON ({exc})") from None
+        raise ConfigError(f"{path} is not valid JSON ({exc})", param="template") from None
     return {}, _pick_template(config.get("chat_template"), path), [path]

@@ -78,7 +78,7 @@ class RenderContext:
     def __post_init__(self) -> None:
         if self.train_on not in TRAIN_ON:
             raise ConfigError(
-                f"train_on: expected one of {', '.join(TRAIN_ON)}, got {self.train_on!r}"
+                f"expected one of {', '.join(TRAIN_ON)}, got {self.train_on!r}", param="train_on"
             )
 
     def content(self, message: Message) -> str:

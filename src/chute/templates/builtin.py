@@ -26,6 +26,12 @@ raw           ``<s>`` + every message's text, back to back + ``</s>`` (no chat m
 
 Pretraining documents (``text`` conversations) are ``<s>text</s>`` in every template.
 
+Template variables (``Recipe(template_vars=...)``, ``--template-var``) that ``chatml`` and
+``qwen3`` read, to reproduce LLaMA-Factory's renderings (docs/guides/migrate-llama-factory.md):
+``think_every_turn`` (qwen3: a think block in every assistant turn, trained), ``train_newline``
+(the ``\n`` after a trained ``<|im_end|>`` is trained too), ``tools_blank_line`` (the blank
+line before ``# Tools`` even without a system prompt).
+
 Example:
     >>> from chute.sample.conversation import Conversation, Message
     >>> from chute.templates.base import RenderContext
@@ -49,7 +55,7 @@ from chute.templates.base import Builder, RenderContext, Rendered, Template, tra
 __all__ = ["BUILTIN", "BuiltinTemplate"]
 
 # Version of the built-in renderings; bump when any output changes (it is in the fingerprint).
-BUILTIN_VERSION = 1
+BUILTIN_VERSION = 2  # 2: an empty system message before tools keeps its blank line
 
 
 def _tojson(value: Any, indent: int | None = None) -> str:
@@ -151,10 +157,13 @@ class ChatML(BuiltinTemplate):
     ) -> None:
         t = ctx.train_on == "all"
         msgs = conv.messages
+        options = ctx.variables
         if conv.tools:
             b.add("<|im_start|>system\n", t)
-            if system:
-                b.add(system, sys_train)
+            # An empty system message keeps its blank line, as Qwen's templates write it;
+            # LLaMA-Factory writes it with no system message at all (tools_blank_line).
+            if system is not None or options.get("tools_blank_line"):
+                b.add(system or "", sys_train)
                 b.add("\n\n", t)
             b.add(_QWEN_TOOLS_HEAD, t)
             for tool in conv.tools:
@@ -165,6 +174,9 @@ class ChatML(BuiltinTemplate):
             b.add(system, sys_train)
             b.add("<|im_end|>\n", t)
         last_query = self._last_query(msgs, ctx) if self.think else -1
+        if self.think and options.get("think_every_turn"):
+            last_query = -1  # every assistant turn gets its think block (LLaMA-Factory's qwen3)
+        train_newline = bool(options.get("train_newline"))
         n = len(msgs)
         for i in range(start, n):
             m, f = msgs[i], flags[i]
@@ -177,12 +189,12 @@ class ChatML(BuiltinTemplate):
                 content = ctx.content(m)
                 b.add("<|im_start|>assistant\n", t)
                 if self.think:
-                    content = self._think(b, m, content, i, last_query, n, f)
+                    content = self._think(b, m, content, i, last_query, n, f, last_query < 0)
                 b.add(content, f)
                 if m.tool_calls:
                     b.add(_qwen_tool_calls(m, content), f)
                 b.add("<|im_end|>", f)
-                b.add("\n", t)
+                b.add("\n", t or (f and train_newline))
             else:  # tool: consecutive results share one user turn
                 if i == 0 or msgs[i - 1].role != "tool":
                     b.add("<|im_start|>user", t)
@@ -204,7 +216,14 @@ class ChatML(BuiltinTemplate):
 
     @staticmethod
     def _think(
-        b: Builder, m: Message, content: str, i: int, last_query: int, n: int, train: bool
+        b: Builder,
+        m: Message,
+        content: str,
+        i: int,
+        last_query: int,
+        n: int,
+        train: bool,
+        every: bool = False,
     ) -> str:
         reasoning = ""
         if m.reasoning is not None:
@@ -212,7 +231,7 @@ class ChatML(BuiltinTemplate):
         elif "</think>" in content:
             reasoning = content.split("</think>")[0].rstrip("\n").split("<think>")[-1].lstrip("\n")
             content = content.split("</think>")[-1].lstrip("\n")
-        if i > last_query and (i == n - 1 or reasoning):
+        if every or (i > last_query and (i == n - 1 or reasoning)):
             b.add("<think>\n" + reasoning.strip("\n") + "\n</think>\n\n", train)
             return content.lstrip("\n")
         return content

@@ -48,6 +48,7 @@ from typing import Any
 
 from jinja2 import TemplateError
 
+from chute._internal.spelling import spell_set
 from chute.errors import ConfigError, SampleError
 from chute.sample.conversation import Conversation
 from chute.templates.base import RenderContext, Rendered, Template, train_flags
@@ -72,7 +73,7 @@ class JinjaTemplate(Template):
 
     def __init__(self, source: str, name: str = "jinja", origin: str | None = None):
         if not isinstance(source, str) or not source.strip():
-            raise ConfigError("template: the Jinja template text is empty")
+            raise ConfigError("the Jinja template text is empty", param="template")
         self.source = source
         self.name = name
         self.origin = origin
@@ -212,7 +213,7 @@ class JinjaTemplate(Template):
                     "template_error",
                     f"cannot find message {i} ({msgs[i]['role']}) in the chat template's output; "
                     f"the template rewrites it in a way chute cannot align (try a built-in "
-                    f"template, or train_on='all')",
+                    f"template, or {spell_set('train_on', 'all')})",
                 )
             located[i] = span
         return located

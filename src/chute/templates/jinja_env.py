@@ -3,7 +3,8 @@
 ``apply_chat_template`` renders in an ``ImmutableSandboxedEnvironment`` with ``trim_blocks``,
 ``lstrip_blocks``, the ``loopcontrols`` extension, a ``tojson`` filter that keeps non-ASCII
 text, and the globals ``raise_exception`` and ``strftime_now``; ``{% generation %}`` blocks
-render their body. chute's environment is the same, plus fast paths for the attribute lookups
+render their body. One difference, on purpose: ``strftime_now`` formats a fixed date
+(``TEMPLATE_DATE``, 26 Jul 2024), not today's, so a rendering does not change with the day. chute's environment is the same, plus fast paths for the attribute lookups
 chat templates make most (``_Sandbox``), which return exactly what the sandbox returns.
 
 Example:
@@ -23,7 +24,7 @@ from jinja2.runtime import LoopContext
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 from jinja2.utils import Namespace
 
-__all__ = ["TemplateRaised", "compile_template"]
+__all__ = ["TEMPLATE_DATE", "TemplateRaised", "compile_template"]
 
 
 class TemplateRaised(Exception):
@@ -46,8 +47,14 @@ def _tojson(
     )
 
 
+# Templates never read the clock, so the same data renders the same text (and the same cache)
+# on any day. ``strftime_now`` formats this date, the one Llama 3.1-3.3 templates write when
+# they have no other; a template variable (Llama's ``date_string``) sets another.
+TEMPLATE_DATE = datetime(2024, 7, 26)
+
+
 def _strftime_now(fmt: str) -> str:
-    return datetime.now().strftime(fmt)
+    return TEMPLATE_DATE.strftime(fmt)
 
 
 class _Generation(Extension):

@@ -65,8 +65,9 @@ def load_tokenizer(
     if isinstance(tokenizer, Tokenizer):
         if special_tokens:
             raise ConfigError(
-                "special_tokens: cannot override special tokens of a ready chute Tokenizer; "
-                "pass them when you create it, or pass a path"
+                "cannot override special tokens of a ready chute Tokenizer; "
+                "pass them when you create it, or pass a path",
+                param="special_tokens",
             )
         return tokenizer
     if isinstance(tokenizer, str | os.PathLike):
@@ -78,14 +79,16 @@ def load_tokenizer(
         return HFTokenizer(tokenizer, special_tokens=special_tokens)
     if cls.__module__.startswith("tiktoken"):
         raise ConfigError(
-            "tokenizer: a tiktoken.Encoding object has no file to fingerprint; pass the BPE file "
-            "path (with tiktoken_pattern= / tiktoken_special_tokens= when it is not a preset)"
+            "a tiktoken.Encoding object has no file to fingerprint; pass the BPE file "
+            "path (with tiktoken_pattern= / tiktoken_special_tokens= when it is not a preset)",
+            param="tokenizer",
         )
     if is_transformers_tokenizer(tokenizer):
         return TransformersTokenizer(tokenizer, special_tokens)
     raise ConfigError(
-        f"tokenizer: cannot use a {cls.__module__}.{cls.__name__}; pass a tokenizer.json path, a "
-        f"tokenizer folder, a tiktoken BPE file, or a tokenizers/transformers tokenizer object"
+        f"cannot use a {cls.__module__}.{cls.__name__}; pass a tokenizer.json path, a "
+        f"tokenizer folder, a tiktoken BPE file, or a tokenizers/transformers tokenizer object",
+        param="tokenizer",
     )
 
 
@@ -96,7 +99,7 @@ def _from_path(
     tik_specials: Mapping[str, int] | None,
 ) -> Tokenizer:
     if not path.exists():
-        raise ConfigError(f"tokenizer: {path}: no such file or folder")
+        raise ConfigError(f"{path}: no such file or folder", param="tokenizer")
     if path.is_dir():
         if (path / "tokenizer.json").is_file():
             return HFTokenizer.from_path(path, special_tokens)
@@ -111,9 +114,10 @@ def _from_path(
     if _looks_like_tiktoken(path):
         return _tiktoken(path, special_tokens, pattern, tik_specials)
     raise ConfigError(
-        f"tokenizer: {path} is neither a tokenizer.json nor a tiktoken BPE file; a SentencePiece "
+        f"{path} is neither a tokenizer.json nor a tiktoken BPE file; a SentencePiece "
         f"model loads through transformers: pass the folder that holds it with its "
-        f"tokenizer_config.json (pip install 'chute[sentencepiece]')"
+        f"tokenizer_config.json (pip install 'chute[sentencepiece]')",
+        param="tokenizer",
     )
 
 

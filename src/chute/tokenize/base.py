@@ -23,6 +23,7 @@ from typing import Any
 
 import orjson
 
+from chute._internal.spelling import spell
 from chute.errors import ConfigError
 
 __all__ = [
@@ -162,7 +163,8 @@ class Tokenizer:
         for name, token in (overrides or {}).items():
             if name not in SPECIAL_NAMES:
                 raise ConfigError(
-                    f"special_tokens: unknown name {name!r}; known names: {', '.join(SPECIAL_NAMES)}"
+                    f"unknown name {name!r}; known names: {', '.join(SPECIAL_NAMES)}",
+                    param="special_tokens",
                 )
             if token is not None and not isinstance(token, str):
                 raise ConfigError(
@@ -213,7 +215,7 @@ def read_tokenizer_config(
         try:
             config = orjson.loads(path.read_bytes())
         except orjson.JSONDecodeError as exc:
-            raise ConfigError(f"tokenizer: {path} is not valid JSON ({exc})") from None
+            raise ConfigError(f"{path} is not valid JSON ({exc})", param="tokenizer") from None
         files.append(path)
         for key in SPECIAL_NAMES:
             token = _token_text(config.get(f"{key}_token"))
@@ -236,10 +238,11 @@ def _pick_template(value: Any, path: Path) -> str | None:
         if "default" in named:
             return named["default"]
         raise ConfigError(
-            f"tokenizer: {path} has several chat templates ({', '.join(map(str, named))}) and "
-            f"none named 'default'; pass template= one of them explicitly"
+            f"{path} has several chat templates ({', '.join(map(str, named))}) and "
+            f"none named 'default'; pass {spell('template')} one of them explicitly",
+            param="tokenizer",
         )
-    raise ConfigError(f"tokenizer: {path}: chat_template is neither a string nor a list")
+    raise ConfigError(f"{path}: chat_template is neither a string nor a list", param="tokenizer")
 
 
 def file_sha256(path: str | os.PathLike[str], block: int = 1 << 22) -> str:

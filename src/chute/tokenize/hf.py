@@ -68,14 +68,15 @@ class HFTokenizer(Tokenizer):
             p = p / "tokenizer.json"
         if not p.is_file():
             raise ConfigError(
-                f"tokenizer: {path} has no tokenizer.json; pass a tokenizer.json file or the "
-                f"folder that holds it"
+                f"{path} has no tokenizer.json; pass a tokenizer.json file or the "
+                f"folder that holds it",
+                param="tokenizer",
             )
         try:
             tok = _RustTokenizer.from_file(os.fspath(p))
         except Exception as exc:
             raise ConfigError(
-                f"tokenizer: {p} is not a Hugging Face tokenizers file ({exc})"
+                f"{p} is not a Hugging Face tokenizers file ({exc})", param="tokenizer"
             ) from None
         special, template, files = read_tokenizer_config(p.parent)
         return cls(

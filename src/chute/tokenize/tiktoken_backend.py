@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from chute.errors import ConfigError
+from chute.errors import ConfigError, MissingDependency
 from chute.tokenize.base import Tokenizer, file_sha256
 
 __all__ = ["PATTERNS", "PRESETS", "TiktokenTokenizer"]
@@ -85,7 +85,7 @@ def _import_tiktoken() -> Any:
         import tiktoken
         from tiktoken.load import load_tiktoken_bpe
     except ImportError:
-        raise ImportError(
+        raise MissingDependency(
             "reading a tiktoken BPE file needs the tiktoken package: pip install 'chute[tiktoken]'"
         ) from None
     return tiktoken, load_tiktoken_bpe
@@ -126,21 +126,22 @@ class TiktokenTokenizer(Tokenizer):
         tiktoken, load_bpe = _import_tiktoken()
         preset, pattern, extra, special = self._args
         if not Path(self.path).is_file():
-            raise ConfigError(f"tokenizer: {self.path}: no such file")
+            raise ConfigError(f"{self.path}: no such file", param="tokenizer")
         try:
             ranks = load_bpe(self.path)
         except Exception as exc:
             raise ConfigError(
-                f"tokenizer: {self.path} is not a tiktoken BPE file (base64 token and rank per "
-                f"line): {exc}"
+                f"{self.path} is not a tiktoken BPE file (base64 token and rank per line): {exc}",
+                param="tokenizer",
             ) from None
         n = len(ranks)
         if preset is None:
             preset = next((name for name, p in PRESETS.items() if p[2] == n), None)
         if preset is not None and preset not in PRESETS:
             raise ConfigError(
-                f"tokenizer: unknown tiktoken preset {preset!r}; choose {', '.join(PRESETS)} or "
-                f"pass pattern= and special_tokens="
+                f"unknown tiktoken preset {preset!r}; choose {', '.join(PRESETS)} or "
+                f"pass pattern= and special_tokens=",
+                param="tokenizer",
             )
         specials: dict[str, int] = {}
         defaults: dict[str, str | None] = {}
@@ -153,9 +154,10 @@ class TiktokenTokenizer(Tokenizer):
             pat = PATTERNS.get(pattern, pattern)
         if pat is None:
             raise ConfigError(
-                f"tokenizer: {self.path} has {n:,} ranks, which matches no preset "
+                f"{self.path} has {n:,} ranks, which matches no preset "
                 f"({', '.join(f'{k}: {v[2]:,}' for k, v in PRESETS.items())}); pass "
-                f"tiktoken_pattern= (a regex or a preset name) and special tokens"
+                f"tiktoken_pattern= (a regex or a preset name) and special tokens",
+                param="tokenizer",
             )
         specials.update(extra)
         self.preset, self.pattern = preset, pat

@@ -21,7 +21,7 @@ from typing import Any
 
 import orjson
 
-from chute.errors import ConfigError
+from chute.errors import ConfigError, MissingDependency
 from chute.tokenize.base import Tokenizer
 
 __all__ = ["TransformersTokenizer", "is_transformers_tokenizer"]
@@ -68,7 +68,7 @@ class TransformersTokenizer(Tokenizer):
         try:
             from transformers import AutoTokenizer
         except ImportError:
-            raise ImportError(
+            raise MissingDependency(
                 f"loading the tokenizer folder {path} needs transformers: "
                 f"pip install 'chute[transformers]' (or pass a tokenizer.json file, which needs "
                 f"only the tokenizers package)"
@@ -77,7 +77,7 @@ class TransformersTokenizer(Tokenizer):
             tok = AutoTokenizer.from_pretrained(os.fspath(path), local_files_only=True)
         except Exception as exc:
             raise ConfigError(
-                f"tokenizer: transformers cannot load {path} ({type(exc).__name__}: {exc})"
+                f"transformers cannot load {path} ({type(exc).__name__}: {exc})", param="tokenizer"
             ) from None
         return cls(tok, special_tokens)
 

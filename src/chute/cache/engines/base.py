@@ -12,26 +12,27 @@ protocol into the shared output directory, so a cache's bytes do not depend on t
 
     finalize ──► stage.finish(...) ──► engine.map(fn, items)   (e.g. decoding every image)
 
-A chunk that cannot be built (not a bad record: those are counted skips) raises
-``ChunkFailed`` naming the chunk, its records and, when one record is to blame, its
-``path:line``.
+A chunk that cannot be built (not a bad record: those are counted skips) raises an error naming
+the chunk, its records and, when one record is to blame, its ``path:line``: a job-level error
+keeps its type (``SourceChanged``, ``ConfigError``), anything else is a ``ChunkFailed``.
 
 Example:
     >>> from chute.cache.engines import LocalEngine
     >>> with LocalEngine(workers=1) as engine:
-    ...     engine.map(abs, [-1, 2, -3])
+    ...     list(engine.map(abs, [-1, 2, -3]))
     [1, 2, 3]
 """
 
 from __future__ import annotations
 
 import abc
-from collections.abc import Callable, Sequence
+import copy
+from collections.abc import Callable, Iterator, Sequence
 from types import TracebackType
 from typing import Any, ClassVar, TypeVar
 
 from chute.cache.writer import BATCH_RECORDS, ChunkJob
-from chute.errors import ChunkFailed, as_sample_error
+from chute.errors import ChunkFailed, ChuteError, as_sample_error
 
 __all__ = ["Engine", "OnDone", "Progress", "chunk_failure", "chunk_label", "run_chunk"]
 
@@ -75,8 +76,12 @@ class Engine(abc.ABC):
     @abc.abstractmethod
     def map(
         self, fn: Callable[[Any], R], items: Sequence[Any], *, limit: int | None = None
-    ) -> list[R]:
-        """``[fn(item) for item in items]`` as independent tasks, at most ``limit`` at once."""
+    ) -> Iterator[R]:
+        """``fn(item)`` for every item as independent tasks (``limit`` at once), in order.
+
+        Results are yielded as they complete, in the items' order (a consumer can show
+        progress); stopping early cancels what is left.
+        """
 
     def describe(self) -> str:
         """Where the work runs, for reports (e.g. ``local, 8 processes``)."""
@@ -102,8 +107,10 @@ def run_chunk(job: ChunkJob, k: int, progress: Progress | None = None) -> dict[s
     """Build and commit chunk ``k`` of ``job``; its commit record.
 
     Raises:
-        ChunkFailed: the chunk could not be built; it names the chunk and, when one record is
-            to blame, its ``path:line``.
+        ChuteError: a job-level error met in the chunk (a ``SourceChanged``, a ``ConfigError``
+            first met past the preflight, ...), of its own type, its message naming the chunk
+            and, when one record is to blame, its ``path:line``.
+        ChunkFailed: anything else that stopped the chunk (a bug, a full disk), named alike.
     """
     done = 0
 
@@ -115,9 +122,9 @@ def run_chunk(job: ChunkJob, k: int, progress: Progress | None = None) -> dict[s
 
     try:
         return job.run(k, count)
-    except ChunkFailed:
-        raise
     except Exception as exc:
+        if getattr(exc, "chunk", None) is not None:
+            raise  # already names its chunk
         raise chunk_failure(job, k, exc, records_done=done) from exc
 
 
@@ -129,8 +136,12 @@ def chunk_label(job: ChunkJob, k: int) -> str:
 
 def chunk_failure(
     job: ChunkJob, k: int, cause: BaseException | str, *, records_done: int | None = None
-) -> ChunkFailed:
-    """The ``ChunkFailed`` for chunk ``k``: its records, the record to blame, the cause.
+) -> ChuteError:
+    """The error for chunk ``k``: its records, the record to blame, the cause.
+
+    A job-level error (a ``ChuteError``) keeps its type (callers catch a ``ConfigError`` or a
+    ``SourceChanged`` as such), its message prefixed with the chunk; anything else becomes a
+    ``ChunkFailed``. Either has ``chunk`` and ``record`` attributes.
 
     Args:
         job: the build's job.
@@ -144,8 +155,13 @@ def chunk_failure(
     if records_done is not None and lo + records_done < hi:
         start = lo + records_done
         record = _first_failing_record(job, start, min(hi, start + BATCH_RECORDS))
-    what = cause if isinstance(cause, str) else f"{type(cause).__name__}: {cause}"
     at = f" at {record}" if record else ""
+    if isinstance(cause, ChuteError):
+        error = copy.copy(cause)  # the same type and attributes (a ConfigError's param)
+        error.args = (f"{chunk_label(job, k)} failed{at}: {cause}\n{_RESUME}",)
+        error.chunk, error.record = k, record  # type: ignore[attr-defined]
+        return error
+    what = cause if isinstance(cause, str) else f"{type(cause).__name__}: {cause}"
     return ChunkFailed(f"{chunk_label(job, k)} failed{at}: {what}\n{_RESUME}", k, record)
 
 

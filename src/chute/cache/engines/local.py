@@ -18,11 +18,11 @@ import ctypes
 import os
 import signal
 import sys
-from collections.abc import Callable, Sequence
-from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import FIRST_COMPLETED, Future, wait
 from typing import Any, ClassVar, TypeVar
 
-from chute._internal.pools import pool_context, process_map
+from chute._internal.pools import pool_context, process_map, process_pool
 from chute.cache.engines.base import Engine, OnDone, Progress, run_chunk
 from chute.cache.writer import ChunkJob
 
@@ -72,7 +72,7 @@ class LocalEngine(Engine):
 
     def map(
         self, fn: Callable[[Any], R], items: Sequence[Any], *, limit: int | None = None
-    ) -> list[R]:
+    ) -> Iterator[R]:
         """In a process pool of ``limit`` processes (default: ``workers``)."""
         return process_map(fn, items, workers=limit or self.workers)
 
@@ -128,12 +128,7 @@ def run_chunks(
         return
     ctx = pool_context()
     counter = ctx.Value("q", 0)
-    pool = ProcessPoolExecutor(
-        max_workers=min(workers, len(chunks)),
-        mp_context=ctx,
-        initializer=_init,
-        initargs=(job, counter),
-    )
+    pool = process_pool(min(workers, len(chunks)), _init, (job, counter), context=ctx)
     futures: dict[Future[dict[str, Any]], int] = {}
     try:
         futures = {pool.submit(_run, k): k for k in chunks}

@@ -46,15 +46,15 @@ import os
 import socket
 import time
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, ClassVar, TypeVar
 
-from chute._internal.files import file_identity
+from chute._internal.spelling import Spelling, current_spelling, spelling
 from chute.cache.engines.base import Engine, OnDone, Progress, chunk_failure, run_chunk
 from chute.cache.engines.local import machine_cores
-from chute.cache.fingerprint import sources_fingerprint
+from chute.cache.fingerprint import differences, sources_fingerprint
 from chute.cache.writer import ChunkJob
-from chute.errors import CacheError, ChunkFailed, SourceChanged, SourceError
+from chute.errors import CacheError, ChuteError, SourceChanged
 
 __all__ = ["RayEngine", "import_ray", "init_arguments"]
 
@@ -205,6 +205,7 @@ class RayEngine(Engine):
             None if progress is None else ray.remote(_Counter).options(**counter_options).remote()
         )
         task = ray.remote(_chunk_task)
+        how = current_spelling()
         window, sized = self._window(), time.monotonic()
         waiting = collections.deque(chunks)
         running: dict[Any, int] = {}
@@ -217,7 +218,8 @@ class RayEngine(Engine):
                 while waiting and len(running) < window:
                     k = waiting.popleft()
                     options = self._options(f"chute chunk {k}")
-                    running[task.options(**options).remote(token, box, counter, k)] = k
+                    ref = task.options(**options).remote(token, box, counter, k, how)
+                    running[ref] = k
                 ready, _ = ray.wait(list(running), num_returns=len(running), timeout=_POLL_SECONDS)
                 for ref in sorted(ready, key=running.__getitem__):
                     k = running.pop(ref)
@@ -240,8 +242,8 @@ class RayEngine(Engine):
         except ray.exceptions.RayTaskError as exc:
             cause = exc.cause
             log.debug("chunk %d failed on Ray:\n%s", k, exc)
-            if isinstance(cause, ChunkFailed):
-                raise cause from None
+            if isinstance(cause, ChuteError):
+                raise cause from None  # named in the worker (the chunk, or the node)
             raise chunk_failure(job, k, cause if cause is not None else str(exc)) from None
         except ray.exceptions.RayError as exc:
             raise chunk_failure(job, k, _lost(exc, self.max_retries)) from None
@@ -250,38 +252,42 @@ class RayEngine(Engine):
 
     def map(
         self, fn: Callable[[Any], R], items: Sequence[Any], *, limit: int | None = None
-    ) -> list[R]:
+    ) -> Iterator[R]:
         """As Ray tasks, at most ``limit`` in flight (default: twice the cluster's CPUs)."""
         if not items:
-            return []
+            return
         ray = self._start()
         task = ray.remote(_call)
+        how = current_spelling()
         window = limit or self._window()
         name = getattr(fn, "__name__", "task")
-        results: list[Any] = [None] * len(items)
+        done: dict[int, Any] = {}  # results that came back before those before them
         running: dict[Any, int] = {}
-        submitted = 0
+        submitted = given = 0
         try:
-            while submitted < len(items) or running:
+            while given < len(items):
                 while submitted < len(items) and len(running) < window:
                     options = self._options(f"chute {name} {submitted}")
-                    running[task.options(**options).remote(fn, items[submitted])] = submitted
+                    running[task.options(**options).remote(fn, items[submitted], how)] = submitted
                     submitted += 1
                 ready, _ = ray.wait(list(running), num_returns=1)
                 for ref in ready:
-                    i = running.pop(ref)
-                    try:
-                        results[i] = ray.get(ref)
-                    except ray.exceptions.RayTaskError as exc:
-                        cause = exc.cause if exc.cause is not None else exc
-                        raise CacheError(f"task {i} ({name}) failed on Ray: {cause}") from None
-                    except ray.exceptions.RayError as exc:
-                        what = _lost(exc, self.max_retries)
-                        raise CacheError(f"task {i} ({name}) failed: {what}") from None
+                    done[running.pop(ref)] = self._task_result(ray, ref, name)
+                while given in done:
+                    yield done.pop(given)
+                    given += 1
         finally:
             for ref in running:
                 ray.cancel(ref)
-        return results
+
+    def _task_result(self, ray: Any, ref: Any, name: str) -> Any:
+        try:
+            return ray.get(ref)
+        except ray.exceptions.RayTaskError as exc:
+            cause = exc.cause if exc.cause is not None else exc
+            raise CacheError(f"a {name} task failed on Ray: {cause}") from None
+        except ray.exceptions.RayError as exc:
+            raise CacheError(f"a {name} task failed: {_lost(exc, self.max_retries)}") from None
 
 
 def _lost(exc: BaseException, retries: int) -> str:
@@ -298,48 +304,43 @@ def _lost(exc: BaseException, retries: int) -> str:
 
 @dataclasses.dataclass
 class _JobSpec:
-    """A job as it travels to Ray workers: its sources reopened on the worker's node.
+    """A job as it travels to Ray workers: its source reopened on the worker's node.
 
     A source pickles its indexes as paths in the driver's index cache, which other nodes do
-    not have; the worker opens (or builds) the indexes in its own and checks that every file is
-    the one the driver planned for.
+    not have; the worker opens (or builds) them in its own, then checks that every file is the
+    one the driver planned for (size, mtime and edge hash; for a URL, size, ETag and version).
     """
 
     job: ChunkJob
     paths: list[str]
-    cache_dir: Any
+    options: dict[str, Any]  # how the driver opened the source (index cache, remote options)
     sources: dict[str, Any]
 
     @classmethod
     def of(cls, job: ChunkJob) -> _JobSpec:
         source = job.source
+        options = {"cache_dir": getattr(source, "cache_dir", None)}
+        if getattr(source, "remote", None) is not None:
+            options["remote"] = source.remote
         return cls(
             job=dataclasses.replace(job, source=None),
-            paths=[f.path for f in source.files],
-            cache_dir=source.cache_dir,
+            paths=[str(p) for p in source.paths],
+            options=options,
             sources=sources_fingerprint(source, whole=False),
         )
 
     def open(self) -> ChunkJob:
-        from chute.sources import JsonlSource
+        from chute.sources import open_source
 
-        host = socket.gethostname()
-        for entry in self.sources["files"]:
-            try:
-                now = file_identity(entry["path"]).to_json()
-            except SourceError as exc:
-                raise SourceError(f"on node {host}: {exc}") from None
-            diffs = [k for k in ("size", "mtime_ns", "edge_hash") if entry[k] != now[k]]
-            if diffs:
-                raise SourceChanged(
-                    f"{entry['path']} on node {host} is not the file the driver planned for "
-                    f"({', '.join(f'{k}: driver {entry[k]}, here {now[k]}' for k in diffs)}); "
-                    f"every node must see the same sources (a shared filesystem)"
-                )
-        source = JsonlSource(self.paths, cache_dir=self.cache_dir)
-        counts = [len(f) for f in source.files]
-        if counts != [e["records"] for e in self.sources["files"]]:
-            raise SourceChanged(f"the sources on node {host} hold other record counts: {counts}")
+        source = open_source(self.paths, **self.options)
+        diffs = differences(self.sources, sources_fingerprint(source, whole=False))
+        if diffs:
+            shown = "; ".join(f"{name}: driver {a!r}, here {b!r}" for name, a, b in diffs[:5])
+            raise SourceChanged(
+                f"the sources on node {socket.gethostname()} are not the files the driver "
+                f"planned for ({shown}); every node must see the same sources at the same "
+                f"paths (a shared filesystem, or the same URLs)"
+            )
         return dataclasses.replace(self.job, source=source)
 
 
@@ -353,8 +354,7 @@ def _held_job(token: str, box: list[Any]) -> ChunkJob:
     return _HELD["job"]
 
 
-def _chunk_task(token: str, box: list[Any], counter: Any, k: int) -> dict[str, Any]:
-    job = _held_job(token, box)
+def _chunk_task(token: str, box: list[Any], counter: Any, k: int, how: Spelling) -> dict[str, Any]:
     done = 0
 
     def count(n: int) -> None:
@@ -363,11 +363,13 @@ def _chunk_task(token: str, box: list[Any], counter: Any, k: int) -> dict[str, A
         if counter is not None:
             counter.set.remote(k, done)  # fire and forget: ordered per worker, never waited on
 
-    return run_chunk(job, k, count)
+    with spelling(how):  # error messages name parameters as the driver's front end does
+        return run_chunk(_held_job(token, box), k, count)
 
 
-def _call(fn: Callable[[Any], R], item: Any) -> R:
-    return fn(item)
+def _call(fn: Callable[[Any], R], item: Any, how: Spelling) -> R:
+    with spelling(how):
+        return fn(item)
 
 
 class _Counter:

@@ -1,0 +1,80 @@
+"""The data files named on a command line: globs expanded, each indexed, unusable ones set aside.
+
+A glob such as ``data/*.json`` easily catches a file that holds no records (LLaMA-Factory's
+``dataset_info.json``: one JSON object over many lines). Such a file is reported, one line on
+stderr naming it and why, and the command goes on with the others; it then exits with status 1,
+so a script notices. With no usable file left it fails as before.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import typer
+
+from chute.errors import SourceError
+from chute.sources import expand_paths, open_index, open_parquet
+from chute.sources.base import is_parquet
+
+__all__ = ["DataFiles", "open_data_files"]
+
+
+@dataclass
+class DataFiles:
+    """The usable files (in order, with their indexes) and the skipped ones, with why."""
+
+    paths: list[str] = field(default_factory=list)
+    indexes: list[Any] = field(default_factory=list)  # FileIndex, or a Parquet footer index
+    skipped: list[tuple[str, str]] = field(default_factory=list)
+
+    def warn(self) -> None:
+        """One line on stderr per skipped file."""
+        for path, why in self.skipped:
+            typer.secho(f"warning: skipped {path}: {why}", err=True, fg=typer.colors.YELLOW)
+
+    def exit_code(self) -> int:
+        """1 when a file was skipped, else 0."""
+        return 1 if self.skipped else 0
+
+    def to_json(self) -> list[dict[str, str]]:
+        return [{"path": path, "error": why} for path, why in self.skipped]
+
+
+def open_data_files(
+    paths: Sequence[str | os.PathLike[str]],
+    *,
+    cache_dir: str | os.PathLike[str] | None = None,
+    rebuild: bool = False,
+    progress: Callable[[int], None] | None = None,
+) -> DataFiles:
+    """Index every file ``paths`` name; a file that is no data (or missing) is set aside.
+
+    Raises:
+        SourceError: no usable file is left (the message names each skipped one).
+    """
+    out = DataFiles()
+    for path in expand_paths(list(paths)):
+        try:
+            index: Any = (
+                open_parquet(path)  # its own index: the row groups in the footer
+                if is_parquet(path)
+                else open_index(path, cache_dir=cache_dir, rebuild=rebuild, progress=progress)
+            )
+        except (SourceError, OSError) as exc:
+            message = str(exc)
+            prefix = f"{path}: "
+            out.skipped.append((path, message.removeprefix(prefix)))
+            continue
+        out.paths.append(path)
+        out.indexes.append(index)
+    if not out.paths:
+        if len(out.skipped) == 1:
+            path, why = out.skipped[0]
+            raise SourceError(f"{path}: {why}")
+        names = "; ".join(f"{Path(p).name}: {why}" for p, why in out.skipped)
+        raise SourceError(f"none of the {len(out.skipped)} files holds records ({names})")
+    return out

@@ -1,0 +1,120 @@
+"""What every file-backed source shares: files in a stable order, a global index over them.
+
+``JsonlSource`` and ``ParquetSource`` differ in how a file's records are found and read; both
+map a global record index to ``(file, record in file)`` with one ``searchsorted`` over the
+per-file counts, expand globs the same way (local or remote), and name files alike in their
+fingerprints.
+
+Example:
+    >>> expand_paths([])
+    Traceback (most recent call last):
+    ...
+    chute.errors.SourceError: no data files given
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import numpy as np
+
+from chute._internal.remote import DEFAULT_OPTIONS, RemoteOptions, check_url, glob_urls, is_url
+from chute.errors import SourceError
+from chute.sources.record import Record
+
+__all__ = ["FileSource", "expand_paths", "is_parquet", "shown_path"]
+
+PathLike = str | os.PathLike[str]
+
+
+class FileSource:
+    """A sequence of records over files; subclasses set ``paths``, ``_starts`` and ``_read``."""
+
+    kind = "files"
+    paths: list[str]
+    files: list[Any]  # one index per file: ``len()``, ``path``, ``identity``, ``bytes``
+    _starts: np.ndarray
+
+    def __len__(self) -> int:
+        return int(self._starts[-1])
+
+    def locate(self, index: int) -> tuple[int, int]:
+        """(file number, record number within that file) of a global index."""
+        n = len(self)
+        if not -n <= index < n:
+            raise IndexError(f"record index {index} out of range for a source of {n} records")
+        index %= n
+        file_no = int(np.searchsorted(self._starts, index, side="right")) - 1
+        return file_no, index - int(self._starts[file_no])
+
+    def __getitem__(self, key: int | slice) -> Any:
+        if isinstance(key, slice):
+            start, stop, step = key.indices(len(self))
+            if step == 1:
+                return list(self.records_between(start, stop))
+            return [self[i] for i in range(start, stop, step)]
+        if not isinstance(key, int | np.integer):
+            raise TypeError(f"records are indexed by int or slice, not {type(key).__name__}")
+        file_no, local = self.locate(int(key))
+        return self._read(file_no, local)
+
+    def __iter__(self) -> Iterator[Record]:
+        return self.records_between(0, len(self))
+
+    def records_between(self, i: int, j: int) -> Iterator[Record]:  # pragma: no cover
+        raise NotImplementedError
+
+    def _read(self, file_no: int, local: int) -> Record:  # pragma: no cover
+        raise NotImplementedError
+
+    def __repr__(self) -> str:
+        names = ", ".join(p.rsplit("/", 1)[-1] for p in self.paths[:3])
+        more = f", +{len(self.paths) - 3} more" if len(self.paths) > 3 else ""
+        return f"{type(self).__name__}([{names}{more}], records={len(self)})"
+
+
+def shown_path(path: str) -> str:
+    """How a file is named in fingerprints: a URL as given, a local path made absolute."""
+    return path if is_url(path) else os.path.abspath(path)
+
+
+def is_parquet(path: str) -> bool:
+    """Whether ``path`` (a file or URL) names a Parquet file, by its suffix."""
+    name = path.split("?", 1)[0] if is_url(path) else path
+    return name.lower().endswith((".parquet", ".pq"))
+
+
+def expand_paths(
+    paths: PathLike | Sequence[PathLike], remote: RemoteOptions = DEFAULT_OPTIONS
+) -> list[str]:
+    """Turn a path, a glob or a list of them (local or URLs) into an ordered list of files.
+
+    A URL is a glob when it holds ``*`` or ``[`` (a ``?`` starts its query); its matches are
+    listed from the store and sorted.
+    """
+    items = [paths] if isinstance(paths, str | os.PathLike) else list(paths)
+    out: list[str] = []
+    for item in items:
+        text = os.fspath(item)
+        if is_url(text):
+            check_url(text)
+            if "*" in text or "[" in text:
+                matches = glob_urls(text, remote)
+                if not matches:
+                    raise SourceError(f"{text}: the pattern matches no objects")
+                out.extend(matches)
+            else:
+                out.append(text)
+        elif glob.has_magic(text):
+            matches = sorted(m for m in glob.glob(text, recursive=True) if os.path.isfile(m))
+            if not matches:
+                raise SourceError(f"{text}: the pattern matches no files")
+            out.extend(matches)
+        else:
+            out.append(text)
+    if not out:
+        raise SourceError("no data files given")
+    return out
