@@ -33,6 +33,7 @@ _EXPORTS: dict[str, str] = {
     "Message": "chute.sample",
     "Part": "chute.sample",
     "CacheError": "chute.errors",
+    "ChunkFailed": "chute.errors",
     "ChuteError": "chute.errors",
     "ConfigError": "chute.errors",
     "ErrorBudgetExceeded": "chute.errors",
@@ -82,6 +83,7 @@ __all__ = [
     "BudgetPlanner",
     "Cache",
     "CacheError",
+    "ChunkFailed",
     "ChuteError",
     "Collate",
     "ConfigError",
@@ -165,6 +167,7 @@ if TYPE_CHECKING:  # static analysers and IDEs see the real names
     )
     from chute.errors import (
         CacheError,
+        ChunkFailed,
         ChuteError,
         ConfigError,
         ErrorBudgetExceeded,
