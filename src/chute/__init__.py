@@ -23,7 +23,9 @@ _EXPORTS: dict[str, str] = {
     "Cache": "chute.cache",
     "PreprocessConfig": "chute.cache",
     "open_cache": "chute.cache",
-    "preprocess": "chute.cache",
+    "preprocess": "chute.mixture",
+    "Dataset": "chute.mixture",
+    "Mixture": "chute.mixture",
     "Collate": "chute.collate",
     "PackedCollate": "chute.collate",
     "Conversation": "chute.sample",
@@ -83,6 +85,7 @@ __all__ = [
     "Collate",
     "ConfigError",
     "Conversation",
+    "Dataset",
     "DecodeOptions",
     "DynamicImageTokens",
     "DynamicResolution",
@@ -103,6 +106,7 @@ __all__ = [
     "MediaStage",
     "Message",
     "MissingDependency",
+    "Mixture",
     "PackedCollate",
     "PackedPlanner",
     "ParquetSource",
@@ -148,7 +152,7 @@ def __dir__() -> list[str]:
 
 
 if TYPE_CHECKING:  # static analysers and IDEs see the real names
-    from chute.cache import Cache, PreprocessConfig, open_cache, preprocess
+    from chute.cache import Cache, PreprocessConfig, open_cache
     from chute.collate import Collate, MediaCollate, PackedCollate
     from chute.errors import (
         CacheError,
@@ -177,6 +181,7 @@ if TYPE_CHECKING:  # static analysers and IDEs see the real names
         MediaStage,
         PixelStore,
     )
+    from chute.mixture import Dataset, Mixture, preprocess
     from chute.plan import (
         BudgetPlanner,
         GroupedPlanner,

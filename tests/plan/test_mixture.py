@@ -60,10 +60,7 @@ def selection_for(name: str, seed: int = 5, **kw: object) -> Selection:
 def dealt(plan: Plan, start: int = 0, stop: int | None = None) -> list[int]:
     stop = plan.num_batches if stop is None else stop
     return [
-        int(i)
-        for k in range(start, stop)
-        for r in range(plan.world_size)
-        for i in plan.batch(r, k)
+        int(i) for k in range(start, stop) for r in range(plan.world_size) for i in plan.batch(r, k)
     ]
 
 
@@ -185,8 +182,10 @@ def test_epoch_samples_must_hold_the_fixed_counts() -> None:
 def test_every_selected_item_once_and_equal_batches(
     name: str, world_size: int, batching: str
 ) -> None:
-    sel = selection_for(name, shares=[Share("a", 40, weight=2), Share("b", 23, repeat=1.5),
-                                      Share("c", 7, samples=11)])
+    sel = selection_for(
+        name,
+        shares=[Share("a", 40, weight=2), Share("b", 23, repeat=1.5), Share("c", 7, samples=11)],
+    )
     planner = MixturePlanner(INNER[name](), sel, batching=batching)
     for epoch in range(2):
         plan = planner.build(N, epoch=epoch, world_size=world_size)
@@ -214,8 +213,10 @@ def test_elastic_continuation_delivers_the_rest_exactly_once(
 ) -> None:
     if name == "random_drop":
         pytest.skip("drop_last drops a remainder by design")
-    sel = selection_for(name, shares=[Share("a", 40, weight=2), Share("b", 23, repeat=1.5),
-                                      Share("c", 7, samples=11)])
+    sel = selection_for(
+        name,
+        shares=[Share("a", 40, weight=2), Share("b", 23, repeat=1.5), Share("c", 7, samples=11)],
+    )
     planner = MixturePlanner(INNER[name](), sel, batching=batching)
     first = planner.build(N, epoch=1, world_size=old)
     steps = first.num_batches // 2
@@ -243,7 +244,8 @@ def test_params_record_the_mixture_and_plans_are_cached() -> None:
     planner = MixturePlanner(RandomPlanner(2, seed=1), sel)
     params = planner.params()
     assert params["kind"] == "random" and params["mixture"]["batching"] == "mixed"
-    assert [d["weight"] for d in params["mixture"]["datasets"]] == [0.5, 0.3, 0.2]
+    assert params["mixture"]["names"] == ["a", "b", "c"]
+    assert [d["weight"] for d in params["mixture"]["datasets"].values()] == [0.5, 0.3, 0.2]
     assert planner.build(N, epoch=0, world_size=2) is planner.build(N, epoch=0, world_size=2)
 
 

@@ -224,7 +224,9 @@ class MixturePlanner(Planner):
             seed = derive_seed(self.selection.seed, "mixture-steps")
             perm = Permutation(len(which), seed, epoch).materialize()
         else:  # spread each dataset's steps evenly, in proportion
-            perm = np.argsort((index + 0.5) / np.maximum(1, np.asarray(steps))[which], kind="stable")
+            perm = np.argsort(
+                (index + 0.5) / np.maximum(1, np.asarray(steps))[which], kind="stable"
+            )
         return interleave(IdOrder(ids), world_size, tables, which[perm], index[perm])
 
     def __repr__(self) -> str:

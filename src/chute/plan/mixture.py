@@ -8,7 +8,7 @@ or those left after a validation hold-out, rejected records or a ``max_samples``
 ==============  ==============================================================================
 ``weight``      its share of the samples the weighted datasets give together (largest
                 remainder rounding: every count within one sample of ``weight x total``)
-``repeat``      ``round(repeat x pool)``: 2.5 is every sample twice and a random half
+``repeat``      ``repeat x pool`` (rounded half up): 2.5 is every sample twice and a random half
 ``samples``     an absolute count (more than the pool: every sample ``k`` times plus a rest)
 ==============  ==============================================================================
 
@@ -151,7 +151,7 @@ def counts_of(
         elif share.rule == "repeat":
             repeat = 1.0 if share.repeat is None else float(share.repeat)
             whole = math.floor(repeat)
-            counts[d] = whole * sizes[d] + round((repeat - whole) * int(sizes[d]))
+            counts[d] = whole * sizes[d] + math.floor((repeat - whole) * int(sizes[d]) + 0.5)
     fixed = int(counts.sum())
     if epoch_samples is not None:
         budget = int(epoch_samples) - fixed
@@ -240,7 +240,10 @@ class Selection:
         self.given_pools = given
         self.pools = [self._cap(d, p) for d, p in enumerate(given)]
         self.pool_sizes = np.array(
-            [s.records if p is None else len(p) for s, p in zip(self.shares, self.pools)],
+            [
+                s.records if p is None else len(p)
+                for s, p in zip(self.shares, self.pools, strict=True)
+            ],
             dtype=np.int64,
         )
         self.counts = counts_of(self.shares, self.pool_sizes, self.epoch_samples)
@@ -314,16 +317,16 @@ class Selection:
         return {
             "algorithm": SELECTION_ALGORITHM,
             "epoch_samples": self.epoch_samples,
-            "datasets": [
-                {
-                    "name": s.name,
+            "names": self.names,  # the order of the datasets in the id space
+            "datasets": {
+                s.name: {
                     "records": int(s.records),
                     "pool": int(self.pool_sizes[d]),
                     **{k: _plain(v) for k, v in s.amounts().items()},
                     "tag": s.tag,
                 }
                 for d, s in enumerate(self.shares)
-            ],
+            },
         }
 
     def with_amounts(self, identity: Mapping[str, Any]) -> Selection:
@@ -332,15 +335,16 @@ class Selection:
         Used to rebuild the selection a resume state was saved under; everything but the
         amounts must be the same (names, records, tags), else ``ConfigError`` naming it.
         """
-        saved = list(identity.get("datasets", []))
-        if [d.get("name") for d in saved] != self.names:
+        names = list(identity.get("names", []))
+        saved = identity.get("datasets", {})
+        if names != self.names or not isinstance(saved, Mapping):
             raise ConfigError(
-                f"the state's datasets {[d.get('name') for d in saved]} are not this "
-                f"mixture's {self.names}; a mixture change may change only weight, repeat, "
-                f"samples, max_samples and epoch_samples"
+                f"the state's datasets {names} are not this mixture's {self.names}; a mixture "
+                f"change may change only weight, repeat, samples, max_samples and epoch_samples"
             )
         shares = []
-        for share, old in zip(self.shares, saved, strict=True):
+        for share in self.shares:
+            old = saved.get(share.name, {})
             for key in ("records", "tag"):
                 if old.get(key) != _plain(getattr(share, key)):
                     raise ConfigError(
