@@ -153,3 +153,62 @@ def test_rendered_examples_are_what_chute_renders(doc: str, tmp_path: Path) -> N
         )
         # compared without the final newline (ChatML ends with one; a block cannot show it)
         assert marked(recipe.render(record)).rstrip("\n") == shown.rstrip("\n"), options
+
+
+# --- rendered max_length examples in long-samples.md and preference.md -------------------------
+
+TOKEN_EXAMPLE = re.compile(
+    r"<!-- (max-length|split|pair)-example: (.*?) -->\n(?:```json\n(.*?)```.*?)?```text\n(.*?)```",
+    re.S,
+)
+LONG_RECORD = re.compile(r"<!-- long-record -->\n```json\n(.*?)```", re.S)
+
+
+def marked_tokens(tokenizer: Any, ids: Any, labels: Any) -> str:
+    """Decoded tokens with each run of trained tokens between ``[[`` and ``]]``."""
+    import itertools
+
+    out = []
+    trained = (labels != -100).tolist()
+    for flag, run in itertools.groupby(range(len(ids)), key=lambda i: trained[i]):
+        positions = list(run)
+        text = tokenizer.decode(ids[positions[0] : positions[-1] + 1].tolist())
+        out.append(f"[[{text}]]" if flag else text)
+    return "".join(out)
+
+
+@pytest.mark.parametrize("doc", ["long-samples.md", "preference.md"])
+def test_token_examples_are_what_chute_makes(doc: str, shared_data: Path) -> None:
+    from chute.recipe.preference import pair_sides
+
+    tokenizer = shared_data / "tokenizers" / "qwen3"
+    text = (REPO / "docs" / doc).read_text()
+    shared = LONG_RECORD.search(text)
+    examples = TOKEN_EXAMPLE.findall(text)
+    assert len(examples) == text.count("-example: ") >= 1
+    for kind, options, record_text, shown in examples:
+        opts: dict[str, Any] = dict(kv.split("=", 1) for kv in options.split())
+        for key in ("max_length", "stride"):
+            if key in opts:
+                opts[key] = int(opts[key])
+        if kind == "split":
+            recipe = Recipe(tokenizer=tokenizer, format="text", overflow="split", **opts)
+            windows = recipe.pieces(recipe.process(json.loads(record_text)))
+            got = "\n".join(
+                f"--- window {w['window']}\n"
+                + marked_tokens(recipe.tokenizer, w["input_ids"], w["labels"])
+                for w in windows
+            )
+        elif kind == "pair":
+            recipe = Recipe(tokenizer=tokenizer, task="preference", **opts)
+            sample = recipe.process(json.loads(record_text))
+            got = "\n".join(
+                f"--- {name}\n" + marked_tokens(recipe.tokenizer, s["input_ids"], s["labels"])
+                for name, s in zip(("chosen", "rejected"), pair_sides(sample), strict=True)
+            )
+        else:
+            record = json.loads(record_text or shared.group(1))  # type: ignore[union-attr]
+            recipe = Recipe(tokenizer=tokenizer, **opts)
+            sample = recipe.process(record)
+            got = marked_tokens(recipe.tokenizer, sample["input_ids"], sample["labels"])
+        assert got.rstrip("\n") == shown.rstrip("\n"), f"{doc}: {kind} {options}"

@@ -267,7 +267,9 @@ def test_validate_source_with_a_recipe_counts_every_kind(bad_file: Path) -> None
 def test_config_errors_name_the_parameter(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="max_length: expected a positive integer or None, got 0"):
         Recipe(tokenizer=TOK, template="chatml", max_length=0)
-    with pytest.raises(ConfigError, match="overflow: expected one of truncate, drop, got 'cut'"):
+    with pytest.raises(
+        ConfigError, match="overflow: expected one of truncate, drop, split, got 'cut'"
+    ):
         Recipe(tokenizer=TOK, template="chatml", overflow="cut")
     with pytest.raises(ConfigError, match="train_on: expected one of assistant, last, all"):
         Recipe(tokenizer=TOK, template="chatml", train_on="both")

@@ -28,6 +28,9 @@ _EXPORTS: dict[str, str] = {
     "Mixture": "chute.mixture",
     "Collate": "chute.collate",
     "PackedCollate": "chute.collate",
+    "PreferenceCollate": "chute.collate",
+    "PackedPreferenceCollate": "chute.collate",
+    "KTOCollate": "chute.collate",
     "Conversation": "chute.sample",
     "Message": "chute.sample",
     "Part": "chute.sample",
@@ -98,6 +101,7 @@ __all__ = [
     "ImageTransform",
     "JinjaTemplate",
     "JsonlSource",
+    "KTOCollate",
     "Lengths",
     "Loader",
     "LoaderTimeout",
@@ -109,11 +113,13 @@ __all__ = [
     "Mixture",
     "PackedCollate",
     "PackedPlanner",
+    "PackedPreferenceCollate",
     "ParquetSource",
     "Part",
     "PixelStore",
     "Plan",
     "Planner",
+    "PreferenceCollate",
     "PreprocessConfig",
     "RandomPlanner",
     "Recipe",
@@ -153,7 +159,14 @@ def __dir__() -> list[str]:
 
 if TYPE_CHECKING:  # static analysers and IDEs see the real names
     from chute.cache import Cache, PreprocessConfig, open_cache
-    from chute.collate import Collate, MediaCollate, PackedCollate
+    from chute.collate import (
+        Collate,
+        KTOCollate,
+        MediaCollate,
+        PackedCollate,
+        PackedPreferenceCollate,
+        PreferenceCollate,
+    )
     from chute.errors import (
         CacheError,
         ChuteError,

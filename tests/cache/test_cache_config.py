@@ -57,7 +57,7 @@ def test_every_problem_is_reported_at_once_with_its_key() -> None:
         "cache.workers",
         "cache.max_bad_fraction",
     ]
-    assert "expected one of truncate, drop, got 'cut'" in lines[1]
+    assert "expected one of truncate, drop, split, got 'cut'" in lines[1]
     assert "did you mean chunk_size?" in lines[3]
     with pytest.raises(ConfigError, match=r"recipe.tokenizer: required"):
         PreprocessConfig.from_dict({"sources": ["a"], "recipe": {}})

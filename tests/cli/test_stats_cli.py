@@ -126,7 +126,9 @@ def test_bad_arguments_are_refused(tokens_file: Path) -> None:
         app,
         ["stats", str(tokens_file), "--max-length", "8", "--batch-size", "2", "--overflow", "x"],
     )
-    assert result.exit_code == 2 and "overflow must be 'truncate' or 'drop'" in result.output
+    assert (
+        result.exit_code == 2 and "overflow must be 'truncate', 'drop' or 'split'" in result.output
+    )
     result = runner.invoke(
         app, ["stats", str(tokens_file), "--max-length", "8", "--batch-size", "2", "--template",
               "qwen3"],

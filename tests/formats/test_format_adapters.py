@@ -531,7 +531,9 @@ def test_dataset_info(tmp_path) -> None:
     )
     assert conv.messages[0].content == [Part("image", "a.jpg"), Part("text", "hi")]
     assert FormatSpec.from_dataset_info(path, "c4") == FormatSpec("text", columns={"text": "text"})
-    assert FormatSpec.from_dataset_info(path, "dpo").columns == {"messages": "conversations"}
+    # ranking columns are kept: Recipe(task="preference") reads them
+    dpo = FormatSpec.from_dataset_info(path, "dpo").columns
+    assert dpo == {"messages": "conversations", "chosen": "chosen"}
     with pytest.raises(ConfigError, match="no entry 'nope'; entries: c4, dpo, glaive, mllm, odd"):
         FormatSpec.from_dataset_info(path, "nope")
     with pytest.raises(ConfigError, match="formatting 'openai'"):

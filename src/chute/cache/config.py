@@ -53,7 +53,7 @@ from chute.cache.config_checks import (
 from chute.errors import ConfigError
 from chute.formats.spec import FORMAT_NAMES
 from chute.media.images import DEFAULT_MAX_PIXELS
-from chute.recipe import OVERFLOW
+from chute.recipe import OVERFLOW, TASKS, TRUNCATION
 from chute.templates.base import TRAIN_ON
 
 __all__ = [
@@ -85,6 +85,9 @@ class RecipeConfig:
     template: str | None = None
     max_length: int | None = None
     overflow: str = "truncate"
+    truncation: str = "right"
+    stride: int = 0
+    task: str = "sft"
     train_on: str = "assistant"
     columns: dict[str, str] = field(default_factory=dict)
     tags: dict[str, str] = field(default_factory=dict)
@@ -110,6 +113,9 @@ class RecipeConfig:
         "template": "str?",
         "max_length": "int+?",
         "overflow": choice(OVERFLOW),
+        "truncation": choice(TRUNCATION),
+        "stride": "int0",
+        "task": choice(TASKS),
         "train_on": choice(TRAIN_ON),
         "columns": "map[str]",
         "tags": "map[str]",

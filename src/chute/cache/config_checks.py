@@ -51,6 +51,7 @@ _CHECKS: dict[str, tuple[Any, str]] = {
     "str?": (lambda v: v is None or isinstance(v, str), "a string or null"),
     "int+?": (lambda v: v is None or (_is_int(v) and v > 0), "a positive integer or null"),
     "int+": (lambda v: _is_int(v) and v > 0, "a positive integer"),
+    "int0": (lambda v: _is_int(v) and v >= 0, "an integer >= 0"),
     "int?": (lambda v: v is None or _is_int(v), "an integer or null"),
     "bool": (lambda v: isinstance(v, bool), "true or false"),
     "seconds": (lambda v: _is_number(v) and v > 0, "a number of seconds > 0"),

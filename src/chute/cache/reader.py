@@ -226,6 +226,7 @@ class Cache:
         self._views: dict[int, ChunkRows] = {}
         self._lengths: np.ndarray | None = None
         self._image_tokens: np.ndarray | None = None
+        self._longest: np.ndarray | None = None
         self._pixels: Any = None
 
     # -- identity and metadata ---------------------------------------------------------------
@@ -278,6 +279,11 @@ class Cache:
     def max_length(self) -> int | None:
         """The ``max_length`` of the recipe that built the cache (plans default to it)."""
         return getattr(self.recipe_config().recipe, "max_length", None)
+
+    @property
+    def task(self) -> str:
+        """The kind of samples: ``sft``, ``preference`` (pairs) or ``kto`` (see ``Recipe``)."""
+        return str(self.manifest["fingerprint"]["recipe"].get("task", "sft"))
 
     @property
     def pixels(self) -> Any:
@@ -382,6 +388,20 @@ class Cache:
         if self._lengths is None:
             self._lengths = np.load(self.layout.fetch(self.layout.lengths), mmap_mode="r")
         return self._lengths
+
+    @property
+    def longest(self) -> np.ndarray | None:
+        """Each pair's longer side, for a cache of preference pairs (``None`` for other data).
+
+        Length-aware plans pad a pair as two rows of its longer side (``chute.lengths``).
+        """
+        self._here()
+        if self._longest is None and "chosen_length" in self.chunk(0).schema.names:
+            chosen = np.concatenate(
+                [self.chunk(k).column("chosen_length").to_numpy() for k in range(self.num_chunks)]
+            )
+            self._longest = np.maximum(chosen, self.lengths - chosen).astype(np.int32)
+        return self._longest
 
     @property
     def image_tokens(self) -> np.ndarray:

@@ -18,6 +18,17 @@ videos, audios                                  ``size``, ``grid_thw``, ``second
                                                 the recipe's sample
 =================  ===========================  ===============================================
 
+Columns a recipe's samples have only for some kinds of data, written when they do (so a cache of
+plain SFT data is byte-identical to one built before they existed), and read back into each
+sample like a stage's columns:
+
+=================  ===========================  ===============================================
+window             int32                        ``overflow="split"``: the window of the record
+chosen_length      int32                        ``task="preference"``: where the rejected side
+                                                starts in ``input_ids``
+label              bool                         ``task="kto"``: the completion is desirable
+=================  ===========================  ===============================================
+
 Labels are not stored: chute's labels are ``input_ids`` where trained and ``-100`` elsewhere
 (no shift), so the trained runs say everything. That is 8 bytes per trained run (one or a few
 per sample) instead of 4 bytes per token; ``labels_from_spans`` rebuilds the array::
@@ -51,6 +62,7 @@ __all__ = [
     "BASE_COLUMNS",
     "IGNORE",
     "MEDIA_TYPE",
+    "OPTIONAL_COLUMNS",
     "OPTIONAL_MEDIA_KEYS",
     "chunk_batch",
     "labels_from_spans",
@@ -88,6 +100,8 @@ BASE_COLUMNS = (
     *MEDIA_COLUMNS,
 )
 _OFFSET_LIMIT = 2**31 - 1
+# Sample keys stored only when the samples have them (see the module docstring).
+OPTIONAL_COLUMNS = {"window": pa.int32(), "chosen_length": pa.int32(), "label": pa.bool_()}
 
 
 def token_dtype(vocab_size: int, extra_ids: Sequence[int | None] = ()) -> np.dtype:
@@ -197,7 +211,7 @@ def chunk_batch(
         extra: stages' columns, one value per sample each.
     """
     n = len(samples)
-    extra = dict(extra or {})
+    extra = {**_optional_columns(samples), **(extra or {})}
     schema = schema_for(dtype, {name: array.type for name, array in extra.items()})
     ids = [s["input_ids"] for s in samples]
     lengths = np.fromiter((len(x) for x in ids), dtype=np.int64, count=n)
@@ -239,3 +253,18 @@ def chunk_batch(
             raise CacheError(f"stage column {name!r} has {len(array)} values for {n} samples")
         columns[name] = array
     return pa.RecordBatch.from_arrays([columns[f.name] for f in schema], schema=schema)
+
+
+def _optional_columns(samples: Sequence[Mapping[str, Any]]) -> dict[str, pa.Array]:
+    """The ``OPTIONAL_COLUMNS`` the samples carry (all of them or none: one recipe made them)."""
+    if not samples:
+        return {}
+    first = samples[0]
+    out = {}
+    for name, kind in OPTIONAL_COLUMNS.items():
+        if name in first:
+            values = [s.get(name) for s in samples]
+            if any(v is None for v in values):
+                raise CacheError(f"some samples of a chunk have {name!r} and some do not")
+            out[name] = pa.array(values, type=kind)
+    return out

@@ -84,6 +84,10 @@ class ChunkJob:
     file_starts: Sequence[int]
     stages: list[ChunkStage] = field(default_factory=list)
 
+    @property
+    def _splits(self) -> bool:
+        return getattr(self.recipe, "overflow", None) == "split"
+
     def bounds(self, k: int) -> tuple[int, int]:
         lo = k * self.chunk_size
         return lo, min(len(self.source), lo + self.chunk_size)
@@ -145,7 +149,8 @@ class ChunkJob:
                 rejects.append(orjson.dumps(reject_entry(record, error)) + b"\n")
                 flags.append(False)
             else:
-                samples.append(out)
+                # overflow="split": a long record becomes several samples (its windows)
+                samples.extend(self.recipe.pieces(out) if self._splits else (out,))
                 flags.append(True)
 
     def _process(self, records: list[Record]) -> list[Any]:

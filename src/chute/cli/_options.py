@@ -89,7 +89,35 @@ RECIPE_OPTIONS: tuple[_Flag, ...] = (
         "auto, alpaca, prompt_completion, sharegpt, llava, qwen_vl, messages or text.",
     ),
     _Flag("max_length", int | None, None, ("--max-length",), "Longest sample in tokens."),
-    _Flag("overflow", str, "truncate", ("--overflow",), "Over --max-length: truncate or drop."),
+    _Flag(
+        "overflow",
+        str,
+        "truncate",
+        ("--overflow",),
+        "Over --max-length: truncate, drop, or split (windows of --max-length; every token kept).",
+    ),
+    _Flag(
+        "truncation",
+        str,
+        "right",
+        ("--truncation",),
+        "What --overflow truncate keeps: right (the start), left (the end), turns (drops whole "
+        "earliest exchanges, the system prompt kept).",
+    ),
+    _Flag(
+        "stride",
+        int,
+        0,
+        ("--stride",),
+        "--overflow split: tokens each window repeats from the one before, as context only.",
+    ),
+    _Flag(
+        "task",
+        str,
+        "sft",
+        ("--task",),
+        "sft, preference (chosen/rejected pairs: DPO, ORPO, reward models) or kto.",
+    ),
     _Flag("train_on", str, "assistant", ("--train-on",), "assistant, last or all."),
     _Flag(
         "media_root",
@@ -227,6 +255,9 @@ class RecipeArgs:
     format: str | None = "auto"
     max_length: int | None = None
     overflow: str = "truncate"
+    truncation: str = "right"
+    stride: int = 0
+    task: str = "sft"
     train_on: str = "assistant"
     media_root: str | None = None
     image_tokens: str | None = None
@@ -277,6 +308,9 @@ class RecipeArgs:
             "format": self.format or "auto",
             "max_length": self.max_length,
             "overflow": self.overflow,
+            "truncation": self.truncation,
+            "stride": self.stride,
+            "task": self.task,
             "train_on": self.train_on,
             "media_root": self.media_root,
             "image_tokens": self.image_tokens or "auto",

@@ -171,7 +171,7 @@ def bench(
         options["pad_to_multiple_of"] = pad_to_multiple_of
     stage = media_stage(source, built, media, image_size, pixel_store)
     if stage is not None:
-        options["media"] = stage
+        options["media"] = stage  # False: none (the Loader would build the recipe's default)
 
     def progress(line: str) -> None:
         if output.progress:
@@ -219,7 +219,7 @@ def media_stage(
                 "--media on and --pixel-store need --tokenizer (the recipe finds the images) "
                 "and not --media off"
             )
-        return None
+        return False if media == "off" else None  # False: not even the recipe's default
     convert = None if callable(getattr(source, "check_recipe", None)) else recipe
     if media == "auto" and not has_media(source, convert, range(min(64, len(source)))):
         if pixel_store is not None:
@@ -227,7 +227,7 @@ def media_stage(
                 f"--pixel-store {pixel_store}: the first records have no images; pass "
                 f"--media on to decode images anyway"
             )
-        return None
+        return False
     return stage_for_recipe(recipe, image_size=image_size, store=pixel_store)
 
 

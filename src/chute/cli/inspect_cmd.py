@@ -127,11 +127,20 @@ def inspect(
     )
     rule = "-" * 78
     typer.echo(rule)
-    typer.echo(pretty_sample(tok, ids, labels, sample["images"], use_color), color=use_color)
-    typer.echo(rule)
+    if "chosen_length" in sample:  # a preference pair: each side on its own
+        k = int(sample["chosen_length"])
+        for name, part in (("chosen", slice(0, k)), ("rejected", slice(k, None))):
+            typer.secho(f"{name}:", bold=True)
+            typer.echo(pretty_sample(tok, ids[part], labels[part], [], use_color), color=use_color)
+            typer.echo(rule)
+    else:
+        typer.echo(pretty_sample(tok, ids, labels, sample["images"], use_color), color=use_color)
+        typer.echo(rule)
     legend = "green" if use_color else "[[...]]"
     typer.echo(
         f"tokens {summary['length']:,}: trained {summary['trained']:,} ({legend}), masked "
         f"{summary['masked']:,}; images {summary['images']} ({summary['image_tokens']:,} "
         f"tokens); truncated: {'yes' if summary['truncated'] else 'no'}"
+        + (f"; windows: {sample['windows']}" if sample.get("windows", 1) > 1 else "")
+        + ("; label: " + str(sample["label"]).lower() if "label" in sample else "")
     )

@@ -60,7 +60,7 @@ def load_lengths(
 
 
 @guarded
-@recipe_options(exclude=("max_length", "overflow"))
+@recipe_options(exclude=("max_length", "overflow", "truncation", "stride"))
 @output_options
 def stats(
     paths: list[str] = typer.Argument(
@@ -74,8 +74,11 @@ def stats(
     ),
     world_size: int = typer.Option(1, "--world-size", help="Ranks (data-parallel replicas)."),
     overflow: str = typer.Option(
-        "truncate", "--overflow", help="Samples over --max-length: truncate or drop."
+        "truncate",
+        "--overflow",
+        help="Samples over --max-length: truncate, drop, or split (windows; every token kept).",
     ),
+    stride: int = typer.Option(0, "--stride", help="--overflow split: windows' overlap."),
     max_tokens: int | None = typer.Option(
         None, "--max-tokens", help="Budget plan: padded tokens per batch (default B x L)."
     ),
@@ -130,6 +133,7 @@ def stats(
         batch_size=batch_size,
         world_size=world_size,
         overflow=overflow,
+        stride=stride,
         max_tokens=max_tokens,
         group_size=group_size,
         window=window,
@@ -162,6 +166,7 @@ def _print(result: dict[str, Any]) -> None:
     typer.echo(
         f"over max_length {result['max_length']}: {result['truncated']:,} truncated, "
         f"{result['dropped']:,} dropped"
+        + (f", {result['split']:,} split into windows" if result.get("split") else "")
     )
     lens = result["lengths"]
     typer.echo("lengths: " + ", ".join(f"{k} {v}" for k, v in lens.items() if v is not None) + "\n")
@@ -197,6 +202,12 @@ def _print(result: dict[str, Any]) -> None:
         f"\npacking bound: {bound['rows']:,} rows of {result['max_length']} "
         f"({100 * bound['efficiency']:.1f}%)"
     )
+    mixed = result["plans"].get("grouped_by_modality", {}).get("mixed_batches")
+    if mixed is not None:
+        typer.echo(
+            f"grouped_by_modality (plan_options={{'by_modality': True}}): {mixed:,} batch(es) mix "
+            f"samples with images and text-only samples"
+        )
     for warning in result["warnings"]:
         typer.secho(f"warning: {warning}", fg="yellow")
     if "plot" in result:

@@ -12,7 +12,7 @@ Example:
     >>> FormatSpec("alpaca", columns={"answer": "a"})
     Traceback (most recent call last):
     ...
-    chute.errors.ConfigError: columns: unknown key 'answer'; known keys: audios, history, images, messages, prompt, query, response, system, text, tools, videos
+    chute.errors.ConfigError: columns: unknown key 'answer'; known keys: audios, chosen, history, images, kto_tag, messages, prompt, query, rejected, response, system, text, tools, videos
 """
 
 from __future__ import annotations
@@ -42,11 +42,14 @@ FORMAT_NAMES = (
 
 COLUMN_KEYS = (
     "audios",
+    "chosen",
     "history",
     "images",
+    "kto_tag",
     "messages",
     "prompt",
     "query",
+    "rejected",
     "response",
     "system",
     "text",
@@ -262,8 +265,9 @@ class FormatSpec:
                 f"dataset_info {path}: entry {dataset!r} has formatting {formatting!r}; chute "
                 f"reads 'alpaca' and 'sharegpt'"
             )
-        dropped = set(columns) - set(COLUMN_KEYS)
-        for key in dropped:  # ranking / KTO columns (chosen, rejected, kto_tag) are not SFT data
+        # ranking / KTO columns (chosen, rejected, kto_tag) are kept: Recipe(task="preference")
+        # and task="kto" read them, SFT recipes ignore them
+        for key in set(columns) - set(COLUMN_KEYS):
             del columns[key]
         return cls(name, columns=columns, tags=dict(entry.get("tags", {})))
 

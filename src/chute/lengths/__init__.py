@@ -10,7 +10,12 @@ and ``chute stats`` get lengths without tokenizing again:
 3. otherwise the lengths pass runs (``compute_lengths``: all cores) and stores the result.
 
 Sources or recipes without a ``fingerprint()`` cannot be keyed, so their lengths are computed
-again each time and never cached (fine for in-memory data). Under ``torchrun`` only local rank
+again each time and never cached (fine for in-memory data).
+
+With ``Recipe(overflow="split")`` the pass measures whole documents (that is what is cached) and
+the result is per window: ``split_lengths`` expands it into pieces, each a sample of its own
+(``chute.lengths.pieces``). With ``Recipe(task="preference")`` each sample is a pair, two rows of
+a padded batch (``sequences == 2``; ``longest`` is the longer side). Under ``torchrun`` only local rank
 0 of each node computes; the other local ranks wait for its file (``wait_timeout``).
 
 Example:
@@ -21,12 +26,14 @@ Example:
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import time
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
 import orjson
 
 from chute._internal.progress import ProgressArg
@@ -34,6 +41,7 @@ from chute._internal.progress import progress as progress_of
 from chute.errors import ConfigError
 from chute.lengths.base import STATUS_OK, STATUS_REJECTED, STATUS_TRUNCATED, Lengths
 from chute.lengths.compute import compute_lengths
+from chute.lengths.pieces import Pieces, PieceTable, split_lengths
 from chute.lengths.store import LENGTHS_VERSION, cache_key, cache_paths, read_cached, write_cached
 
 __all__ = [
@@ -42,9 +50,12 @@ __all__ = [
     "STATUS_REJECTED",
     "STATUS_TRUNCATED",
     "Lengths",
+    "PieceTable",
+    "Pieces",
     "compute_lengths",
     "lengths_key",
     "lengths_of",
+    "split_lengths",
 ]
 
 log = logging.getLogger("chute.lengths")
@@ -106,7 +117,31 @@ def lengths_of(
                 f"{type(source).__name__}.lengths has {len(lens)} entries but the source has "
                 f"{len(source)} samples; rebuild the source's lengths"
             )
+        longest = getattr(source, "longest", None)  # a cache of preference pairs
+        if longest is not None and lens.longest is None:
+            lens = dataclasses.replace(lens, longest=np.asarray(longest), sequences=2)
         return lens
+    lens = _per_record(
+        source, recipe, workers, cache, cache_dir, progress, local_rank, wait_timeout
+    )
+    if getattr(recipe, "task", None) == "preference":
+        lens = dataclasses.replace(lens, sequences=2)
+    if getattr(recipe, "overflow", None) == "split":
+        lens = split_lengths(lens, recipe.max_length, recipe.stride)  # type: ignore[union-attr]
+    return lens
+
+
+def _per_record(
+    source: Any,
+    recipe: Any,
+    workers: int | None,
+    cache: bool,
+    cache_dir: Any,
+    progress: ProgressArg,
+    local_rank: int,
+    wait_timeout: float,
+) -> Lengths:
+    """The lengths of every record under ``recipe``: cached, or computed (and cached)."""
     key, describe = lengths_key(source, recipe) if cache else (None, {})
     if key is None:
         with progress_of(len(source), "lengths", enabled=progress) as bar:
@@ -114,7 +149,13 @@ def lengths_of(
                 source, recipe, workers=workers, progress=bar.update
             )
         return Lengths(
-            out[0], out[1], out[2], kinds=tuple(kinds), tally=tally, first_trained=out[3]
+            out[0],
+            out[1],
+            out[2],
+            kinds=tuple(kinds),
+            tally=tally,
+            first_trained=out[3],
+            longest=out[4],
         )
     hit = read_cached(key, cache_dir)
     if hit is not None:

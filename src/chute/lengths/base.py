@@ -6,6 +6,14 @@ One array per column, indexed by global sample id::
     length      812   -1   2048   97   430      -1: the recipe rejected the record
     image_tok     0     0   576     0     0
     status        0     3     1     0     0      0 ok, 1 truncated by max_length, 2+k: kinds[k]
+    first_tr.    31    0     12    9    40      the first trained token (decides max_length)
+    longest     812   -1   2048   97   430      a preference pair's longer side (else = length)
+
+A sample's ``length`` is all its tokens (what a packed row holds); ``longest`` its longest
+sequence (what a padded row is padded to): they differ only for preference pairs
+(``sequences == 2``: a pair is two rows of a padded batch). With ``Recipe(overflow="split")``
+the samples are the documents' windows and ``pieces`` maps each back to its record
+(``chute.lengths.pieces``).
 
 Rejected samples are **excluded up-front** by every length-aware plan (they are never dealt),
 and reported: ``rejected`` counts them by kind with a few ``path:line`` examples. The valid
@@ -33,8 +41,8 @@ __all__ = ["ROWS", "STATUS_OK", "STATUS_REJECTED", "STATUS_TRUNCATED", "Lengths"
 STATUS_OK = 0
 STATUS_TRUNCATED = 1
 STATUS_REJECTED = 2  # and up: STATUS_REJECTED + k is a reject of kind ``kinds[k]``
-# Rows of a lengths pass's array: length, image_tokens, status, first_trained.
-ROWS = 4
+# Rows of a lengths pass's array: length, image_tokens, status, first_trained, longest.
+ROWS = 5
 
 
 @dataclass
@@ -54,6 +62,9 @@ class Lengths:
         first_trained: per sample, the position of its first trained token (its length when
             none is), so a later ``max_length`` is decided as the recipe would
             (``chute.recipe.outcome.overflow_outcome``); ``None``: unknown (taken as 0).
+        longest: the longest sequence of each sample (``None``: ``length``).
+        sequences: sequences per sample (2 for preference pairs, padded as two rows).
+        pieces: with ``overflow="split"``, the ``PieceTable`` from windows to records.
     """
 
     length: np.ndarray
@@ -63,6 +74,9 @@ class Lengths:
     tally: RejectTally = field(default_factory=RejectTally)
     key: str | None = None
     first_trained: np.ndarray | None = None
+    longest: np.ndarray | None = None
+    sequences: int = 1
+    pieces: Any = None
     _fingerprint: dict[str, Any] | None = field(default=None, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -75,7 +89,7 @@ class Lengths:
         if length.size and int(length.max()) >= 2**31:
             raise ConfigError(f"a sample length of {int(length.max())} tokens exceeds int32")
         self.length = length if length.dtype == np.int32 else length.astype(np.int32)
-        for name in ("image_tokens", "status", "first_trained"):
+        for name in ("image_tokens", "status", "first_trained", "longest"):
             value = getattr(self, name)
             if value is not None and len(value) != len(self.length):
                 raise ConfigError(
@@ -99,6 +113,11 @@ class Lengths:
 
     def __len__(self) -> int:
         return len(self.length)
+
+    @property
+    def pad_lengths(self) -> np.ndarray:
+        """What each sample is padded to in a padded batch: its longest sequence."""
+        return self.length if self.longest is None else self.longest
 
     @property
     def valid(self) -> np.ndarray:

@@ -21,6 +21,8 @@ Example:
     >>> out, kinds, tally = compute_lengths(data, None, workers=1)
     >>> out[0].tolist(), kinds, dict(tally.counts)
     ([3, -1, 1], ['empty_sample'], {'empty_sample': 1})
+    >>> out[4].tolist()  # each sample's longest sequence (a preference pair's longer side)
+    [3, -1, 1]
 """
 
 from __future__ import annotations
@@ -60,12 +62,12 @@ def compute_lengths(
         recipe: ``recipe(record) -> sample`` (``recipe.batch`` is used when present);
             ``None``: records are pre-tokenized samples.
         workers: processes (default: all cores; 1 runs in this process).
-        out: a ``(4, len(source))`` int32 array to fill (e.g. a memory map); default: new.
+        out: a ``(ROWS, len(source))`` int32 array to fill (e.g. a memory map); default: new.
         progress: called with the number of records done as chunks finish.
 
     Returns:
         ``(out, kinds, tally)``: rows ``length`` (-1 rejected), ``image_tokens``, ``status``
-        and ``first_trained`` (see ``chute.lengths.base``); the reject kinds by code; the
+        ``first_trained`` and ``longest`` (see ``chute.lengths.base``); the reject kinds by code; the
         reject tally.
     """
     preflight(recipe, source)  # a recipe that cannot work fails now, not after a chunk
@@ -140,7 +142,7 @@ def _chunk(source: Any, recipe: Any, lo: int, hi: int) -> ChunkResult:
                     result.with_location(f"{type(source).__name__}[{lo + pos}]", None)
                 tally.add(result)
                 kinds.append(result.kind)
-                block[:, pos] = (-1, 0, STATUS_REJECTED, 0)
+                block[:, pos] = (-1, 0, STATUS_REJECTED, 0, -1)
             else:
                 image = result.get("num_image_tokens", 0) or 0
                 status = STATUS_TRUNCATED if result.get("truncated") else STATUS_OK
@@ -148,7 +150,9 @@ def _chunk(source: Any, recipe: Any, lo: int, hi: int) -> ChunkResult:
                 # pre-tokenized samples are taken as they are (the loader checks no labels)
                 labels = result.get("labels") if recipe is not None else None
                 first = first_trained(labels) if labels is not None else 0
-                block[:, pos] = (n, int(image), status, first)
+                chosen = result.get("chosen_length")  # a preference pair: its longer side
+                longest = n if chosen is None else max(int(chosen), n - int(chosen))
+                block[:, pos] = (n, int(image), status, first, longest)
             pos += 1
         pending.clear()
 

@@ -2,7 +2,8 @@
 
 Files live under ``<cache root>/lengths/`` (``$CHUTE_CACHE_DIR``, else ``~/.cache/chute``)::
 
-    lengths/3f2a...c1.npy    int32, shape (4, n): length, image_tokens, status, first_trained
+    lengths/3f2a...c1.npy    int32, shape (5, n): length, image_tokens, status, first_trained,
+                             longest
     lengths/3f2a...c1.json   key inputs (source and recipe fingerprints), reject kinds, tally
 
 The name is a hash of the source's fingerprint (each file's size, mtime and edge hash), the
@@ -36,7 +37,7 @@ from chute.lengths.base import ROWS, Lengths
 __all__ = ["LENGTHS_VERSION", "cache_key", "cache_paths", "read_cached", "write_cached"]
 
 # Bump when the same source and recipe would give different lengths or a different layout.
-LENGTHS_VERSION = 2  # 2: a fourth row, first_trained
+LENGTHS_VERSION = 3  # 2: a fourth row, first_trained; 3: a fifth, longest (preference pairs)
 FORMAT = "chute.lengths"
 
 
@@ -88,6 +89,7 @@ def read_cached(key: str, cache_dir: str | os.PathLike[str] | None = None) -> Le
         tally=tally,
         key=key,
         first_trained=data[3],
+        longest=data[4],
     )
 
 

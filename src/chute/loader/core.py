@@ -33,11 +33,18 @@ from chute.loader.options import (
     check_seconds,
     check_workers,
     fingerprint_of,
+    media_guard,
     media_stage_for,
     pad_id_from,
     rejects_path_for,
 )
-from chute.loader.planning import check_collate, check_excluded, check_packed_collate, resolve_plan
+from chute.loader.planning import (
+    check_collate,
+    check_excluded,
+    check_packed_collate,
+    resolve_plan,
+    split_source,
+)
 from chute.loader.state import STATE_FORMAT, STATE_VERSION, check_compatible, read_position
 from chute.loader.worker import BatchBuilder, BatchReport
 from chute.plan import Plan, Planner, continue_epoch
@@ -161,6 +168,9 @@ class Loader:
             # A cache holds the recipe's samples already: check it is this recipe's, then read.
             check_recipe(recipe)
             recipe = None
+        # overflow="split": the samples are the documents' windows, each with its own id
+        self.source = split_source(self.source, recipe, self.world.local_rank)
+        self.num_samples = len(self.source)
         check_collate(collate, pad_id, pad_to_multiple_of)
         setup = resolve_plan(
             self.source,
@@ -194,7 +204,9 @@ class Loader:
         check_packed_collate(setup, collate)
         self.collate = collate or setup.collate
         # bound to the recipe itself (also for a cache, whose samples it made)
-        self.media, self.collate = media_stage_for(media, self.recipe, self.collate, self.source)
+        self.media, self.collate = media_stage_for(
+            media, self.recipe, self.collate, self.source, setup.lengths
+        )
         self.rejects_path = rejects_path_for(rejects, self.world) if rejects is not None else None
         self.books = Accounting(
             ErrorBudget(max_bad_fraction, max_consecutive_bad, budget_min_samples),
@@ -210,6 +222,7 @@ class Loader:
             top_up=bool(top_up),
             keep_rejects=self.rejects_path is not None,
             media=self.media,
+            media_guard=self.media is None and media_guard(media, self.recipe),
         )
         self._fingerprint = fingerprint_of(self.source)
         self._epoch, self._consumed = 0, 0

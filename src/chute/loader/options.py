@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 from pathlib import Path
 from typing import Any
@@ -10,7 +11,7 @@ from typing import Any
 import numpy as np
 import orjson
 
-from chute.errors import ConfigError
+from chute.errors import ConfigError, as_sample_error
 from chute.world import World
 
 __all__ = [
@@ -18,12 +19,14 @@ __all__ = [
     "check_seconds",
     "check_workers",
     "fingerprint_of",
+    "media_guard",
     "media_stage_for",
     "pad_id_from",
     "rejects_path_for",
 ]
 
 PathLike = str | os.PathLike[str]
+log = logging.getLogger("chute.loader")
 
 
 def as_source(source: Any) -> Any:
@@ -74,7 +77,9 @@ def pad_id_from(recipe: Any, pad_id: int | None) -> int:
     return 0
 
 
-def media_stage_for(media: Any, recipe: Any, collate: Any, source: Any = None) -> tuple[Any, Any]:
+def media_stage_for(
+    media: Any, recipe: Any, collate: Any, source: Any = None, lengths: Any = None
+) -> tuple[Any, Any]:
     """``(stage, collate)`` for ``Loader(media=...)``.
 
     The stage is bound to the recipe, the collate wrapped in ``MediaCollate``; without media,
@@ -82,12 +87,24 @@ def media_stage_for(media: Any, recipe: Any, collate: Any, source: Any = None) -
     pre-decoded images: without ``media`` it is the cache's own (``Cache.media_stage()``), and a
     given stage without a ``store`` gets the cache's (``ConfigError`` if its geometry differs;
     ``MediaStage(store=False)`` decodes instead). ``media=False``: no media stage at all.
+
+    Without ``media``, when the samples reference images (the lengths' image tokens, a cache's
+    manifest, or the first records of each file), a recipe that counts image tokens gets the
+    stage of its rule (``chute.media.stage.default_media_stage``: LLaVA-1.5's CLIP-336 for 576,
+    Qwen2-VL's dynamic resolution for ``qwen2-vl``), or a ``ConfigError`` naming ``media=`` and
+    ``media=False`` when its count has no default. Data whose first records have no media gets
+    no stage, and the workers stop with a ``ConfigError`` at the first sample that has media
+    (``media_guard``), so none is ever trained on without its pixels.
     """
     if media is False:
         return None, collate  # no media stage, even over a cache with pre-decoded images
     pixels = getattr(source, "pixels", None)
     if media is None and pixels is not None:
         media = source.media_stage()
+    if media is None:
+        # Images without pixels would train the model on placeholder tokens: when the recipe
+        # counts images, its rule's default stage loads them (or a ConfigError names media=).
+        media = _default_stage(recipe, source, lengths)
     if media is None:
         return None, collate
     import dataclasses
@@ -121,6 +138,79 @@ def media_stage_for(media: Any, recipe: Any, collate: Any, source: Any = None) -
         with contextlib.suppress(ConfigError, OSError):
             stage = dataclasses.replace(stage, remote=RemoteMedia(source.media_paths()))
     return stage, collate if isinstance(collate, MediaCollate) else MediaCollate(collate)
+
+
+def media_guard(media: Any, recipe: Any) -> bool:
+    """Whether workers must refuse samples with media: no stage, and none turned off on purpose.
+
+    A recipe that counts images (or videos, audio) may meet them; ``media=False`` says the text
+    alone is wanted, and a recipe without any media rule refuses media itself.
+    """
+    plan = getattr(recipe, "media", None)
+    counts = plan is not None and any(
+        getattr(plan, name, None) is not None
+        for name in ("image_rule", "video_tokens", "audio_tokens")
+    )
+    return media is None and counts
+
+
+def _references_media(recipe: Any, source: Any, lengths: Any) -> bool:
+    """Whether the samples reference media: a cache's manifest, the lengths, or a probe."""
+    manifest = getattr(source, "manifest", None)
+    if isinstance(manifest, dict):  # a cache: its samples are made already
+        return bool(manifest.get("image_tokens"))
+    own = getattr(source, "lengths", None)
+    lengths = lengths if lengths is not None else own
+    image = getattr(lengths, "image_tokens", None)
+    if image is not None and bool((np.asarray(image) > 0).any()):
+        return True
+    from chute.recipe.outcome import probe_records
+
+    for record in probe_records(source, per_file=64, limit=256):
+        try:
+            sample = recipe(record)
+        except Exception as exc:  # a bad record says nothing about media (the pass counts it)
+            as_sample_error(exc, None, None)  # ... but a job-level error is raised
+            continue
+        if any(sample.get(key) for key in ("images", "videos", "audios")):
+            return True
+    return False
+
+
+def _default_stage(recipe: Any, source: Any, lengths: Any = None) -> Any:
+    """The default media stage of the recipe's image rule (the cache's recipe's), or ``None``."""
+    from chute.media.stage import default_media_stage
+
+    plan = getattr(recipe, "media", None)
+    if plan is not None and hasattr(plan, "image_rule"):
+        if plan.image_rule is None or not _references_media(recipe, source, lengths):
+            return None  # no sample references an image (or the recipe refuses them)
+        stage = default_media_stage(plan.image_rule, plan.video_tokens, plan.audio_tokens)
+    else:
+        rule = _cache_image_rule(source)
+        if rule is None:
+            return None
+        stage = default_media_stage(rule)
+    log.info(
+        "media: no media= given and the recipe counts image tokens; loading images with %r "
+        "(media=False trains on the text alone)",
+        stage.image,
+    )
+    return stage
+
+
+def _cache_image_rule(source: Any) -> Any:
+    """The image rule of the recipe that built a cache whose samples hold image tokens."""
+    manifest = getattr(source, "manifest", None)
+    if not isinstance(manifest, dict) or not manifest.get("image_tokens"):
+        return None
+    from chute.media.tokens import image_tokens_rule
+
+    spec = dict(manifest["fingerprint"]["recipe"].get("media", {}).get("image_tokens") or {})
+    kind = spec.pop("rule", None)
+    if kind == "fixed":
+        return image_tokens_rule(spec["tokens"])
+    return image_tokens_rule(spec) if kind == "dynamic" else None
 
 
 def rejects_path_for(path: PathLike, world: World) -> Path:

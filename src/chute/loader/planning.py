@@ -23,10 +23,10 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from chute.collate import Collate
+from chute.collate import Collate, KTOCollate, PackedPreferenceCollate, PreferenceCollate
 from chute.collate.packed import PackedCollate
 from chute.errors import ConfigError, ErrorBudgetExceeded
-from chute.lengths import Lengths, lengths_of
+from chute.lengths import Lengths, Pieces, lengths_of
 from chute.plan import PLANNERS, LengthPlanner, PackedPlanner, Planner, make_planner
 from chute.sample.budget import ErrorBudget
 
@@ -35,7 +35,10 @@ __all__ = [
     "check_collate",
     "check_excluded",
     "check_packed_collate",
+    "default_collate",
     "resolve_plan",
+    "split_source",
+    "task_of",
 ]
 
 log = logging.getLogger("chute.loader")
@@ -85,9 +88,12 @@ def resolve_plan(
             f"plan={plan!r} takes no plan_options (got {sorted(options)}); they are for "
             f"{sorted(k for k, c in PLANNERS.items() if getattr(c, 'needs_lengths', False))}"
         )
+    task = task_of(source, recipe)
     if isinstance(plan, str) and needs:
         # the recipe's max_length; reading a cache (no recipe runs), the cache's recipe's
         max_length = getattr(recipe, "max_length", None) or getattr(source, "max_length", None)
+        if plan == "packed" and max_length is not None and task == "preference":
+            max_length *= 2  # a row must hold both sides of a pair (each up to max_length)
         if plan in ("packed", "budget") and max_length is not None:
             options.setdefault("max_length", max_length)
         if plan == "budget" and pad_to_multiple_of is not None:
@@ -106,17 +112,45 @@ def resolve_plan(
         if planner.lengths is None:
             planner = planner.with_lengths(lengths_of(source, recipe, local_rank=local_rank))
         lengths = planner.require_lengths()
+    collate = default_collate(planner, task, pad_id, pad_to_multiple_of)
+    excluded = lengths.rejected if lengths is not None else {}
+    return PlanSetup(planner, collate, lengths, excluded)
+
+
+def split_source(source: Any, recipe: Any, local_rank: int = 0) -> Any:
+    """``source`` itself, or with ``Recipe(overflow="split")`` the view of its windows.
+
+    The windows are counted from the records' lengths (one cached pass), so every plan, the
+    random one too, deals window ids: exact-once, resume and rejects count windows.
+    """
+    if recipe is None or getattr(recipe, "overflow", None) != "split":
+        return source
+    return Pieces(source, lengths_of(source, recipe, local_rank=local_rank))
+
+
+def task_of(source: Any, recipe: Any) -> str:
+    """The kind of samples: ``sft``, ``preference`` or ``kto`` (the recipe's, or the cache's)."""
+    task = getattr(recipe, "task", None) or getattr(source, "task", None)
+    return task if isinstance(task, str) else "sft"
+
+
+def default_collate(
+    planner: Planner, task: str, pad_id: int, pad_to_multiple_of: int | None
+) -> Any:
+    """The collate for the plan and the kind of samples (see ``chute.collate``)."""
     if isinstance(planner, PackedPlanner):  # rows max_length wide, or as wide as the fullest
-        collate: Any = PackedCollate(
+        kind: Any = PackedPreferenceCollate if task == "preference" else PackedCollate
+        collate: Any = kind(
             planner.max_length,
             pad_id,
             pad_to_max_length=pad_to_multiple_of is None,
             pad_to_multiple_of=pad_to_multiple_of,
         )
+    elif task == "preference":
+        collate = PreferenceCollate(pad_id, pad_to_multiple_of)
     else:
         collate = Collate(pad_id, pad_to_multiple_of)
-    excluded = lengths.rejected if lengths is not None else {}
-    return PlanSetup(planner, collate, lengths, excluded)
+    return KTOCollate(collate) if task == "kto" else collate
 
 
 def check_collate(collate: Any, pad_id: Any, pad_to_multiple_of: Any) -> None:

@@ -26,7 +26,7 @@ import numpy as np
 
 from chute._internal.lazy_torch import require_torch
 from chute.collate.packed import row_sample_ids
-from chute.errors import SampleError, as_sample_error
+from chute.errors import ConfigError, SampleError, as_sample_error
 from chute.loader.transport import share_one_storage
 from chute.loader.watchdog import SampleTimeout, Watchdog
 from chute.recipe.outcome import sample_of
@@ -101,6 +101,19 @@ class BatchReport:
         return (BatchReport, (*fields, self.topped_up, self.seconds))
 
 
+def refuse_media_without_stage(sample: dict[str, Any]) -> None:
+    """Raise ``ConfigError`` for a sample with media when the loader has no media stage."""
+    kinds = [key for key in ("images", "videos", "audios") if sample.get(key)]
+    if kinds:
+        where = f"{sample.get('path')}:{sample.get('line')}" if sample.get("path") else "a sample"
+        raise ConfigError(
+            f"{where} references {' and '.join(kinds)}, but the Loader has no media stage (none "
+            f"was built: the first records had no media), so its media tokens would reach the "
+            f"model without pixels; pass media=MediaStage(...) (or a transform) to load them, "
+            f"or media=False to train on the text alone"
+        )
+
+
 class BatchBuilder:
     """The map-style "dataset" the DataLoader sees: ``builder[task] -> (batch, report)``.
 
@@ -114,6 +127,8 @@ class BatchBuilder:
         keep_rejects: build rejects-file entries for the main process to write.
         media: ``media(sample) -> sample`` run after the recipe inside the guarded step (a
             ``chute.media.MediaStage``: decodes and checks images), or ``None``.
+        media_guard: without a media stage, stop (``ConfigError``) at a sample that references
+            media rather than deliver its media tokens without pixels.
     """
 
     def __init__(
@@ -126,6 +141,7 @@ class BatchBuilder:
         top_up: bool = False,
         keep_rejects: bool = False,
         media: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
+        media_guard: bool = False,
     ):
         self.source = source
         self.recipe = recipe
@@ -134,6 +150,7 @@ class BatchBuilder:
         self.top_up = top_up
         self.keep_rejects = keep_rejects
         self.media = media
+        self.media_guard = media_guard
         self._watchdog = Watchdog(sample_timeout)
         self._name = type(source).__name__
         self._pid = -1
@@ -175,6 +192,8 @@ class BatchBuilder:
                         sample = sample_of(recipe, item)  # as every entry point judges it
                         if media is not None:
                             sample = media(sample)
+                        elif self.media_guard:
+                            refuse_media_without_stage(sample)
                         if spans is not None:
                             sample = piece_of(sample, spans[2 * j], spans[2 * j + 1])
                 except SampleTimeout:

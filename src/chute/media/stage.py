@@ -31,6 +31,7 @@ from typing import Any
 
 import numpy as np
 
+from chute._internal.spelling import spell_set
 from chute.errors import ConfigError, SampleError
 from chute.media.images import DecodeOptions, decode_image
 from chute.media.paths import is_remote
@@ -39,7 +40,7 @@ from chute.media.remote import RemoteMedia
 from chute.media.tokens import DynamicImageTokens, FixedImageTokens
 from chute.media.transforms import DynamicResolution, ImageFeatures, ImageTransform
 
-__all__ = ["MediaStage", "as_media_stage"]
+__all__ = ["DEFAULT_TRANSFORMS", "MediaStage", "as_media_stage", "default_media_stage"]
 
 # Sample keys the stage adds (transformers' names for Qwen2-VL / LLaVA inputs).
 OUTPUT_KEYS = {
@@ -289,3 +290,69 @@ def as_media_stage(media: Any) -> MediaStage:
     if isinstance(media, MediaStage):
         return media
     return MediaStage(image=media)
+
+
+# The transform a model family uses, by its fixed image-token count (see default_media_stage).
+DEFAULT_TRANSFORMS: dict[int, tuple[str, Callable[[], Any]]] = {
+    576: (
+        "LLaVA-1.5's CLIP-336: padded to a square on the mean colour, 336 x 336, CLIP "
+        "normalisation",
+        lambda: ImageTransform(size=336, crop=336, pad_to_square=True, tokens_per_image=576),
+    ),
+    256: (
+        "Qwen-VL's: resized to 448 x 448 (bicubic), CLIP normalisation",
+        lambda: ImageTransform(size=(448, 448), crop=None, tokens_per_image=256),
+    ),
+}
+
+
+def default_media_stage(rule: Any, video: Any = None, audio: Any = None) -> MediaStage:
+    """The media stage matching a recipe's image-token rule: what ``Loader`` uses without ``media=``.
+
+    So samples that reference images always get their pixels (and bad images are counted skips).
+
+    ====================================  =========================================================
+    ``Recipe(image_tokens=...)``          default transform
+    ====================================  =========================================================
+    ``576`` / ``"llava-1.5"``             ``ImageTransform(size=336, crop=336, pad_to_square=True,
+                                          tokens_per_image=576)`` (LLaVA-1.5, CLIP-336)
+    ``256`` / ``"qwen-vl"``               ``ImageTransform(size=(448, 448), tokens_per_image=256)``
+    ``"qwen2-vl"``, ``"qwen2.5-vl"``,     ``DynamicResolution`` with the rule's patch size, merge
+    a ``DynamicImageTokens``              size and pixel bounds (CLIP normalisation; SigLIP's for
+                                          16-pixel patches, Qwen3-VL)
+    ====================================  =========================================================
+
+    Videos and audio clips counted by a ``VideoFrames`` / ``AudioClips`` are loaded by it.
+
+    Raises:
+        ConfigError: a fixed count with no known model family: the message names ``media=``
+            and ``media=False``.
+
+    Example:
+        >>> from chute.media.tokens import image_tokens_rule
+        >>> default_media_stage(image_tokens_rule("llava-1.5")).image.output_size
+        (336, 336)
+    """
+    if isinstance(rule, DynamicImageTokens):
+        image: Any = DynamicResolution(
+            patch_size=rule.patch_size,
+            merge_size=rule.merge_size,
+            min_pixels=rule.min_pixels,
+            max_pixels=rule.max_pixels,
+            normalize="siglip" if rule.patch_size == 16 else "clip",
+        )
+    elif isinstance(rule, FixedImageTokens) and rule.tokens in DEFAULT_TRANSFORMS:
+        image = DEFAULT_TRANSFORMS[rule.tokens][1]()
+    else:
+        tokens = getattr(rule, "tokens", rule)
+        raise ConfigError(
+            f"the recipe counts {tokens} tokens per image ({spell_set('image_tokens', tokens)}) "
+            f"but no media stage was given, and no default transform makes {tokens} features; pass "
+            f"media=MediaStage(ImageTransform(..., tokens_per_image={tokens})) to load the "
+            f"images, or media=False to train on the text alone (the image tokens then stand "
+            f"for no pixels)"
+        )
+    # a VideoFrames / AudioClips both counts tokens (the recipe) and loads (the stage)
+    frames = video if hasattr(video, "fingerprint") else None
+    clips = audio if hasattr(audio, "fingerprint") else None
+    return MediaStage(image=image, video=frames, audio=clips)

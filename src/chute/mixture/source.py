@@ -157,6 +157,7 @@ class MixtureRecipe:
         self.tokenizer = first.tokenizer
         self.max_length = first.max_length
         self.media = first.media
+        self.task = getattr(first, "task", "sft")  # run-wide, like the tokenizer
 
     def _recipe_of(self, record: Any) -> Any:
         index = getattr(record, "index", None)

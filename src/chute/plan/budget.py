@@ -172,16 +172,19 @@ class BudgetPlanner(LengthPlanner):
         }
 
     def plan_ids(self, ids: np.ndarray, *, epoch: int, world_size: int) -> TablePlan:
-        lengths = self.require_lengths().length
+        bound = self.require_lengths()
+        lengths = bound.pad_lengths  # a preference pair: two rows of its longer side
         lens = lengths[ids]
+        # a pair is two padded rows, so a batch holds half as many of them
+        budget = self.max_tokens // bound.sequences
         mean = float(lens.mean()) if len(lens) else 1.0
-        per_batch = max(1, min(self.max_rows or 1 << 62, int(self.max_tokens // max(1.0, mean))))
+        per_batch = max(1, min(self.max_rows or 1 << 62, int(budget // max(1.0, mean))))
         mega = self.group_size * self.grad_accum * world_size * per_batch
         ordered = ids[sort_within(lens, mega)]
         n = len(ordered)
         runs = [*range(0, n, mega), n]
         found, over = budget_sizes(
-            lengths[ordered].tolist(), runs, self.max_tokens, self.max_rows, self.multiple
+            lengths[ordered].tolist(), runs, budget, self.max_rows, self.multiple
         )
         sizes = _even_out(np.asarray(found, dtype=np.int64), world_size)
         steps, short = divmod(len(sizes), world_size)

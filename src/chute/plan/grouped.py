@@ -27,6 +27,18 @@ longest sample to the start, so an out-of-memory shows in the first step, not ho
 The last step may be partial: it is split evenly over the ranks (or dropped with
 ``drop_last``), exactly as the random plan does. Every valid id is dealt once per epoch.
 
+``by_modality=True`` is LLaVA's ``group_by_modality_length``: samples with image tokens and
+text-only samples are grouped apart, so every step holds one modality (a batch of text never
+waits on the vision tower, and a multimodal batch is not padded to a long text sample). Each
+modality is length-grouped as above into whole steps; only the two remainders (less than a step
+each) share the last step or two. The steps are then shuffled together, so the two modalities
+alternate at random through the epoch::
+
+    image samples   [i i i i | i i i i | i i]        steps of world_size x batch_size = 4
+    text samples    [t t t t | t t t t | t t t t | t]
+    steps           [i i i i] [t t t t] [t t t t] [i i i i] [t t t t] [i i t t] [t]  (shuffled,
+                                                                        the mixed rest last)
+
 Example:
     >>> import numpy as np
     >>> planner = GroupedPlanner(2, group_size=2, lengths=np.arange(1, 17))
@@ -48,7 +60,7 @@ from chute.plan.lengthed import LengthPlanner, derive_seed, shuffle_units, sort_
 from chute.plan.order import IdOrder
 from chute.plan.table import TablePlan, even_bounds, gather_segments
 
-__all__ = ["GroupedPlanner"]
+__all__ = ["GroupedPlanner", "mixed_batches"]
 
 
 class GroupedPlanner(LengthPlanner):
@@ -60,6 +72,8 @@ class GroupedPlanner(LengthPlanner):
             and transformers use 50). Larger: less padding, less randomness.
         grad_accum: micro-batches per optimizer step (gradient accumulation).
         longest_first: put the steps holding the longest sample first (OOM shows at once).
+        by_modality: keep samples with images and text-only samples in separate steps
+            (needs the lengths' ``image_tokens``).
         shuffle: a new order every epoch (``False``: sort the source order, no step shuffle).
         seed: the shuffle's seed.
         drop_last: leave out the last partial step.
@@ -76,6 +90,7 @@ class GroupedPlanner(LengthPlanner):
         group_size: int = 50,
         grad_accum: int = 1,
         longest_first: bool = True,
+        by_modality: bool = False,
         shuffle: bool = True,
         seed: int = 0,
         drop_last: bool = False,
@@ -93,6 +108,7 @@ class GroupedPlanner(LengthPlanner):
         self.group_size = check_positive("group_size", group_size)
         self.grad_accum = check_positive("grad_accum", grad_accum)
         self.longest_first = bool(longest_first)
+        self.by_modality = bool(by_modality)
         self.drop_last = bool(drop_last)
 
     def params(self) -> dict[str, Any]:
@@ -102,15 +118,20 @@ class GroupedPlanner(LengthPlanner):
             "group_size": self.group_size,
             "grad_accum": self.grad_accum,
             "longest_first": self.longest_first,
+            **({"by_modality": True} if self.by_modality else {}),
             "drop_last": self.drop_last,
         }
 
     def plan_ids(self, ids: np.ndarray, *, epoch: int, world_size: int) -> TablePlan:
-        lengths = self.require_lengths().length
+        bound = self.require_lengths()
+        lengths = bound.pad_lengths  # a pair: its longer side
         step = world_size * self.batch_size
         mega = self.group_size * self.grad_accum * step
-        lens = lengths[ids]
-        ordered = ids[sort_within(lens, mega)]
+        image = bound.image_tokens if self.by_modality else None
+        if image is None:
+            ordered = ids[sort_within(lengths[ids], mega)]
+        else:
+            ordered = _by_modality(ids, lengths, image[ids] > 0, mega, step)
         full = len(ordered) // step
         if self.shuffle and full:
             first = None
@@ -123,11 +144,46 @@ class GroupedPlanner(LengthPlanner):
             ordered = np.concatenate([head, ordered[full * step :]])
         bounds = even_bounds(len(ordered), world_size, self.batch_size, self.drop_last)
         dealt = int(bounds[-1])
+        stats: dict[str, Any] = {"dropped": len(ordered) - dealt}
+        if image is not None:
+            stats["mixed_batches"] = mixed_batches(image[ordered[:dealt]] > 0, bounds)
         return TablePlan(
             IdOrder(ids),
             world_size,
             ids=ordered[:dealt],
             batch_bounds=bounds,
             undealt=ordered[dealt:],
-            stats={"dropped": len(ordered) - dealt},
+            stats=stats,
         )
+
+
+def _by_modality(
+    ids: np.ndarray, lengths: np.ndarray, multimodal: np.ndarray, mega: int, step: int
+) -> np.ndarray:
+    """Each modality length-grouped into whole steps; the two remainders sorted together last."""
+    heads, rests = [], []
+    for part in (ids[multimodal], ids[~multimodal]):
+        ordered = part[sort_within(lengths[part], mega)]
+        whole = len(ordered) // step * step
+        heads.append(ordered[:whole])
+        rests.append(ordered[whole:])
+    rest = np.concatenate(rests)
+    rest = rest[sort_within(lengths[rest], max(1, len(rest)))]
+    return np.concatenate([*heads, rest])
+
+
+def mixed_batches(multimodal: np.ndarray, bounds: np.ndarray) -> int:
+    """Batches holding samples of both modalities (``multimodal``: one flag per dealt sample).
+
+    Example:
+        >>> mixed_batches(np.array([True, True, False, True]), np.array([0, 2, 4]))
+        1
+    """
+    sizes = np.diff(bounds)
+    starts = bounds[:-1][sizes > 0]
+    if not len(starts):
+        return 0
+    flags = multimodal.astype(np.int8)
+    some = np.maximum.reduceat(flags, starts)
+    every = np.minimum.reduceat(flags, starts)
+    return int(np.count_nonzero(some != every))

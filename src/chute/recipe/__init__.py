@@ -1,18 +1,22 @@
 """The recipe layer: one record into one sample, and passes that run a recipe over a source.
 
 * ``Recipe``: format adapter + chat template + tokenizer + media token counts
-  (``recipe.py``), built on ``encode`` (conversation -> ``input_ids``/``labels``, ``encode.py``).
+  (``recipe.py``), built on ``encode`` (conversation -> ``input_ids``/``labels``, ``encode.py``);
+  long documents cut into windows (``windows.py``), whole exchanges dropped to fit
+  (``truncate.py``), preference pairs and rated completions (``preference.py``).
 * ``validate_source``: any check (a ``Recipe`` is one) over every record, in parallel, with
   rejects counted by kind (``validate.py``).
 """
 
 from chute.recipe.encode import Encoded, encode, fit_length
-from chute.recipe.recipe import OVERFLOW, RECIPE_VERSION, Recipe
+from chute.recipe.recipe import OVERFLOW, RECIPE_VERSION, TASKS, TRUNCATION, Recipe
 from chute.recipe.validate import ValidationReport, check_json_object, validate_source
 
 __all__ = [
     "OVERFLOW",
     "RECIPE_VERSION",
+    "TASKS",
+    "TRUNCATION",
     "Encoded",
     "Recipe",
     "ValidationReport",

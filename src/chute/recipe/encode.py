@@ -16,7 +16,9 @@ is LLaVA's rule (text on both sides encoded separately). Media tokens are never 
     labels : -100   -100 ... -100  [-100   x 66] -100   -100  -100   ...
 
 Truncation (``overflow="truncate"``) keeps the first ``max_length`` tokens, moving the cut to
-the start of an image it would split; ``overflow="drop"`` rejects the sample (``too_long``).
+the start of an image it would split (``truncation="left"``: the last ones, the cut moved past
+the image); ``overflow="drop"`` rejects the sample (``too_long``); ``overflow="split"`` keeps it
+whole for ``chute.recipe.windows`` to cut into windows.
 
 Example:
     >>> from chute.templates.base import Rendered
@@ -186,16 +188,51 @@ def _literal_media_token(
     )
 
 
-def fit_length(enc: Encoded, max_length: int | None, overflow: str) -> Encoded:
-    """Apply ``max_length``: keep, cut (never inside a media item) or reject.
+def fit_length(
+    enc: Encoded, max_length: int | None, overflow: str, truncation: str = "right"
+) -> Encoded:
+    """Apply ``max_length``: keep, cut (never inside a media item), reject, or leave for splitting.
 
     ``chute.recipe.outcome.overflow_outcome`` decides, as it does for ``chute stats``.
 
+    Args:
+        enc: the encoded sample.
+        max_length: the limit (``None``: none).
+        overflow: ``truncate``, ``drop`` or ``split`` (the whole sample is kept; the caller
+            cuts it into windows, see ``chute.recipe.windows``).
+        truncation: with ``truncate``: ``right`` keeps the first ``max_length`` tokens,
+            ``left`` the last ones (``turns`` is handled before, on the conversation; what is
+            still too long then is cut on the right).
+
     Raises:
-        SampleError: ``too_long`` (``overflow="drop"``); ``no_trainable_tokens`` when nothing is
+        SampleError: ``too_long`` (``overflow="drop"``, or a sample with media that
+            ``overflow="split"`` would have to cut); ``no_trainable_tokens`` when nothing is
             left to train on (checked with or without truncation).
     """
     n = len(enc.ids)
+    over = max_length is not None and n > max_length
+    if overflow == "split":
+        if over and enc.media:
+            raise SampleError(
+                "too_long",
+                f"{n} tokens with {len(enc.media)} media item(s), more than "
+                f"{spell_set('max_length', max_length)}; {spell_set('overflow', 'split')} cuts "
+                f"documents into windows of text only (a window must not cut an image apart): "
+                f"raise {spell('max_length')}, or use {spell_set('overflow', 'truncate')} for "
+                f"such data",
+            )
+        max_length = None  # the whole sample is kept: windows are cut from it later
+    if over and overflow == "truncate" and truncation == "left" and max_length is not None:
+        enc = _keep_end(enc, n - max_length)
+        if first_trained(enc.labels) >= len(enc.ids):
+            raise SampleError(
+                "no_trainable_tokens",
+                f"truncation to the last {spell_set('max_length', max_length)} tokens "
+                f"({spell_set('truncation', 'left')}) cut every trained token; raise "
+                f"{spell('max_length')}, or use {spell_set('overflow', 'drop')} to skip such "
+                f"samples",
+            )
+        return enc
     outcome = overflow_outcome(n, first_trained(enc.labels), max_length, overflow)
     if outcome == TOO_LONG:
         raise SampleError(
@@ -229,3 +266,17 @@ def fit_length(enc: Encoded, max_length: int | None, overflow: str) -> Encoded:
             truncated=True,
         )
     return enc
+
+
+def _keep_end(enc: Encoded, cut: int) -> Encoded:
+    """Drop the first ``cut`` tokens, moving the cut forward past a media item it would split."""
+    for item in enc.media:
+        start, end = item["span"]
+        if start < cut < end:
+            cut = end
+    media = []
+    for item in enc.media:
+        if item["span"][0] >= cut:
+            a, b = item["span"]
+            media.append({**item, "span": [a - cut, b - cut]})
+    return Encoded(enc.ids[cut:].copy(), enc.labels[cut:].copy(), media, truncated=True)

@@ -29,7 +29,7 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -48,6 +48,7 @@ __all__ = [
     "judge",
     "overflow_outcome",
     "preflight",
+    "probe_records",
     "sample_of",
 ]
 
@@ -186,15 +187,24 @@ def preflight(check: Any, source: Any, *, per_file: int = 8, limit: int = 64) ->
     """
     if check is None:
         return
+    for record in probe_records(source, per_file=per_file, limit=limit):
+        try:
+            check(record)
+        except Exception as exc:
+            path, line = location_of(record)
+            as_sample_error(exc, path, line)  # re-raises job-level errors (ChuteError)
+
+
+def probe_records(source: Any, *, per_file: int = 8, limit: int = 64) -> Iterator[Any]:
+    """The first records of each of ``source``'s files (``per_file`` each, ``limit`` in all).
+
+    Example:
+        >>> list(probe_records(list(range(100)), limit=3))
+        [0, 1, 2]
+    """
     for lo, hi in _probe_ranges(source, per_file, limit):
         between = getattr(source, "records_between", None)
-        records = between(lo, hi) if callable(between) else (source[i] for i in range(lo, hi))
-        for record in records:
-            try:
-                check(record)
-            except Exception as exc:
-                path, line = location_of(record)
-                as_sample_error(exc, path, line)  # re-raises job-level errors (ChuteError)
+        yield from between(lo, hi) if callable(between) else (source[i] for i in range(lo, hi))
 
 
 def _probe_ranges(source: Any, per_file: int, limit: int) -> list[tuple[int, int]]:

@@ -21,6 +21,9 @@ images              per image: ``source`` (as written), ``path`` (resolved), ``s
 videos, audios      the same for videos and audio clips (fixed counts)
 num_image_tokens    total image tokens
 truncated           whether ``max_length`` cut the sample
+window, windows     with ``overflow="split"``: the window's number and the document's count
+chosen_length       with ``task="preference"``: where the rejected sequence starts
+label               with ``task="kto"``: the completion is desirable
 ==================  ==========================================================================
 
 Example:
@@ -36,22 +39,44 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from chute._internal.spelling import spell, spell_value
+import numpy as np
+
+from chute._internal.spelling import spell, spell_set, spell_value
 from chute.errors import ConfigError, SampleError
 from chute.formats import FormatReader, FormatSpec
+from chute.formats.preference import read_pair, read_rated
 from chute.media.images import DEFAULT_MAX_PIXELS
 from chute.media.refs import MediaPlan, MediaSlot
 from chute.recipe.encode import Encoded, encode, fit_length
+from chute.recipe.preference import (
+    TASKS,
+    mark_response,
+    pair_sample,
+    response_rendered,
+    share_prompt,
+    train_after_prompt,
+)
+from chute.recipe.truncate import TRUNCATION, check_policies, drop_exchanges
+from chute.recipe.windows import (
+    Windowed,
+    check_stride,
+    cut_window,
+    split_sample,
+    window_counts,
+)
 from chute.sample.conversation import Conversation
 from chute.sources.record import Record
 from chute.templates import RenderContext, Rendered, get_template
 from chute.tokenize import Tokenizer, load_tokenizer
 
-__all__ = ["OVERFLOW", "RECIPE_VERSION", "Recipe"]
+__all__ = ["OVERFLOW", "RECIPE_VERSION", "TASKS", "TRUNCATION", "Recipe"]
 
 # Bump when the same inputs would give different samples (the cache keys on it).
 RECIPE_VERSION = 3  # 3: templates no longer read the clock (strftime_now is a fixed date)
-OVERFLOW = ("truncate", "drop")
+OVERFLOW = ("truncate", "drop", "split")
+SIDES = ("chosen", "rejected")
+# where a record came from: path, line, index, window
+_Where = tuple[str | None, int | None, int | None, int | None]
 
 
 class Recipe:
@@ -68,8 +93,19 @@ class Recipe:
             ``.jinja`` path, a Jinja string, or ``None``: the tokenizer's own chat template
             (``raw`` for ``format="text"``).
         max_length: longest sample in tokens, or ``None``.
-        overflow: what ``max_length`` does to a longer sample: ``truncate`` (keep the start,
-            never cutting an image) or ``drop`` (reject it as ``too_long``).
+        overflow: what ``max_length`` does to a longer sample: ``truncate`` (cut it as
+            ``truncation`` says, never cutting an image), ``drop`` (reject it as
+            ``too_long``) or ``split`` (a long document becomes several samples, windows of
+            at most ``max_length`` tokens: every token kept; see ``chute.recipe.windows``).
+        truncation: with ``overflow="truncate"``: ``right`` (keep the start), ``left`` (keep
+            the end: completion-style data) or ``turns`` (drop whole earliest exchanges, the
+            system prompt kept, until the conversation fits; see ``chute.recipe.truncate``).
+        stride: with ``overflow="split"``: tokens each later window repeats from the one
+            before, as context only (labels -100); ``1`` makes every token a target once.
+        task: ``sft`` (one sequence per record: instruction data, pretraining text),
+            ``preference`` (a chosen and a rejected sequence sharing the prompt: DPO, ORPO,
+            reward models) or ``kto`` (one completion and a desirability ``label``: TRL's
+            unpaired preference). See ``chute.recipe.preference``.
         train_on: ``assistant`` (every assistant turn), ``last`` (the last one) or ``all``.
         columns: record keys by meaning, e.g. ``{"prompt": "question"}`` (needs ``format``).
         tags: role and key names in message lists, e.g. ``{"user_tag": "Q"}`` (needs ``format``).
@@ -115,6 +151,9 @@ class Recipe:
         template: Any = None,
         max_length: int | None = None,
         overflow: str = "truncate",
+        truncation: str = "right",
+        stride: int = 0,
+        task: str = "sft",
         train_on: str = "assistant",
         columns: Mapping[str, str] | None = None,
         tags: Mapping[str, str] | None = None,
@@ -163,6 +202,10 @@ class Recipe:
                 f"expected one of {', '.join(OVERFLOW)}, got {spell_value(overflow)}",
                 param="overflow",
             )
+        check_policies(max_length, overflow, truncation, task)
+        self.truncation = truncation
+        self.stride = check_stride(stride, max_length, overflow)
+        self.task = task
         if system is not None and not isinstance(system, str):
             raise ConfigError(
                 f"expected a string or {spell_value(None)}, got {type(system).__name__}",
@@ -204,9 +247,12 @@ class Recipe:
         if isinstance(record, Record):
             path, line = record.path, record.line
             try:
-                return self._sample(record.data, path, line, record.index)
+                sample = self._sample(record.data, path, line, record.index)
+                return sample if record.window is None else self._window(sample, record.window)
             except SampleError as exc:
                 raise exc.with_location(path, line) from None
+        if isinstance(record, Windowed):
+            return self.process(record.item, window=record.window)
         return self.process(record)
 
     def process(
@@ -216,14 +262,48 @@ class Recipe:
         path: str | None = None,
         line: int | None = None,
         index: int | None = None,
+        window: int | None = None,
     ) -> dict[str, Any]:
-        """The sample of a parsed record (e.g. a dict); ``path`` also anchors media paths."""
+        """The sample of a parsed record (e.g. a dict); ``path`` also anchors media paths.
+
+        ``window``: with ``overflow="split"``, that window of the record (see ``pieces``).
+        """
         try:
-            return self._sample(data, path, line, index)
+            sample = self._sample(data, path, line, index)
+            return sample if window is None else self._window(sample, window)
         except SampleError as exc:
             if path is not None:
                 exc.with_location(path, line)
             raise
+
+    def pieces(self, sample: dict[str, Any]) -> list[dict[str, Any]]:
+        """The samples one record's sample becomes (its windows with ``overflow="split"``).
+
+        Without ``split`` that is the sample itself. The loader and ``chute preprocess`` deal
+        each window as a sample of its own.
+
+        Example:
+            >>> windows = recipe.pieces(recipe(source[3]))  # doctest: +SKIP
+            >>> [w["window"] for w in windows], [w["length"] for w in windows]  # doctest: +SKIP
+            ([0, 1, 2], [4096, 4096, 1733])
+        """
+        if self.overflow != "split" or self.max_length is None:
+            return [sample]
+        return split_sample(sample, self.max_length, self.stride)
+
+    def _window(self, sample: dict[str, Any], window: int) -> dict[str, Any]:
+        if self.overflow != "split" or self.max_length is None:
+            raise ConfigError(
+                f"a record standing for window {window} reached a recipe with "
+                f"{spell_set('overflow', self.overflow)}; windows come from "
+                f"{spell_set('overflow', 'split')}"
+            )
+        try:
+            return cut_window(sample, window, self.max_length, self.stride)
+        except IndexError as exc:
+            raise ConfigError(
+                f"{exc}: the record changed since its windows were counted (stale lengths?)"
+            ) from None
 
     def batch(self, records: Iterable[Record | Any]) -> list[dict[str, Any] | SampleError]:
         """Samples of many records; a bad record gives its ``SampleError`` in its place.
@@ -239,32 +319,42 @@ class Recipe:
             >>> good = [s for s in out if not isinstance(s, SampleError)]  # doctest: +SKIP
         """
         out: list[Any] = []
-        pending: list[tuple[int, Rendered, list[MediaSlot] | None, Any]] = []
+        if self.task != "sft":  # pairs render several conversations each: one at a time
+            for record in records:
+                try:
+                    out.append(self(record))
+                except SampleError as exc:
+                    out.append(exc)
+            return out
+        pending: list[tuple[int, Conversation, Rendered, list[MediaSlot] | None, _Where]] = []
         for record in records:
-            where: tuple[str | None, int | None, int | None]
+            where: _Where
             if isinstance(record, Record):
-                where = (record.path, record.line, record.index)
+                where = (record.path, record.line, record.index, record.window)
             else:
-                where = (None, None, None)
+                where = (None, None, None, None)
             try:
                 data = record.data if isinstance(record, Record) else record
-                rendered = self.template.render(self._reader(data), self._ctx)
+                conv = self._reader(data)
+                rendered = self.template.render(conv, self._ctx)
                 slots = self.media.slots(rendered.media, where[0]) if rendered.media else None
             except SampleError as exc:
                 out.append(exc.with_location(where[0], where[1]) if where[0] else exc)
                 continue
-            pending.append((len(out), rendered, slots, where))
+            pending.append((len(out), conv, rendered, slots, where))
             out.append(None)
         tok = self.tokenizer
         fast = tok.supports_offsets
         encoded = [
             tok.encode_spans(r.text, r.spans) if fast and not r.media else None
-            for _, r, _, _ in pending
+            for _, _, r, _, _ in pending
         ]
-        for (k, rendered, slots, (path, line, index)), pre in zip(pending, encoded, strict=True):
+        for (k, conv, rendered, slots, where), pre in zip(pending, encoded, strict=True):
+            path, line, index, window = where
             try:
                 enc = encode(rendered, tok, self.media.tokens, slots, self.media.guard, pre=pre)
-                out[k] = self._finish(enc, path, line, index)
+                sample = self._finish(self._fit(conv, enc, path), path, line, index)
+                out[k] = sample if window is None else self._window(sample, window)
             except SampleError as exc:
                 out[k] = exc.with_location(path, line) if path else exc
         return out
@@ -286,16 +376,81 @@ class Recipe:
     def _sample(
         self, data: Any, path: str | None, line: int | None, index: int | None
     ) -> dict[str, Any]:
+        if self.task == "preference":
+            return self._pair(data, path, line, index)
+        if self.task == "kto":
+            rated = read_rated(data, self._reader)
+            conv = mark_response(rated.conversation, rated.response)
+            enc = self._fit(conv, self._encode(conv, path, "completion"), path, rated.response)
+            return {**self._finish(enc, path, line, index), "label": rated.label}
         conv = self._reader(data)
+        return self._finish(self._fit(conv, self._encode(conv, path), path), path, line, index)
+
+    def _encode(
+        self,
+        conv: Conversation,
+        path: str | None,
+        side: str | None = None,
+        prompts: dict[str, list[int]] | None = None,
+    ) -> Encoded:
         rendered = self.template.render(conv, self._ctx)
+        if side is not None:  # preference: trained from the response's start to the end
+            rendered = response_rendered(rendered, side)
         slots = self.media.slots(rendered.media, path) if rendered.media else None
         enc = encode(rendered, self.tokenizer, self.media.tokens, slots, self.media.guard)
-        return self._finish(enc, path, line, index)
+        if side is not None and rendered.spans:
+            text = rendered.text[: rendered.spans[0][0]]
+            prompt = None if prompts is None else prompts.get(text)
+            if prompt is None:  # both sides of a pair share it: encoded once
+                prompt = self.tokenizer.encode(text)
+                if prompts is not None:
+                    prompts[text] = prompt
+            enc = train_after_prompt(enc, prompt)
+        return enc
+
+    def _fit(self, conv: Conversation, enc: Encoded, path: str | None, keep: int = 0) -> Encoded:
+        """``max_length`` applied (``turns`` first drops earliest exchanges; see truncate.py)."""
+        limit = self.max_length
+        if self._drops_turns(enc) and conv.kind == "chat" and limit is not None:
+            side = "completion" if keep else None
+            shorter = drop_exchanges(
+                [conv], keep, limit, lambda cs: (self._encode(cs[0], path, side),)
+            )
+            enc = shorter[0] if shorter else enc
+        return fit_length(enc, limit, self.overflow, self.truncation)
+
+    def _drops_turns(self, *encoded: Encoded) -> bool:
+        limit = self.max_length
+        return (
+            self.truncation == "turns"
+            and limit is not None
+            and max(len(e.ids) for e in encoded) > limit
+        )
+
+    def _pair(
+        self, data: Any, path: str | None, line: int | None, index: int | None
+    ) -> dict[str, Any]:
+        pair = read_pair(data, self._reader)
+        convs = [mark_response(pair.chosen, pair.responses[0])]
+        convs.append(mark_response(pair.rejected, pair.responses[1]))
+        prompts: dict[str, list[int]] = {}  # both sides' prompt, encoded once
+
+        def encode_both(cs: list[Conversation]) -> tuple[Encoded, Encoded]:
+            c, r = (self._encode(c, path, s, prompts) for c, s in zip(cs, SIDES, strict=True))
+            return share_prompt(c, r)
+
+        sides: tuple[Encoded, ...] = encode_both(convs)
+        if self._drops_turns(*sides) and self.max_length is not None:
+            keep = pair.responses[0]
+            sides = drop_exchanges(convs, keep, self.max_length, encode_both) or sides
+        chosen, rejected = (
+            fit_length(e, self.max_length, self.overflow, self.truncation) for e in sides
+        )
+        return {**pair_sample(chosen, rejected), "index": index, "path": path, "line": line}
 
     def _finish(
         self, enc: Encoded, path: str | None, line: int | None, index: int | None
     ) -> dict[str, Any]:
-        enc = fit_length(enc, self.max_length, self.overflow)
         images: list[dict[str, Any]] = []
         videos: list[dict[str, Any]] = []
         audios: list[dict[str, Any]] = []
@@ -309,7 +464,7 @@ class Recipe:
                 videos.append(item)
             else:
                 audios.append(item)
-        return {
+        sample = {
             "input_ids": enc.ids,
             "labels": enc.labels,
             "length": len(enc.ids),
@@ -322,6 +477,10 @@ class Recipe:
             "num_image_tokens": n_image_tokens,
             "truncated": enc.truncated,
         }
+        if self.overflow == "split" and self.max_length is not None:
+            counts = window_counts(np.array([len(enc.ids)]), self.max_length, self.stride)
+            sample["windows"] = int(counts[0])
+        return sample
 
     @property
     def media_root(self) -> str | None:
@@ -355,6 +514,10 @@ class Recipe:
             "train_on": self.train_on,
             "max_length": self.max_length,
             "overflow": self.overflow,
+            # only when not the default, so caches built before these options stay valid
+            **({"truncation": self.truncation} if self.truncation != "right" else {}),
+            **({"stride": self.stride} if self.stride else {}),
+            **({"task": self.task} if self.task != "sft" else {}),
             "tokenizer": self.tokenizer.fingerprint(),
             "media": self.media.to_json(),
         }
@@ -363,7 +526,11 @@ class Recipe:
         return (
             f"Recipe(format={self.format.name!r}, template={self.template.name!r}, "
             f"tokenizer={self.tokenizer!r}, max_length={self.max_length}, "
-            f"overflow={self.overflow!r}, train_on={self.train_on!r})"
+            f"overflow={self.overflow!r}, train_on={self.train_on!r}"
+            + (f", truncation={self.truncation!r}" if self.truncation != "right" else "")
+            + (f", stride={self.stride}" if self.stride else "")
+            + (f", task={self.task!r}" if self.task != "sft" else "")
+            + ")"
         )
 
 

@@ -31,6 +31,8 @@ def reject_entry(record: Record, error: SampleError) -> dict[str, Any]:
     }
     if record.element is not None:
         entry["element"] = record.element
+    if record.window is not None:
+        entry["window"] = record.window
     if len(record.raw) > MAX_REJECT_RAW:
         entry["raw_truncated_from"] = len(record.raw)
     return entry

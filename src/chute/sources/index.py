@@ -51,11 +51,13 @@ from chute.sources.remote import remote_pread, spooled_array
 from chute.sources.scan_array import ArrayScan, scan_array
 from chute.sources.scan_lines import BOM, ENTRY_DTYPE, LineScan, scan_lines, scan_spans
 
-__all__ = ["INDEX_VERSION", "FileIndex", "open_index"]
+__all__ = ["INDEX_VERSION", "FileIndex", "is_text_file", "open_index"]
 
 log = logging.getLogger("chute.index")
 
 INDEX_VERSION = 1
+# Kinds whose records are lines (scanned alike; a text line is not parsed as JSON).
+LINE_KINDS = ("jsonl", "text")
 MAGIC = b"CHUTEIDX"
 HEADER_SIZE = 4096
 
@@ -70,7 +72,8 @@ class FileIndex:
         path: the file as the user named it (shown in messages).
         data_path: the file actually read (a decompressed copy for ``.gz`` / ``.zst``; the
             URL of a remote object).
-        kind: ``"jsonl"`` or ``"json_array"``.
+        kind: ``"jsonl"``, ``"json_array"`` or ``"text"`` (a ``.txt`` file: one document per
+            line, read as ``{"text": line}``).
         identity: identity of ``data_path`` when the index was built.
         entries: ``ENTRY_DTYPE`` array (memory-mapped from the sidecar when one could be written).
         built: True when this call scanned the file, False when a valid sidecar was reused.
@@ -147,7 +150,7 @@ def open_index(
             return FileIndex(
                 path=shown,
                 data_path=data_path,
-                kind=header["kind"],
+                kind="text" if is_text_file(shown) else header["kind"],
                 identity=identity,
                 entries=entries,
                 lines=header["lines"],
@@ -291,7 +294,7 @@ class _Scan:
     def into(self, out: IO[Any]) -> dict[str, Any]:
         """Write the entries to ``out``; returns the counts for the header."""
         totals: LineScan | ArrayScan
-        if self.kind == "jsonl":
+        if self.kind in LINE_KINDS:
             totals = LineScan()
             for entries in self._lines(totals):
                 out.write(entries.tobytes())
@@ -309,7 +312,7 @@ class _Scan:
         }
 
     def to_memory(self) -> tuple[np.ndarray, dict[str, Any]]:
-        if self.kind == "jsonl":
+        if self.kind in LINE_KINDS:
             totals = LineScan()
             parts = list(self._lines(totals))
             entries = np.concatenate(parts) if parts else np.empty(0, dtype=ENTRY_DTYPE)
@@ -355,16 +358,32 @@ def _scan_array_file(
                 del data  # release the buffer before the map closes
 
 
+def is_text_file(path: str) -> bool:
+    """Whether ``path`` names a plain-text file (``.txt``, possibly compressed).
+
+    Example:
+        >>> is_text_file("wiki.txt.gz"), is_text_file("c4.jsonl")
+        (True, False)
+    """
+    name = os.path.basename(path)
+    for suffix in COMPRESSED_SUFFIXES:
+        name = name.removesuffix(suffix)
+    return name.endswith(".txt")
+
+
 def detect_kind(
     data_path: str, *, shown: str | None = None, remote: RemoteOptions = DEFAULT_OPTIONS
 ) -> str:
-    """``"json_array"`` for a ``.json`` file holding one array, else ``"jsonl"``.
+    """The kind of a data file: ``json_array``, ``text`` (``.txt``) or ``jsonl``.
 
+    ``"json_array"`` is a ``.json`` file holding one array; ``"text"`` a ``.txt`` file.
     A ``.json`` file whose first line is a complete JSON value is JSON Lines (people often
     name JSONL files ``.json``). A ``.json`` file holding a single object is refused: it is a
     config or a dict of records, not a list of records.
     """
     shown = shown or data_path
+    if is_text_file(shown):
+        return "text"
     if not data_path.endswith(".json"):
         return "jsonl"
     with open_binary(data_path, remote, chunk=1 << 20) as f:

@@ -1,5 +1,8 @@
 r"""``JsonlSource``: JSON Lines and JSON array files read in place, with random access.
 
+A ``.txt`` file is read the same way, one document per line (blank lines skipped): each line is
+the record ``{"text": line}`` (a ``TextLine``), for pretraining corpora stored as plain text.
+
 Files may be local or in object storage (``s3://``, ``gs://``, ``az://``, ``hf://``,
 ``https://``): the same index, the same checks, bytes read through a block cache
 (``chute.sources.remote``).
@@ -30,7 +33,7 @@ from chute.errors import SourceChanged
 from chute.sources.base import FileSource, expand_paths, shown_path
 from chute.sources.blocks import BlockCache
 from chute.sources.index import FileIndex, open_index
-from chute.sources.record import Record
+from chute.sources.record import Record, TextLine
 from chute.sources.remote import RemoteBytes, block_cache
 from chute.sources.scan_lines import BOM
 
@@ -46,7 +49,7 @@ _ARRAY_AFTER = frozenset(b" \t\r\n,]")
 
 
 class JsonlSource(FileSource):
-    """Records of one or many JSONL / JSON-array files, by global index, without loading them.
+    """Records of one or many JSONL / JSON-array / text files, by global index, without loading.
 
     Each file gets a cached byte-offset index (see ``chute.sources.index``); the source maps
     a global record index to (file, record) with one ``searchsorted`` over per-file counts.
@@ -140,7 +143,7 @@ class JsonlSource(FileSource):
 
     def _record(self, file_no: int, local: int, raw: builtins.bytes, line: int) -> Record:
         f = self.files[file_no]
-        return Record(
+        return (TextLine if f.kind == "text" else Record)(
             raw,
             path=f.path,
             line=line,

@@ -8,7 +8,7 @@ import orjson
 
 from chute.errors import SampleError
 
-__all__ = ["Record", "parse_json"]
+__all__ = ["Record", "TextLine", "parse_json"]
 
 
 class Record:
@@ -27,6 +27,8 @@ class Record:
             Parquet file, the row counting from 1.
         index: the record's global index in its source.
         element: 1-based element number for JSON array files, ``None`` for JSONL.
+        window: for a record split into windows (``Recipe(overflow="split")``), the window it
+            stands for; ``None`` for the whole record.
 
     Example:
         >>> r = Record(b'{"text": "hi"}', path="d.jsonl", line=3, index=2)
@@ -34,7 +36,7 @@ class Record:
         ('hi', 'd.jsonl:3')
     """
 
-    __slots__ = ("_data", "_raw", "element", "index", "line", "path")
+    __slots__ = ("_data", "_raw", "element", "index", "line", "path", "window")
 
     def __init__(
         self,
@@ -44,12 +46,14 @@ class Record:
         line: int,
         index: int,
         element: int | None = None,
+        window: int | None = None,
     ):
         self._raw: bytes | None = raw
         self.path = path
         self.line = line
         self.index = index
         self.element = element
+        self.window = window
         self._data: Any = _UNPARSED
 
     @classmethod
@@ -75,28 +79,85 @@ class Record:
 
     @property
     def location(self) -> str:
-        """``path:line``, plus the element number for JSON arrays."""
+        """``path:line``, plus the element number for JSON arrays and the window of a piece."""
+        where = f"{self.path}:{self.line}"
         if self.element is not None:
-            return f"{self.path}:{self.line} (element {self.element})"
-        return f"{self.path}:{self.line}"
+            where += f" (element {self.element})"
+        if self.window is not None:
+            where += f" (window {self.window})"
+        return where
+
+    def with_window(self, window: int) -> Record:
+        """This record standing for one of its windows (a copy; the parsed data is shared).
+
+        Example:
+            >>> Record(b'{"text": "hi"}', path="d.jsonl", line=3, index=2).with_window(1).location
+            'd.jsonl:3 (window 1)'
+        """
+        other = self.__class__.__new__(self.__class__)
+        for name in Record.__slots__:
+            setattr(other, name, getattr(self, name))
+        other.window = window
+        return other
 
     def __repr__(self) -> str:
         preview = self.raw[:60].decode("utf-8", errors="replace")
         more = "..." if len(self.raw) > 60 else ""
-        return f"Record({self.location}, {preview}{more})"
+        return f"{type(self).__name__}({self.location}, {preview}{more})"
 
     def __reduce__(self) -> tuple[Any, ...]:
         if self._raw is None:
-            return (_rebuild_row, (self._data, self.path, self.line, self.index))
-        return (_rebuild_record, (self._raw, self.path, self.line, self.index, self.element))
+            return (_rebuild_row, (self._data, self.path, self.line, self.index, self.window))
+        fields = (self._raw, self.path, self.line, self.index, self.element, self.window)
+        return (_rebuild_record, (type(self), *fields))
 
 
-def _rebuild_record(raw: bytes, path: str, line: int, index: int, element: int | None) -> Record:
-    return Record(raw, path=path, line=line, index=index, element=element)
+class TextLine(Record):
+    """One line of a plain-text file (``.txt``): the record ``{"text": line}``.
+
+    Pretraining corpora often come as one document per line (LLaMA-Factory's ``wiki_demo.txt``);
+    such a line is read as the ``text`` format's record, so ``format="auto"`` and ``"text"`` take
+    it as is.
+
+    Example:
+        >>> TextLine(b"Once upon a time.", path="wiki.txt", line=1, index=0).data
+        {'text': 'Once upon a time.'}
+    """
+
+    __slots__ = ()
+
+    @property
+    def data(self) -> Any:
+        if self._data is _UNPARSED:
+            try:
+                text = self.raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise SampleError(
+                    "bad_utf8",
+                    f"invalid UTF-8 at byte {exc.start} of the line ({exc.reason})",
+                    path=self.path,
+                    line=self.line,
+                ) from None
+            self._data = {"text": text}
+        return self._data
 
 
-def _rebuild_row(data: Any, path: str, line: int, index: int) -> Record:
-    return Record.from_data(data, path=path, line=line, index=index)
+def _rebuild_record(
+    cls: type[Record],
+    raw: bytes,
+    path: str,
+    line: int,
+    index: int,
+    element: int | None,
+    window: int | None = None,
+) -> Record:
+    return cls(raw, path=path, line=line, index=index, element=element, window=window)
+
+
+def _rebuild_row(data: Any, path: str, line: int, index: int, window: int | None = None) -> Record:
+    record = Record.from_data(data, path=path, line=line, index=index)
+    record.window = window
+    return record
 
 
 def _plain(value: Any) -> Any:

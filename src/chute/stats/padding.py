@@ -9,8 +9,14 @@ lengths pass, the lengths cache, or a token cache), so other front ends can reus
 Samples longer than ``max_length`` follow ``overflow``, the same for every plan and decided by
 the recipe's own rule (``chute.recipe.outcome.overflow_outcome``): ``truncate`` (they count as
 ``max_length`` tokens, and as truncated; one whose every trained token lies past the cut is
-rejected as ``no_trainable_tokens``) or ``drop`` (rejected as ``too_long``). Rejected records
-are left out and counted by reason in ``rejected``, as ``chute validate`` counts them.
+rejected as ``no_trainable_tokens``), ``drop`` (rejected as ``too_long``), or ``split``
+(windows of ``max_length`` tokens, ``stride`` overlapping: every token kept; ``split`` counts
+the records cut and ``samples`` the windows). Rejected records are left out and counted by
+reason in ``rejected``, as ``chute validate`` counts them.
+
+When the data mixes samples with images and text-only samples, ``grouped_by_modality`` is
+reported too: ``plan="grouped"`` with ``by_modality=True`` (LLaVA's
+``group_by_modality_length``), with ``mixed_batches``, the batches holding both.
 
 Example:
     >>> from chute.lengths import STATUS_TRUNCATED, Lengths
@@ -30,7 +36,7 @@ from typing import Any
 import numpy as np
 
 from chute.errors import ConfigError
-from chute.lengths import STATUS_TRUNCATED, Lengths
+from chute.lengths import STATUS_TRUNCATED, Lengths, split_lengths
 from chute.plan import (
     BudgetPlanner,
     GroupedPlanner,
@@ -43,10 +49,12 @@ from chute.plan import (
 from chute.plan.base import check_positive
 from chute.plan.shuffle import Permutation
 from chute.recipe.outcome import KEPT, OUTCOME_KINDS, TOO_LONG, TRUNCATED, overflow_outcome
+from chute.recipe.windows import check_stride
 
-__all__ = ["PERCENTILES", "PLAN_NAMES", "padding_stats"]
+__all__ = ["MODALITY_PLAN", "PERCENTILES", "PLAN_NAMES", "padding_stats"]
 
 PLAN_NAMES = ("random", "grouped", "budget", "packed")
+MODALITY_PLAN = "grouped_by_modality"
 PERCENTILES = (10, 25, 50, 75, 90, 95, 99)
 # Warn when packing reaches less than this share of the efficiency the lengths allow.
 WARN_RATIO = 0.95
@@ -59,6 +67,7 @@ def padding_stats(
     batch_size: int,
     world_size: int = 1,
     overflow: str = "truncate",
+    stride: int = 0,
     max_tokens: int | None = None,
     group_size: int = 50,
     window: int | None = None,
@@ -73,21 +82,32 @@ def padding_stats(
         max_length: the longest sample fed, and the row length of packed plans.
         batch_size: samples (packed: rows) per batch per rank.
         world_size: ranks.
-        overflow: samples over ``max_length``: ``"truncate"`` or ``"drop"``.
+        overflow: samples over ``max_length``: ``"truncate"``, ``"drop"`` or ``"split"``.
+        stride: with ``split``, the windows' overlap in tokens.
         max_tokens: the ``budget`` plan's padded tokens per batch (default ``batch_size x
             max_length``).
         group_size: optimizer steps per mega-batch of ``grouped`` and ``budget``.
         window: the ``packed`` plan's packing window (``None``: whole epoch).
         seed: the shuffle's seed (epoch 0 is planned).
         bins: histogram bins.
-        plans: which plans to report.
+        plans: which plans to report (``grouped_by_modality`` is added for mixed data).
     """
     max_length = check_positive("max_length", max_length)
-    if overflow not in ("truncate", "drop"):
-        raise ConfigError(f"overflow must be 'truncate' or 'drop', got {overflow!r}")
-    unknown = sorted(set(plans) - set(PLAN_NAMES))
+    if overflow not in ("truncate", "drop", "split"):
+        raise ConfigError(f"overflow must be 'truncate', 'drop' or 'split', got {overflow!r}")
+    unknown = sorted(set(plans) - {*PLAN_NAMES, MODALITY_PLAN})
     if unknown:
-        raise ConfigError(f"plans must be among {list(PLAN_NAMES)}, got {unknown}")
+        raise ConfigError(f"plans must be among {[*PLAN_NAMES, MODALITY_PLAN]}, got {unknown}")
+    records = len(lengths)
+    split = 0
+    if overflow == "split" and lengths.pieces is None:
+        split = int(np.count_nonzero(lengths.length > max_length))
+        lengths = split_lengths(lengths, max_length, check_stride(stride, max_length, overflow))
+    image = lengths.image_tokens
+    if image is not None and MODALITY_PLAN not in plans:
+        valid_image = image[lengths.length >= 0]
+        if (valid_image > 0).any() and (valid_image == 0).any():
+            plans = [*plans, MODALITY_PLAN]
     raw = lengths.length
     valid = raw >= 0
     first = lengths.first_trained if lengths.first_trained is not None else np.zeros_like(raw)
@@ -108,8 +128,9 @@ def padding_stats(
     kept = fed[fed >= 0].astype(np.int64)
     tokens = int(kept.sum())
     out: dict[str, Any] = {
-        "records": len(lengths),
+        "records": records,
         "samples": int(kept.size),
+        "split": split,
         "tokens": tokens,
         "rejected": rejected,
         "dropped": dropped,
@@ -125,7 +146,7 @@ def padding_stats(
         "rows": bound,
         "efficiency": round(tokens / (bound * max_length), 6) if bound else 1.0,
     }
-    fed_lengths = Lengths(fed)
+    fed_lengths = Lengths(fed, image_tokens=image)
     reports: dict[str, Any] = {}
     for name in plans:
         t0 = time.perf_counter()
@@ -144,6 +165,8 @@ def padding_stats(
         report["dropped"] += dropped
         report["truncated"] = truncated
         report["seconds"] = round(time.perf_counter() - t0, 4)
+        if "mixed_batches" in getattr(plan, "stats", {}):
+            report["mixed_batches"] = plan.stats["mixed_batches"]
         reports[name] = report
     out["plans"] = reports
     out["efficiency"] = {name: r["efficiency"] for name, r in reports.items()}
@@ -169,8 +192,14 @@ def _plan(
         return RandomPlanner(batch_size, seed=seed).build(
             n, epoch=0, world_size=world_size, order=order
         )
-    if name == "grouped":
-        planner: Any = GroupedPlanner(batch_size, group_size=group_size, seed=seed, lengths=lengths)
+    if name in ("grouped", MODALITY_PLAN):
+        planner: Any = GroupedPlanner(
+            batch_size,
+            group_size=group_size,
+            seed=seed,
+            lengths=lengths,
+            by_modality=name == MODALITY_PLAN,
+        )
     elif name == "budget":
         planner = BudgetPlanner(
             max_tokens,

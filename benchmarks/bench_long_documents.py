@@ -1,0 +1,168 @@
+"""Long documents: tokens kept by ``overflow="split"`` against truncation, and packing the windows.
+
+Usage: ``.venv/bin/python benchmarks/bench_long_documents.py [--docs 1000] [--max-length 4096]``
+
+Corpus: ``--docs`` generated documents (plain English-like text of common words), lengths drawn
+log-uniformly between 1k and 100k Qwen3 tokens, one JSON line each, written once to
+``benchmarks/data/``. Tokenizer: Qwen3 ``tokenizer.json``.
+
+Measured, on the same lengths (one lengths pass, all cores, cached):
+
+* tokens kept (trained) with ``overflow="truncate"`` (what LLaMA-Factory's ``cutoff_len`` and
+  XTuner's ``max_length`` do to pretraining text) against ``overflow="split"`` with stride 0 and 1;
+* packed efficiency (real tokens / row tokens, one epoch, ``plan="packed"``) of the windows, and
+  the packing bound; the plan's build time;
+* windows per second delivered by the Loader, from the JSONL (each window re-encodes its whole
+  document) and from a token cache (``chute preprocess``, each document tokenized once).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import orjson
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import DATA_DIR, SHARED_DATA, save
+from chute import Loader, Recipe, World
+from chute.lengths import lengths_of, split_lengths
+from chute.plan import PackedPlanner, packing_bound
+from chute.sources import JsonlSource
+
+WORDS = (  # common English words, about one Qwen3 token each
+    "the", "of", "and", "to", "in", "is", "was", "for", "on", "that", "with", "as", "by", "at",
+    "from", "his", "it", "an", "were", "are", "which", "this", "be", "or", "has", "had", "not",
+    "but", "its", "first", "new", "one", "their", "they", "also", "after", "two", "been", "who",
+    "more", "other", "time", "city", "world", "year", "state", "war", "team", "most", "some",
+    "people", "used", "when", "school", "part", "only", "over", "about", "between", "three",
+    "into", "during", "many", "out", "while", "may", "all", "can", "where", "there",
+    "university", "film", "such", "known", "him", "began", "later", "would", "these", "several",
+    "during", "music", "area", "game", "under", "years", "family",
+)  # fmt: skip
+
+
+def write_corpus(path: Path, docs: int, seed: int = 0) -> Path:
+    """``docs`` documents of 1k-100k tokens (log-uniform); about 1.05 Qwen3 tokens per word."""
+    if path.exists():
+        return path
+    rng = np.random.default_rng(seed)
+    words = np.array(WORDS)
+    sizes = np.exp(rng.uniform(np.log(1000), np.log(100_000), docs)).astype(int)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    with open(tmp, "wb") as f:
+        for i, n in enumerate(sizes):
+            body = " ".join(words[rng.integers(0, len(words), n)])
+            f.write(orjson.dumps({"text": f"Document {i}. {body}."}) + b"\n")
+    tmp.rename(path)
+    return path
+
+
+def windows_per_second(loader: Loader, batches: int) -> tuple[float, int]:
+    it = iter(loader)
+    next(it)  # the first batch: workers start, files open
+    t0 = time.perf_counter()
+    seen = 0
+    for _ in range(batches):
+        batch = next(it, None)
+        if batch is None:
+            break
+        seen += int((batch["row_sample_ids"] >= 0).sum())
+    return seen / (time.perf_counter() - t0), seen
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--docs", type=int, default=1000)
+    parser.add_argument("--max-length", type=int, default=4096)
+    parser.add_argument("--batches", type=int, default=20, help="loader batches timed")
+    args = parser.parse_args()
+    tok = SHARED_DATA / "tokenizers" / "qwen3" / "tokenizer.json"
+    corpus = write_corpus(DATA_DIR / f"long_docs_{args.docs}.jsonl", args.docs)
+    cache_dir = Path(os.environ.get("CHUTE_CACHE_DIR") or tempfile.mkdtemp())
+    source = JsonlSource(corpus, cache_dir=cache_dir)
+    m = args.max_length
+    whole = Recipe(tokenizer=tok, format="text", max_length=m, overflow="split")
+    t0 = time.perf_counter()
+    full = lengths_of(source, whole, cache_dir=cache_dir)  # per window; documents' own lengths:
+    lengths_seconds = time.perf_counter() - t0
+    table = full.pieces
+    doc_len = np.array(
+        [int(full.length[table.first[r] : table.first[r + 1]].sum()) for r in range(len(source))]
+    )
+    tokens = int(doc_len.sum())
+    kept_truncate = int(np.minimum(doc_len, m).sum())
+    result: dict[str, Any] = {
+        "docs": len(source),
+        "max_length": m,
+        "tokens": tokens,
+        "doc_tokens": {
+            "min": int(doc_len.min()),
+            "median": int(np.median(doc_len)),
+            "max": int(doc_len.max()),
+        },
+        "lengths_pass_seconds": round(lengths_seconds, 2),
+        "truncate": {
+            "samples": len(source),
+            "tokens_kept": kept_truncate,
+            "share_kept": round(kept_truncate / tokens, 4),
+        },
+    }
+    base = full.__class__(doc_len.astype(np.int32))
+    for stride in (0, 1):
+        windows = split_lengths(base, m, stride)
+        fed = int(windows.length.sum())
+        t0 = time.perf_counter()
+        planner = PackedPlanner(m, batch_size=8, lengths=windows, seed=0)
+        plan = planner.build(len(windows), epoch=0, world_size=8)
+        seconds = time.perf_counter() - t0
+        rows = plan.stats["rows"]
+        result[f"split_stride{stride}"] = {
+            "samples": len(windows),
+            "tokens_fed": fed,
+            "tokens_kept": tokens,  # every token in a window; stride repeats `stride` per cut
+            "share_kept": 1.0,
+            "repeated_context_tokens": fed - tokens,
+            "packed_rows": rows,
+            "packed_efficiency": round(fed / (rows * m), 5),
+            "packing_bound_efficiency": round(fed / (packing_bound(windows.length, m) * m), 5),
+            "plan_seconds": round(seconds, 3),
+        }
+    # the Loader: windows from the JSONL (whole document encoded per window) or from a cache
+    recipe = Recipe(tokenizer=tok, format="text", max_length=m, overflow="split", stride=1)
+    live = Loader(source, recipe, batch_size=8, plan="packed", world=World(0, 1), seed=0)
+    rate_live, n_live = windows_per_second(live, args.batches)
+    from chute.cache import preprocess
+
+    out = Path(tempfile.mkdtemp()) / "cache"
+    t0 = time.perf_counter()
+    preprocess(
+        sources=[str(corpus)],
+        recipe={"tokenizer": str(tok), "format": "text", "max_length": m, "overflow": "split",
+                "stride": 1},
+        out=out,
+        cache={"workers": os.cpu_count() or 1, "chunk_size": 50},
+    )  # fmt: skip
+    preprocess_seconds = time.perf_counter() - t0
+    cached = Loader(out, recipe, batch_size=8, plan="packed", world=World(0, 1), seed=0)
+    rate_cached, n_cached = windows_per_second(cached, args.batches * 10)
+    result["loader"] = {
+        "jsonl_windows_per_s": round(rate_live, 1),
+        "jsonl_windows_timed": n_live,
+        "cache_windows_per_s": round(rate_cached, 1),
+        "cache_windows_timed": n_cached,
+        "preprocess_seconds": round(preprocess_seconds, 1),
+        "num_workers": 0,
+    }
+    save("long_documents", result)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,144 @@
+r"""Preference samples: a chosen and a rejected sequence sharing their prompt, or a rated one.
+
+``Recipe(task="preference")`` turns a record into one sample holding both sequences back to
+back, ``chosen_length`` marking where the rejected one starts, so every guarantee that works on
+samples (lengths, plans, the cache, exact-once, resume, rejects) works on pairs unchanged::
+
+    input_ids     [ p p p p c c c | p p p p r r ]        chosen_length = 7
+    labels        [ - - - - c c c | - - - - r r ]        - is -100: the prompt is not trained
+                    chosen          rejected
+
+What is trained is what TRL's ``DPOTrainer`` and LLaMA-Factory train: everything the template
+writes after the prompt (the prompt rendered up to the assistant's generation header), through
+the end of the text: the response, its end-of-turn token and what the template adds after it.
+Exactly as TRL, the response starts where the prompt's own encoding and the whole sequence's
+diverge, the same token for both sides (``train_after_prompt``, ``share_prompt``).
+``pair_sides(sample)`` gives the two sequences; ``PreferenceCollate`` pads them per batch.
+
+``max_length`` applies to each side with the same policy, and the pair stays one unit: with
+``overflow="drop"`` the pair is dropped when either side is too long; truncation cuts both sides
+the same way (``turns`` drops the same earliest exchanges of the shared prompt from both); a pair
+with either side left without a trained token is rejected (``no_trainable_tokens``), as TRL drops
+a pair whose prompt alone fills ``max_length``.
+
+``Recipe(task="kto")`` (TRL's unpaired preference) makes an ordinary sample of the prompt and its
+completion, trained after the prompt as above, plus ``label`` (``True``: desirable).
+
+Example:
+    >>> import numpy as np
+    >>> sample = {"input_ids": np.arange(6), "labels": np.arange(6), "chosen_length": 4}
+    >>> [(k, v.tolist()) for k, v in pair_sides(sample)[1].items()]
+    [('input_ids', [4, 5]), ('labels', [4, 5])]
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from chute._internal.spelling import spell_set
+from chute.errors import ConfigError
+from chute.recipe.encode import IGNORE, Encoded
+from chute.sample.conversation import Conversation
+from chute.templates import Rendered
+
+__all__ = [
+    "TASKS",
+    "mark_response",
+    "pair_sample",
+    "pair_sides",
+    "response_rendered",
+    "share_prompt",
+    "train_after_prompt",
+]
+
+TASKS = ("sft", "preference", "kto")
+
+
+def mark_response(conv: Conversation, response: int) -> Conversation:
+    """``conv`` with its prompt masked and its last ``response`` messages trained (in place)."""
+    cut = len(conv.messages) - response
+    for i, message in enumerate(conv.messages):
+        message.loss = i >= cut
+    return conv
+
+
+def response_rendered(rendered: Rendered, side: str) -> Rendered:
+    """Everything from the first trained character to the end is trained (TRL's rule).
+
+    Raises:
+        ConfigError: the conversation has media (preference pairs take text only, for now).
+    """
+    if rendered.media:
+        raise ConfigError(
+            f"{spell_set('task', 'preference')} / {spell_set('task', 'kto')}: the {side} "
+            f"conversation has media; preference data with images is not supported yet (use "
+            f"{spell_set('task', 'sft')}, or drop the images)"
+        )
+    if not rendered.spans:
+        return rendered
+    return Rendered(rendered.text, [(rendered.spans[0][0], len(rendered.text))], [])
+
+
+def train_after_prompt(enc: Encoded, prompt_ids: list[int]) -> Encoded:
+    """Train from where ``enc`` stops agreeing with the prompt's own encoding, to the end.
+
+    That is TRL's rule: the completion starts where the tokenized prompt and the tokenized
+    prompt + completion diverge (``" III"`` alone, ``" II" "IS" "ure"`` before ``"Sure"``: the
+    completion starts at ``" II"``), which is the prompt's end unless tokens merge across it.
+    """
+    ids = enc.ids
+    n = min(len(prompt_ids), len(ids))
+    same = np.asarray(prompt_ids[:n], dtype=np.int64) == ids[:n]
+    first = n if same.all() else int(np.argmin(same))
+    enc.labels[:first] = IGNORE
+    enc.labels[first:] = ids[first:]
+    return enc
+
+
+def share_prompt(chosen: Encoded, rejected: Encoded) -> tuple[Encoded, Encoded]:
+    """Both sides trained from the same token: where the earlier of the two responses starts.
+
+    A token can merge across the end of the prompt on one side only; TRL takes the shorter
+    prompt for both sides (the shared prompt is what both tokenizations agree on), so does chute.
+    """
+    starts = [int(np.argmax(e.labels != IGNORE)) for e in (chosen, rejected) if _trained(e)]
+    if not starts:
+        return chosen, rejected
+    first = min(starts)
+    for e in (chosen, rejected):
+        e.labels[first:] = np.where(e.labels[first:] == IGNORE, e.ids[first:], e.labels[first:])
+    return chosen, rejected
+
+
+def _trained(enc: Encoded) -> bool:
+    return bool((enc.labels != IGNORE).any())
+
+
+def pair_sample(chosen: Encoded, rejected: Encoded) -> dict[str, Any]:
+    """The sample of a pair: both sequences back to back, ``chosen_length`` between them."""
+    return {
+        "input_ids": np.concatenate([chosen.ids, rejected.ids]),
+        "labels": np.concatenate([chosen.labels, rejected.labels]),
+        "length": len(chosen.ids) + len(rejected.ids),
+        "chosen_length": len(chosen.ids),
+        "images": [],
+        "videos": [],
+        "audios": [],
+        "num_image_tokens": 0,
+        "truncated": chosen.truncated or rejected.truncated,
+    }
+
+
+def pair_sides(sample: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """``(chosen, rejected)``: each side's ``input_ids`` and ``labels`` (views, no copies)."""
+    k = int(sample["chosen_length"])
+    ids = sample["input_ids"]
+    labels = sample.get("labels")
+    if labels is None:
+        labels = ids
+    return (
+        {"input_ids": ids[:k], "labels": labels[:k]},
+        {"input_ids": ids[k:], "labels": labels[k:]},
+    )
