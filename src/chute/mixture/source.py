@@ -32,7 +32,7 @@ from chute.errors import ConfigError, RejectTally, SampleError
 from chute.lengths import STATUS_REJECTED, Lengths, lengths_of
 from chute.sources.record import Record
 
-__all__ = ["MixtureRecipe", "MixtureSource", "concat_lengths"]
+__all__ = ["MixtureRecipe", "MixtureSource", "concat_lengths", "slice_lengths"]
 
 
 def _offsets(sizes: Iterable[int]) -> np.ndarray:
@@ -102,6 +102,27 @@ class MixtureSource:
             )
             for g, item in enumerate(items, start=a):
                 yield _stamped(item, g)
+
+    @property
+    def files(self) -> list[Any]:
+        """Every dataset's files in id order (a dataset without files counts as one)."""
+        return [f for s in self.sources for f in (getattr(s, "files", None) or [s])]
+
+    @property
+    def manifest(self) -> dict[str, Any] | None:
+        """Over caches only: their image-token total and the first image dataset's fingerprint.
+
+        What the Loader reads to decide whether (and with which rule) to load images.
+        """
+        manifests = [getattr(s, "manifest", None) for s in self.sources]
+        if not manifests or not all(isinstance(m, dict) for m in manifests):
+            return None
+        with_images = [m for m in manifests if m and m.get("image_tokens")]
+        first = with_images[0] if with_images else manifests[0]
+        return {
+            "image_tokens": sum(int(m.get("image_tokens") or 0) for m in manifests if m),
+            "fingerprint": first["fingerprint"] if first else {},
+        }
 
     def fingerprint(self) -> dict[str, Any]:
         """Each dataset's name and source fingerprint (the resume state's dataset identity)."""
@@ -224,13 +245,17 @@ def concat_lengths(parts: Sequence[Lengths]) -> Lengths:
     for lens in parts:
         tally.merge(lens.tally)
 
-    def joined(name: str) -> np.ndarray | None:
+    def joined(name: str, default: str | None = None) -> np.ndarray | None:
         arrays = [getattr(p, name) for p in parts]
         if all(a is None for a in arrays):
             return None
         return np.concatenate(
             [
-                np.zeros(len(p), np.int32) if a is None else np.asarray(a)
+                np.asarray(a)
+                if a is not None
+                else np.asarray(p.length)
+                if default == "length"
+                else np.zeros(len(p), np.int32)
                 for p, a in zip(parts, arrays, strict=True)
             ]
         )
@@ -243,6 +268,25 @@ def concat_lengths(parts: Sequence[Lengths]) -> Lengths:
         kinds=tuple(kinds),
         tally=tally,
         first_trained=joined("first_trained"),
+        longest=joined("longest", "length"),
+        sequences=max((p.sequences for p in parts), default=1),
+    )
+
+
+def slice_lengths(lengths: Lengths, lo: int, hi: int) -> Lengths:
+    """The lengths of ids ``lo .. hi-1`` (one dataset of a mixture), kinds kept."""
+
+    def cut(a: np.ndarray | None) -> np.ndarray | None:
+        return None if a is None else np.asarray(a)[lo:hi]
+
+    return Lengths(
+        np.asarray(lengths.length)[lo:hi],
+        cut(lengths.image_tokens),
+        cut(lengths.status),
+        kinds=lengths.kinds,
+        first_trained=cut(lengths.first_trained),
+        longest=cut(lengths.longest),
+        sequences=lengths.sequences,
     )
 
 
