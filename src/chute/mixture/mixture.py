@@ -122,10 +122,7 @@ class Mixture:
             recipe = None
         problems += _option_problems(epoch_samples, batching)
         if recipe is not None:
-            problems += unknown_keys(recipe, list(RecipeConfig.KINDS), "recipe.")
-            problems += [(f"recipe.{k}", m) for k, m in check_fields(RecipeConfig.KINDS, recipe)]
-            if "tokenizer" not in recipe:
-                problems.append(("recipe.tokenizer", "required (a tokenizer.json, folder or file)"))
+            problems += _recipe_problems(recipe)
         raise_problems(problems, what="mixture")
         self.datasets = datasets
         self.recipe = None if recipe is None else dict(recipe)
@@ -169,6 +166,8 @@ class Mixture:
         recipe = data.get("recipe")
         if recipe is not None and not isinstance(recipe, Mapping):
             problems.append(("recipe", f"expected a mapping, got {recipe!r}"))
+        elif recipe is not None:
+            problems += _recipe_problems(recipe)
         cache = data.get("cache") or {}
         if isinstance(cache, Mapping):
             problems += unknown_keys(cache, list(CacheOptions.KINDS), "cache.")
@@ -302,6 +301,14 @@ class Mixture:
 
     def __repr__(self) -> str:
         return f"Mixture({self.datasets!r}, batching={self.batching!r})"
+
+
+def _recipe_problems(recipe: Mapping[str, Any]) -> Problems:
+    out = unknown_keys(recipe, list(RecipeConfig.KINDS), "recipe.")
+    out += [(f"recipe.{k}", m) for k, m in check_fields(RecipeConfig.KINDS, recipe)]
+    if "tokenizer" not in recipe:
+        out.append(("recipe.tokenizer", "required (a tokenizer.json, folder or file)"))
+    return out
 
 
 def _option_problems(epoch_samples: Any, batching: Any) -> Problems:
