@@ -98,7 +98,7 @@ def mixture_state(planner: Planner, epoch: int) -> dict[str, Any]:
 
 def restore_mixture(
     planner: Planner, state: Mapping[str, Any], *, new_mixture: bool
-) -> tuple[Planner, Planner | None]:
+) -> tuple[Planner, MixturePlanner | None]:
     """``(planner to resume with, the state's planner)``; the second only after a mix change.
 
     Applies the state's own ``mixture_switch``. When only amounts differ from the state's
@@ -206,7 +206,7 @@ class DatasetBooks:
         tokens = int(self.counts["tokens"].sum())
         out = {}
         for d, name in enumerate(self.names):
-            row = {k: int(v[d]) for k, v in self.counts.items()}
+            row: dict[str, Any] = {k: int(v[d]) for k, v in self.counts.items()}
             row["token_share"] = round(row["tokens"] / tokens, 4) if tokens else None
             out[name] = row
         return out

@@ -22,6 +22,7 @@ Example:
 
 from __future__ import annotations
 
+import logging
 import os
 import time
 from collections.abc import Mapping, Sequence
@@ -32,7 +33,6 @@ from typing import Any
 import numpy as np
 
 from chute._internal.files import atomic_file
-from chute._internal.progress import ProgressArg
 from chute._internal.remote import absolute, is_url
 from chute.cache.build import PreprocessReport, parse_shard, preprocess
 from chute.cache.cacheset import SET_FILE, write_cache_set
@@ -43,6 +43,8 @@ from chute.mixture.opened import HASHES_DIR, MIXTURE_FILE, _spec
 from chute.world import World
 
 __all__ = ["MixtureReport", "preprocess_any", "preprocess_mixture"]
+
+log = logging.getLogger("chute.cache")
 
 
 @dataclass
@@ -80,7 +82,7 @@ def preprocess_mixture(
     overrides: Sequence[str] = (),
     overwrite: bool = False,
     shard: str | tuple[int, int] | None = None,
-    progress: ProgressArg = None,
+    progress: bool | None = None,
     **options: Any,
 ) -> MixtureReport:
     """Build (or finish) the cache of every dataset of a mixture (see the module docstring).
@@ -129,7 +131,7 @@ def _one(
     root: Path,
     overwrite: bool,
     shard: Any,
-    progress: ProgressArg,
+    progress: bool | None,
     options: Mapping[str, Any],
 ) -> PreprocessReport:
     config = mixture.preprocess_config(name)
@@ -151,12 +153,12 @@ def _one(
         ) from None
     except (ConfigError, CacheError, SourceError) as exc:
         raise type(exc)(f"dataset {name!r}: {exc}") from None
-    except ChuteError as exc:  # a budget exceeded, ...: its own fields kept
-        exc.add_note(f"(while preprocessing dataset {name!r})")
+    except ChuteError:  # a budget exceeded, ...: raised as it is, the dataset logged
+        log.error("preprocessing dataset %r failed", name)
         raise
 
 
-def _finish(mixture: Mixture, root: Path, progress: ProgressArg) -> None:
+def _finish(mixture: Mixture, root: Path, progress: bool | None) -> None:
     """Hashes, the mixture file, then the set's marker (the commit point)."""
     from chute.sources import open_source
 

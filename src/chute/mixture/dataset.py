@@ -195,7 +195,7 @@ class Dataset:
         """A dataset from its YAML mapping (``sources``, amounts, recipe options)."""
         data = dict(entry)
         sources = data.pop("sources", None)
-        return cls(name, sources, **data)  # type: ignore[arg-type]
+        return cls(name, sources, **data)
 
     def to_dict(self) -> dict[str, Any]:
         """The YAML mapping of this dataset (amounts and options that are set)."""

@@ -240,7 +240,7 @@ def load_xtuner_config(path: str | os.PathLike[str]) -> dict[str, Any]:
         "__file__": os.fspath(path),
     }
     code = compile(Path(path).read_text(encoding="utf-8"), os.fspath(path), "exec")
-    exec(code, namespace)  # noqa: S102 - the user's own config, run to read its values
+    exec(code, namespace)
     importlib.invalidate_caches()
     return {k: v for k, v in namespace.items() if not k.startswith("__")}
 

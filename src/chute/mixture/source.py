@@ -191,7 +191,7 @@ class MixtureRecipe:
         return self.recipes[d]
 
     def __call__(self, record: Any) -> dict[str, Any]:
-        return self._recipe_of(record)(record)  # type: ignore[no-any-return]
+        return self._recipe_of(record)(record)
 
     def batch(self, records: Iterable[Any]) -> list[Any]:
         """Each record through its dataset's ``recipe.batch``, results in input order."""

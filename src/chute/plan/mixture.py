@@ -130,7 +130,9 @@ def _integer(value: Any) -> bool:
 
 
 def counts_of(
-    shares: Sequence[Share], pool_sizes: Sequence[int], epoch_samples: int | None = None
+    shares: Sequence[Share],
+    pool_sizes: Sequence[int] | np.ndarray,
+    epoch_samples: int | None = None,
 ) -> np.ndarray:
     """Samples each dataset gives per epoch (see the module docstring).
 
