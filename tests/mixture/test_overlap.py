@@ -28,7 +28,7 @@ def _plant(shared_data: Path, tmp_path: Path) -> tuple[Path, Path, list[dict]]:
                 ]
             }
         )
-    rows = chat[:20] + [copies[0]] + chat[20:40] + [copies[1], chat[3]] + chat[40:] + [copies[2]]
+    rows = [*chat[:20], copies[0], *chat[20:40], copies[1], chat[3], *chat[40:], copies[2]]
     a = tmp_path / "alpaca.json"
     a.write_text(json.dumps(alpaca))
     b = tmp_path / "chat.jsonl"
@@ -40,7 +40,7 @@ def _plant(shared_data: Path, tmp_path: Path) -> tuple[Path, Path, list[dict]]:
 def test_planted_duplicates_are_found_with_their_lines(
     shared_data: Path, tmp_path: Path, max_memory: int
 ) -> None:
-    a, b, rows = _plant(shared_data, tmp_path)
+    a, b, _ = _plant(shared_data, tmp_path)
     rejects = tmp_path / "dups.jsonl"
     report = find_duplicates(
         {"alpaca": a, "chat": b}, rejects=rejects, max_memory=max_memory, progress=False, workers=1
