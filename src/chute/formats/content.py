@@ -50,7 +50,9 @@ def normalize_text(text: str) -> str:
         >>> normalize_text("  Caf\u0065\u0301\n\n ok ")
         'Café ok'
     """
-    return " ".join(unicodedata.normalize("NFC", text).split())
+    if not text.isascii():  # ASCII is its own NFC form: the common case skips the table
+        text = unicodedata.normalize("NFC", text)
+    return " ".join(text.split())
 
 
 def _media_ref(value: str) -> str:
@@ -82,7 +84,7 @@ def content_key(conv: Conversation) -> bytes:
             parts.append(normalize_text("".join(text)))
         if message.tool_calls:
             parts.append(orjson.dumps(message.tool_calls, option=orjson.OPT_SORT_KEYS).decode())
-        out.append(_SEP_FIELD.join(p.encode("utf-8", "surrogatepass") for p in parts if p))
+        out.append(_SEP_FIELD.join([p.encode("utf-8", "surrogatepass") for p in parts if p]))
     return _SEP_MESSAGE.join(out)
 
 

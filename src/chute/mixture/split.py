@@ -65,4 +65,5 @@ def split_ids(
     flags = held_out(hashes, val)
     if rows is not None:
         flags = flags[np.asarray(rows, dtype=np.int64)]
-    return np.flatnonzero(flags if split == "val" else ~flags)
+    ids = np.flatnonzero(flags if split == "val" else ~flags)
+    return ids.astype(np.int32) if len(ids) and int(ids[-1]) < 2**31 else ids

@@ -437,8 +437,13 @@ def valid_pools(
     for d, pool in enumerate(given):
         ok = length[offsets[d] : offsets[d + 1]] >= 0
         if pool is None:
-            out.append(None if ok.all() else np.flatnonzero(ok))
+            out.append(None if ok.all() else _compact(np.flatnonzero(ok)))
         else:
             pool = np.asarray(pool)
             out.append(pool[ok[pool]])
     return out
+
+
+def _compact(ids: np.ndarray) -> np.ndarray:
+    """Local ids as int32 where they fit (half the memory of 100M pooled ids)."""
+    return ids.astype(np.int32) if len(ids) and int(ids[-1]) < 2**31 else ids
