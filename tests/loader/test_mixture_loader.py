@@ -103,6 +103,17 @@ def test_proportions_and_per_dataset_summary(ids_mixture: Mixture) -> None:
         mine = sel[loader.planner.selection.dataset_of(sel) == d]
         assert summary[name]["tokens"] == int(lens[mine].sum())
     assert abs(sum(s["token_share"] for s in summary.values()) - 1) < 1e-3
+    report = loader.dataset_report().splitlines()
+    assert report[0].split() == [
+        "dataset",
+        "samples",
+        "valid",
+        "rejected",
+        "tokens",
+        "token",
+        "share",
+    ]
+    assert report[2].split()[:2] == ["a", "50"]
 
 
 def test_per_dataset_batching_gives_steps_of_one_dataset(ids_mixture: Mixture) -> None:

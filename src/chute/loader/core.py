@@ -379,6 +379,15 @@ class Loader:
             out["datasets"] = self.datasets.summary()
         return out
 
+    def dataset_report(self) -> str:
+        """Per dataset of a mixture, on this rank: samples, valid, rejected, tokens, token share.
+
+        A text table for training logs (``summary()["datasets"]`` has the numbers).
+        """
+        if self.datasets is None:
+            raise ConfigError("dataset_report() is for a Loader over a mixture")
+        return self.datasets.table()
+
     def stats_all_ranks(self) -> dict[str, int]:
         """``stats`` summed over every rank; a collective: call it on all ranks at once."""
         return sum_over_ranks(self.stats)

@@ -211,6 +211,23 @@ class DatasetBooks:
             out[name] = row
         return out
 
+    def table(self) -> str:
+        """The summary as a text table, one row per dataset (for training logs)."""
+        from chute._internal.tables import table
+
+        rows = [
+            [
+                name,
+                r["samples"],
+                r["valid"],
+                r["rejected"],
+                r["tokens"],
+                "-" if r["token_share"] is None else f"{100 * r['token_share']:.1f}%",
+            ]
+            for name, r in self.summary().items()
+        ]
+        return table(["dataset", "samples", "valid", "rejected", "tokens", "token share"], rows)
+
     def state_dict(self) -> dict[str, Any]:
         return {"names": list(self.names), **{k: v.tolist() for k, v in self.counts.items()}}
 

@@ -136,8 +136,8 @@ class MixtureSource:
         """Every dataset's lengths under its own recipe (cached each), end to end."""
         if self._lengths is None:
             parts = [
-                lengths_of(source, recipe, local_rank=self.local_rank)
-                for source, recipe in zip(self.sources, self.recipes, strict=True)
+                lengths_of(source, recipe, local_rank=self.local_rank, desc=f"lengths {name}")
+                for name, source, recipe in zip(self.names, self.sources, self.recipes, strict=True)
             ]
             self._lengths = concat_lengths(parts)
         return self._lengths
