@@ -274,6 +274,14 @@ def real_mixture(shared_data: Path, **amounts: Any) -> Mixture:
                 columns={"messages": "messages", "images": "images"},
                 tags=MLLM_TAGS,
             ),
+            # LLaVA-style records whose image paths resolve under their own media root
+            Dataset(
+                "llava",
+                d / "qwen3-vl/demo/single_images.json",
+                repeat=4,
+                format="llava",
+                media_root=str(d / "qwen3-vl"),
+            ),
         ],
         recipe={
             "tokenizer": str(d / "tokenizers/qwen3/tokenizer.json"),
@@ -309,6 +317,7 @@ def test_a_real_three_format_mixture_delivers_its_selection(
             images.update(loader.planner.selection.dataset_of(ids).tolist())
     assert got == selected(loader, 0)
     assert images[2] == 20  # the image dataset, 20 samples drawn from its 6 records
+    assert images[3] == 12  # 3 LLaVA records x 4, their images under their own media root
     tok = loader.recipe.tokenizer  # type: ignore[union-attr]
     chat = loader.source[int(loader.source.offsets[1])]
     assert "Answer briefly." in tok.decode(loader.recipe(chat)["input_ids"].tolist())  # type: ignore[misc]
@@ -321,7 +330,7 @@ def test_a_preprocessed_mixture_reads_the_same_and_a_new_mix_builds_nothing(
     out = tmp_path / "cache"
     chunks = ["cache.chunk_size=400"]
     report = preprocess(mix, out=out, overrides=chunks, workers=2)
-    assert sorted(report.datasets) == ["alpaca", "chat", "vision"]
+    assert sorted(report.datasets) == ["alpaca", "chat", "llava", "vision"]
     raw = [b["sample_ids"].tolist() for b in Loader(mix, batch_size=8, plan="grouped")]
     cached = Loader(open_cache(out), batch_size=8, plan="grouped")
     assert [b["sample_ids"].tolist() for b in cached] == raw
@@ -345,5 +354,5 @@ def test_loader_reads_a_mixture_yaml(shared_data: Path, tmp_path: Path) -> None:
     path = tmp_path / "mix.yaml"
     path.write_text(real_mixture(shared_data).to_yaml())
     loader = Loader(path, batch_size=8)
-    assert [n for n in loader.summary()["datasets"]] == ["alpaca", "chat", "vision"]
+    assert [n for n in loader.summary()["datasets"]] == ["alpaca", "chat", "vision", "llava"]
     assert sum(len(b["sample_ids"]) for b in itertools.islice(loader, 2)) == 16
