@@ -8,6 +8,7 @@ Exact-once over a mixture is a multiset equality with the epoch's selection.
 from __future__ import annotations
 
 import itertools
+import pickle
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -356,3 +357,6 @@ def test_loader_reads_a_mixture_yaml(shared_data: Path, tmp_path: Path) -> None:
     loader = Loader(path, batch_size=8)
     assert [n for n in loader.summary()["datasets"]] == ["alpaca", "chat", "vision", "llava"]
     assert sum(len(b["sample_ids"]) for b in itertools.islice(loader, 2)) == 16
+    # what each DataLoader worker receives: the sources' indexes are files, the recipes share
+    # one tokenizer, no lengths or pools travel (about 10 KB for four datasets)
+    assert len(pickle.dumps(loader._builder)) < 32_000
