@@ -53,7 +53,7 @@ from chute.cache.config_checks import (
 from chute.errors import ConfigError
 from chute.formats.spec import FORMAT_NAMES
 from chute.media.images import DEFAULT_MAX_PIXELS
-from chute.recipe import OVERFLOW, TASKS, TRUNCATION
+from chute.recipe import MAX_RECORD_BYTES, OVERFLOW, TASKS, TRUNCATION
 from chute.templates.base import TRAIN_ON
 
 __all__ = [
@@ -101,11 +101,14 @@ class RecipeConfig:
     image_token_id: int | None = None
     video_tokens: int | dict[str, Any] | None = None
     audio_tokens: int | dict[str, Any] | None = None
+    video_token: str | None = None
+    audio_token: str | None = None
     check_images: bool = True
     allow_urls: bool = False
     max_image_pixels: int = DEFAULT_MAX_PIXELS
     media_allowed_roots: list[str] = field(default_factory=list)
     tiktoken_pattern: str | None = None
+    max_record_bytes: int | None = MAX_RECORD_BYTES
 
     KINDS: ClassVar[dict[str, Any]] = {
         "tokenizer": "str",
@@ -129,11 +132,14 @@ class RecipeConfig:
         "image_token_id": "int?",
         "video_tokens": "count_or_rule",
         "audio_tokens": "count_or_rule",
+        "video_token": "str?",
+        "audio_token": "str?",
         "check_images": "bool",
         "allow_urls": "bool",
         "max_image_pixels": "int+",
         "media_allowed_roots": "paths",
         "tiktoken_pattern": "str?",
+        "max_record_bytes": "int+?",
     }
 
     def __post_init__(self) -> None:

@@ -149,6 +149,30 @@ RECIPE_OPTIONS: tuple[_Flag, ...] = (
         "Tokens per audio clip (a fixed count); needed for data with audio.",
     ),
     _Flag(
+        "video_token",
+        str | None,
+        None,
+        ("--video-token",),
+        "The token that marks a video (default <|video_pad|> if the vocabulary has it, else "
+        "<video>).",
+    ),
+    _Flag(
+        "audio_token",
+        str | None,
+        None,
+        ("--audio-token",),
+        "The token that marks an audio clip (default <|AUDIO|> if the vocabulary has it, else "
+        "<audio>).",
+    ),
+    _Flag(
+        "max_record_bytes",
+        int,
+        64 << 20,
+        ("--max-record-bytes",),
+        "Records larger than this many bytes are rejected (record_too_large) before they are "
+        "parsed.",
+    ),
+    _Flag(
         "columns",
         str | None,
         None,
@@ -263,6 +287,9 @@ class RecipeArgs:
     image_tokens: str | None = None
     video_tokens: int | None = None
     audio_tokens: int | None = None
+    video_token: str | None = None
+    audio_token: str | None = None
+    max_record_bytes: int = 64 << 20
     columns: str | None = None
     tags: str | None = None
     system: str | None = None
@@ -316,6 +343,9 @@ class RecipeArgs:
             "image_tokens": self.image_tokens or "auto",
             "video_tokens": self.video_tokens,
             "audio_tokens": self.audio_tokens,
+            "video_token": self.video_token,
+            "audio_token": self.audio_token,
+            "max_record_bytes": self.max_record_bytes,
             "columns": parse_pairs(self.columns, "--columns"),
             "tags": parse_pairs(self.tags, "--tags"),
             "system": self.system,

@@ -83,6 +83,13 @@ def convert_alpaca(data: Any, spec: ResolvedSpec) -> Conversation:
 
 def _text(data: dict[str, Any], keys: tuple[str, ...], fmt: str, *, required: bool) -> str:
     value, key = lookup(data, keys)
+    if key is not None and value is None and required:
+        raise SampleError(
+            "missing_field",
+            f"an {fmt} record needs {key!r}, which is null here; give it a string (an empty "
+            f"one if it has no text) or drop the record",
+            field=key,
+        )
     if key is None or value is None:
         if required:
             raise SampleError(

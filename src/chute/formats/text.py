@@ -31,6 +31,12 @@ def convert_text(data: Any, spec: ResolvedSpec) -> Conversation:
         raise SampleError("wrong_type", f"expected a JSON object, got {_json_type(data)}")
     keys = spec.columns.get("text") or spec.columns.get("prompt") or ("text",)
     text, key = lookup(data, keys)
+    if key is not None and text is None:
+        raise SampleError(
+            "missing_field",
+            f"a text record needs {key!r}, which is null here; give it a string or drop the record",
+            field=key,
+        )
     if key is None or text is None:
         raise SampleError(
             "missing_field",

@@ -53,6 +53,7 @@ class MediaPlan:
             (576); ``None`` makes the first image a ``ConfigError``.
         image_token: the token marking an image (default: the tokenizer's, else ``<image>``).
         image_token_id: the id written for it (default: the token's id).
+        video_token / audio_token: the tokens marking a video / an audio clip.
         video_tokens: fixed tokens per video, a ``VideoFrames`` (counts from the header), or
             ``None``.
         audio_tokens: fixed tokens per audio clip, an ``AudioClips`` (counts from the header),
@@ -75,6 +76,8 @@ class MediaPlan:
         image_token_id: int | None = None,
         video_tokens: Any = None,
         audio_tokens: Any = None,
+        video_token: str | None = None,
+        audio_token: str | None = None,
         media_root: Any = None,
         check_images: bool = True,
         allow_urls: bool = False,
@@ -104,7 +107,7 @@ class MediaPlan:
             )
         self.max_image_pixels = max_image_pixels
         self.tokenizer = tokenizer
-        self.tokens, self.text = _markup(tokenizer, image_token)
+        self.tokens, self.text = _markup(tokenizer, image_token, video_token, audio_token)
         if image_tokens == "auto":  # Qwen2-VL's rule for Qwen vision vocabularies, else LLaVA's
             image_tokens = "qwen2-vl" if self.tokens["image"] == "<|image_pad|>" else "llava-1.5"
         self.image_rule = image_tokens_rule(image_tokens)
@@ -250,7 +253,7 @@ class MediaPlan:
             )
             raise ConfigError(
                 f"{kind} token {token!r} is not in the tokenizer's vocabulary; {fix}, or name "
-                f"the token with {spell('image_token')}"
+                f"the {kind} token with {spell(f'{kind}_token')}"
             )
         return token_id
 
@@ -269,7 +272,12 @@ class MediaPlan:
         }
 
 
-def _markup(tok: Tokenizer, image_token: str | None) -> tuple[dict[str, str], dict[str, str]]:
+def _markup(
+    tok: Tokenizer,
+    image_token: str | None,
+    video_token: str | None = None,
+    audio_token: str | None = None,
+) -> tuple[dict[str, str], dict[str, str]]:
     """Per kind: the media token, and the text one item renders as.
 
     The text is the token, wrapped in Qwen's vision/audio markers when the vocabulary has them.
@@ -278,8 +286,9 @@ def _markup(tok: Tokenizer, image_token: str | None) -> tuple[dict[str, str], di
     has = tok.token_to_id
     tokens = {
         "image": image,
-        "video": "<|video_pad|>" if has("<|video_pad|>") is not None else "<video>",
-        "audio": "<|AUDIO|>" if has("<|AUDIO|>") is not None else "<audio>",
+        "video": video_token
+        or ("<|video_pad|>" if has("<|video_pad|>") is not None else "<video>"),
+        "audio": audio_token or ("<|AUDIO|>" if has("<|AUDIO|>") is not None else "<audio>"),
     }
     vision = has("<|vision_start|>") is not None
     text = {}

@@ -9,10 +9,18 @@
 """
 
 from chute.recipe.encode import Encoded, encode, fit_length
-from chute.recipe.recipe import OVERFLOW, RECIPE_VERSION, TASKS, TRUNCATION, Recipe
+from chute.recipe.recipe import (
+    MAX_RECORD_BYTES,
+    OVERFLOW,
+    RECIPE_VERSION,
+    TASKS,
+    TRUNCATION,
+    Recipe,
+)
 from chute.recipe.validate import ValidationReport, check_json_object, validate_source
 
 __all__ = [
+    "MAX_RECORD_BYTES",
     "OVERFLOW",
     "RECIPE_VERSION",
     "TASKS",

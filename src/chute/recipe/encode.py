@@ -53,6 +53,7 @@ from chute.recipe.outcome import (
 )
 from chute.templates.base import Rendered
 from chute.tokenize.base import Tokenizer
+from chute.tokenize.prefix import safe_prefix_end
 
 __all__ = ["Encoded", "MediaSlot", "encode", "fit_length"]
 
@@ -67,6 +68,13 @@ class Encoded:
     labels: np.ndarray
     media: list[dict[str, Any]]
     truncated: bool = False
+    # False when encoding stopped once what is kept was known (encode(need=)): the text has
+    # more tokens than ``ids``
+    complete: bool = True
+    # a window of a document (encode(keep=)): where ids[0] lies in the whole encoding, and the
+    # whole encoding's length
+    offset: int = 0
+    total: int | None = None
 
 
 def _labels(ids: list[int], ranges: list[tuple[int, int]]) -> tuple[np.ndarray, np.ndarray]:
@@ -101,6 +109,64 @@ def _encode_piece(
     return np.array(all_ids, dtype=np.int32), np.array(label_list, dtype=np.int32)
 
 
+# A long text is encoded in pieces of about this many tokens, cut where the tokenizer cannot merge
+# across (chute.tokenize.prefix): peak memory follows the piece, not the document.
+PIECE_TOKENS = 8192
+
+
+def _encode_stream(
+    tok: Tokenizer,
+    text: str,
+    spans: list[tuple[int, int]],
+    lo: int,
+    hi: int,
+    need: int | None = None,
+    keep: tuple[int, int] | None = None,
+) -> tuple[np.ndarray, np.ndarray, int, bool]:
+    """``_encode_piece`` of ``text[lo:hi]`` for a text of any size, in bounded memory.
+
+    Args:
+        tok: the tokenizer.
+        text: the whole rendered text.
+        spans: trained character spans, in whole-text coordinates.
+        lo: where the piece starts in ``text``.
+        hi: where it ends.
+        need: stop once this many tokens are known (the caller keeps no more).
+        keep: keep only tokens ``[a, b)`` of the piece; the others are counted, not kept.
+
+    Returns:
+        ``(ids, labels, tokens, complete)``: the kept tokens, how many tokens were encoded, and
+        whether the whole piece was (``False`` when ``need`` or ``keep`` stopped it early).
+    """
+    stop_at = need  # with keep, the rest is still counted (a window says how many there are)
+    id_parts: list[np.ndarray] = []
+    label_parts: list[np.ndarray] = []
+    n = 0
+    pos = lo
+    while pos < hi:
+        budget = PIECE_TOKENS if stop_at is None else max(1, min(PIECE_TOKENS, stop_at - n))
+        cut = safe_prefix_end(tok, text, budget, pos, hi)
+        end = hi if cut is None else cut
+        ids, labels = _encode_piece(tok, text, spans, pos, end)
+        if keep is not None:
+            a, b = max(keep[0] - n, 0), max(min(keep[1] - n, len(ids)), 0)
+            id_parts.append(ids[a:b])
+            label_parts.append(labels[a:b])
+        else:
+            id_parts.append(ids)
+            label_parts.append(labels)
+        n += len(ids)
+        pos = end
+        if stop_at is not None and n >= stop_at:
+            break
+    if not id_parts:
+        empty = np.empty(0, dtype=np.int32)
+        return empty, empty, 0, True
+    ids = id_parts[0] if len(id_parts) == 1 else np.concatenate(id_parts)
+    labels = label_parts[0] if len(label_parts) == 1 else np.concatenate(label_parts)
+    return ids, labels, n, pos >= hi
+
+
 def encode(
     rendered: Rendered,
     tokenizer: Tokenizer,
@@ -108,6 +174,8 @@ def encode(
     slots: list[MediaSlot] | None = None,
     guard: tuple[str, ...] = (),
     pre: tuple[list[int], list[tuple[int, int]]] | None = None,
+    need: int | None = None,
+    keep: tuple[int, int] | None = None,
 ) -> Encoded:
     """Encode ``rendered``; expand its media tokens into ``slots`` (one per media part, in order).
 
@@ -120,6 +188,10 @@ def encode(
             contains one literally is rejected (the model would look for an image there).
         pre: for a sample without media, ``tokenizer.encode_spans(text, spans)`` already done
             (``Recipe.batch`` encodes many texts back to back first).
+        need: only the first ``need`` tokens matter (``max_length + 1`` when the rest would be
+            cut): encoding may stop there, so a huge record costs what is kept.
+        keep: a sample without media: keep only tokens ``[a, b)`` (a window of a long
+            document); ``Encoded.offset`` is ``a`` and ``Encoded.total`` the whole count.
 
     Raises:
         SampleError: ``image_placeholder_mismatch`` when the text's media tokens do not match
@@ -127,14 +199,16 @@ def encode(
     """
     text, spans = rendered.text, rendered.spans
     if not rendered.media:
-        if pre is not None:
-            ids, labels = _labels(*pre)
-        else:
-            ids, labels = _encode_piece(tokenizer, text, spans, 0, len(text))
         for token in guard:
             if token in text:
                 _literal_media_token(text, {"": token}, 0)
-        return Encoded(ids, labels, [])
+        if pre is not None:
+            ids, labels = _labels(*pre)
+            return Encoded(ids, labels, [])
+        ids, labels, n, complete = _encode_stream(tokenizer, text, spans, 0, len(text), need, keep)
+        if keep is not None:
+            return Encoded(ids, labels, [], offset=keep[0], total=n if complete else None)
+        return Encoded(ids, labels, [], complete=complete)
     slots = slots or []
     kinds = {tok: kind for kind, tok in media_tokens.items()}
     pattern = re.compile("|".join(re.escape(t) for t in sorted(kinds, key=len, reverse=True)))
@@ -147,20 +221,37 @@ def encode(
     media: list[dict[str, Any]] = []
     pos = 0
     n = 0
+    complete = True
     for m, slot in zip(found, slots, strict=True):
-        ids, labels = _encode_piece(tokenizer, text, spans, pos, m.start())
+        rest = None if need is None else need - n
+        ids, labels, _, complete = _encode_stream(tokenizer, text, spans, pos, m.start(), rest)
         id_parts.append(ids)
         label_parts.append(labels)
         n += len(ids)
+        if not complete or (need is not None and n >= need):
+            complete = False
+            break  # what follows lies past the tokens kept
         id_parts.append(np.full(slot.count, slot.token_id, dtype=np.int32))
         label_parts.append(np.full(slot.count, IGNORE, dtype=np.int32))
         media.append({"kind": slot.kind, **slot.info, "span": [n, n + slot.count]})
         n += slot.count
         pos = m.end()
-    ids, labels = _encode_piece(tokenizer, text, spans, pos, len(text))
-    id_parts.append(ids)
-    label_parts.append(labels)
-    return Encoded(np.concatenate(id_parts), np.concatenate(label_parts), media)
+    else:
+        rest = None if need is None else need - n
+        if rest is None or rest > 0:
+            ids, labels, _, complete = _encode_stream(tokenizer, text, spans, pos, len(text), rest)
+            id_parts.append(ids)
+            label_parts.append(labels)
+            n += len(ids)
+        else:
+            complete = pos >= len(text)
+    return Encoded(np.concatenate(id_parts), np.concatenate(label_parts), media, complete=complete)
+
+
+def _count(enc: Encoded) -> str:
+    """The sample's token count for messages: exact, or a lower bound when encoding stopped."""
+    n = len(enc.ids)
+    return str(n) if enc.complete else f"over {n - 1}"
 
 
 def _literal_media_token(
@@ -237,7 +328,7 @@ def fit_length(
     if outcome == TOO_LONG:
         raise SampleError(
             "too_long",
-            f"{n} tokens, more than {spell_set('max_length', max_length)} "
+            f"{_count(enc)} tokens, more than {spell_set('max_length', max_length)} "
             f"({spell_set('overflow', 'drop')}); raise {spell('max_length')} or use "
             f"{spell_set('overflow', 'truncate')}",
         )

@@ -58,6 +58,7 @@ from chute.recipe.preference import (
 )
 from chute.recipe.truncate import TRUNCATION, check_policies, drop_exchanges
 from chute.recipe.windows import (
+    IGNORE,
     Windowed,
     check_stride,
     cut_window,
@@ -68,8 +69,13 @@ from chute.sample.conversation import Conversation
 from chute.sources.record import Record
 from chute.templates import RenderContext, Rendered, get_template
 from chute.tokenize import Tokenizer, load_tokenizer
+from chute.tokenize.prefix import MIN_PREFIX_CHARS
 
-__all__ = ["OVERFLOW", "RECIPE_VERSION", "TASKS", "TRUNCATION", "Recipe"]
+__all__ = ["MAX_RECORD_BYTES", "OVERFLOW", "RECIPE_VERSION", "TASKS", "TRUNCATION", "Recipe"]
+
+# Records larger than this are rejected before parsing (record_too_large); generous enough for
+# real long documents (a 50 MB web page, a book), small enough that a worker survives one.
+MAX_RECORD_BYTES = 64 << 20
 
 # Bump when the same inputs would give different samples (the cache keys on it).
 RECIPE_VERSION = 3  # 3: templates no longer read the clock (strftime_now is a fixed date)
@@ -126,6 +132,11 @@ class Recipe:
             "Image tokens".
         image_token: the token that marks an image (default: the tokenizer's image token,
             e.g. ``<|image_pad|>``, else ``<image>``).
+        video_token / audio_token: the token that marks a video / an audio clip (default: the
+            tokenizer's ``<|video_pad|>`` / ``<|AUDIO|>`` when it has them, else ``<video>`` /
+            ``<audio>``).
+        max_record_bytes: a record larger than this (its raw JSON) is rejected as
+            ``record_too_large`` before it is parsed (default 64 MiB; ``None``: no limit).
         image_token_id: the id written for image tokens (default: ``image_token``'s id; LLaVA's
             original code uses ``-200``).
         video_tokens: tokens per video: a fixed count, or a ``chute.media.video.VideoFrames``
@@ -167,11 +178,14 @@ class Recipe:
         image_token_id: int | None = None,
         video_tokens: Any = None,
         audio_tokens: Any = None,
+        video_token: str | None = None,
+        audio_token: str | None = None,
         check_images: bool = True,
         allow_urls: bool = False,
         max_image_pixels: int = DEFAULT_MAX_PIXELS,
         media_allowed_roots: Any = (),
         tiktoken_pattern: str | None = None,
+        max_record_bytes: int | None = MAX_RECORD_BYTES,
     ):
         self.tokenizer: Tokenizer = load_tokenizer(
             tokenizer, special_tokens=special_tokens, tiktoken_pattern=tiktoken_pattern
@@ -215,6 +229,17 @@ class Recipe:
         self.overflow = overflow
         self.system = system
         self.template_vars = dict(template_vars or {})
+        if max_record_bytes is not None and (
+            isinstance(max_record_bytes, bool)
+            or not isinstance(max_record_bytes, int)
+            or max_record_bytes < 1
+        ):
+            raise ConfigError(
+                f"expected a positive number of bytes or {spell_value(None)} (no limit), got "
+                f"{spell_value(max_record_bytes)}",
+                param="max_record_bytes",
+            )
+        self.max_record_bytes = max_record_bytes
         self.media = MediaPlan(
             self.tokenizer,
             image_tokens=image_tokens,
@@ -222,6 +247,8 @@ class Recipe:
             image_token_id=image_token_id,
             video_tokens=video_tokens,
             audio_tokens=audio_tokens,
+            video_token=video_token,
+            audio_token=audio_token,
             media_root=media_root,
             check_images=check_images,
             allow_urls=allow_urls,
@@ -247,8 +274,8 @@ class Recipe:
         if isinstance(record, Record):
             path, line = record.path, record.line
             try:
-                sample = self._sample(record.data, path, line, record.index)
-                return sample if record.window is None else self._window(sample, record.window)
+                self._check_size(record)
+                return self._sample(record.data, path, line, record.index, record.window)
             except SampleError as exc:
                 raise exc.with_location(path, line) from None
         if isinstance(record, Windowed):
@@ -269,8 +296,7 @@ class Recipe:
         ``window``: with ``overflow="split"``, that window of the record (see ``pieces``).
         """
         try:
-            sample = self._sample(data, path, line, index)
-            return sample if window is None else self._window(sample, window)
+            return self._sample(data, path, line, index, window)
         except SampleError as exc:
             if path is not None:
                 exc.with_location(path, line)
@@ -334,6 +360,8 @@ class Recipe:
             else:
                 where = (None, None, None, None)
             try:
+                if isinstance(record, Record):
+                    self._check_size(record)
                 data = record.data if isinstance(record, Record) else record
                 conv = self._reader(data)
                 rendered = self.template.render(conv, self._ctx)
@@ -345,14 +373,19 @@ class Recipe:
             out.append(None)
         tok = self.tokenizer
         fast = tok.supports_offsets
+        # back to back for ordinary texts; a long one is encoded on its own, in pieces
         encoded = [
-            tok.encode_spans(r.text, r.spans) if fast and not r.media else None
+            tok.encode_spans(r.text, r.spans)
+            if fast and not r.media and len(r.text) < MIN_PREFIX_CHARS
+            else None
             for _, _, r, _, _ in pending
         ]
         for (k, conv, rendered, slots, where), pre in zip(pending, encoded, strict=True):
             path, line, index, window = where
             try:
-                enc = encode(rendered, tok, self.media.tokens, slots, self.media.guard, pre=pre)
+                enc = encode(
+                    rendered, tok, self.media.tokens, slots, self.media.guard, pre, self._need
+                )
                 sample = self._finish(self._fit(conv, enc, path), path, line, index)
                 out[k] = sample if window is None else self._window(sample, window)
             except SampleError as exc:
@@ -373,9 +406,28 @@ class Recipe:
         """The rendered text and trained character spans of a record (before tokenizing)."""
         return self.template.render(self.conversation(record), self._ctx)
 
+    def _check_size(self, record: Record) -> None:
+        """``record_too_large`` before parsing: a huge line must not cost its parse (issue 21)."""
+        limit = self.max_record_bytes
+        size = record.size
+        if limit is not None and size is not None and size > limit:
+            raise SampleError(
+                "record_too_large",
+                f"{size:,} bytes, more than {spell_set('max_record_bytes', limit)}; raise "
+                f"{spell('max_record_bytes')} for such documents (memory per record grows with "
+                f"its size before the recipe can bound it)",
+            )
+
     def _sample(
-        self, data: Any, path: str | None, line: int | None, index: int | None
+        self,
+        data: Any,
+        path: str | None,
+        line: int | None,
+        index: int | None,
+        window: int | None = None,
     ) -> dict[str, Any]:
+        if window is not None and self.task == "sft":
+            return self._window_sample(self._reader(data), window, path, line, index)
         if self.task == "preference":
             return self._pair(data, path, line, index)
         if self.task == "kto":
@@ -384,7 +436,52 @@ class Recipe:
             enc = self._fit(conv, self._encode(conv, path, "completion"), path, rated.response)
             return {**self._finish(enc, path, line, index), "label": rated.label}
         conv = self._reader(data)
-        return self._finish(self._fit(conv, self._encode(conv, path), path), path, line, index)
+        sample = self._finish(self._fit(conv, self._encode(conv, path), path), path, line, index)
+        return sample if window is None else self._window(sample, window)
+
+    def _window_sample(
+        self, conv: Conversation, window: int, path: str | None, line: int | None, index: int | None
+    ) -> dict[str, Any]:
+        """Window ``window`` of a long document, encoding only up to its end (issue 21).
+
+        Only the window's tokens are kept (memory follows the window, not the document); the
+        tokens after it are counted, not kept, to say how many windows the document has.
+        """
+        if self.overflow != "split" or self.max_length is None:
+            raise ConfigError(
+                f"a record standing for window {window} reached a recipe with "
+                f"{spell_set('overflow', self.overflow)}; windows come from "
+                f"{spell_set('overflow', 'split')}"
+            )
+        rendered = self.template.render(conv, self._ctx)
+        if rendered.media:  # a document with media is never split (windows never cut an image)
+            sample = self._finish(
+                self._fit(conv, self._encode(conv, path), path), path, line, index
+            )
+            return self._window(sample, window)
+        start = window * (self.max_length - self.stride)
+        enc = encode(
+            rendered,
+            self.tokenizer,
+            self.media.tokens,
+            guard=self.media.guard,
+            keep=(start, start + self.max_length),
+        )
+        total = enc.total if enc.total is not None else start + len(enc.ids)
+        if not len(enc.ids) or (window and total <= self.max_length):
+            raise ConfigError(
+                f"window {window} of a {total}-token document: the record changed since its "
+                f"windows were counted (stale lengths?)"
+            )
+        sample = self._finish(enc, path, line, index)
+        context = self.stride if window else 0
+        if context:
+            sample["labels"] = sample["labels"].copy()
+            sample["labels"][:context] = IGNORE
+        sample["window"] = window
+        sample["windows"] = int(window_counts(np.array([total]), self.max_length, self.stride)[0])
+        sample["truncated"] = False
+        return sample
 
     def _encode(
         self,
@@ -397,7 +494,9 @@ class Recipe:
         if side is not None:  # preference: trained from the response's start to the end
             rendered = response_rendered(rendered, side)
         slots = self.media.slots(rendered.media, path) if rendered.media else None
-        enc = encode(rendered, self.tokenizer, self.media.tokens, slots, self.media.guard)
+        enc = encode(
+            rendered, self.tokenizer, self.media.tokens, slots, self.media.guard, need=self._need
+        )
         if side is not None and rendered.spans:
             text = rendered.text[: rendered.spans[0][0]]
             prompt = None if prompts is None else prompts.get(text)
@@ -407,6 +506,19 @@ class Recipe:
                     prompts[text] = prompt
             enc = train_after_prompt(enc, prompt)
         return enc
+
+    @property
+    def _need(self) -> int | None:
+        """Tokens that decide a sample when the rest would be cut away (``encode(need=)``).
+
+        ``max_length + 1`` for the policies that keep the start (``truncate`` on the right,
+        ``drop``): one token past the limit says the sample is too long. Others read the whole.
+        """
+        if self.max_length is None or self.task != "sft":
+            return None
+        if self.overflow == "drop" or (self.overflow == "truncate" and self.truncation == "right"):
+            return self.max_length + 1
+        return None
 
     def _fit(self, conv: Conversation, enc: Encoded, path: str | None, keep: int = 0) -> Encoded:
         """``max_length`` applied (``turns`` first drops earliest exchanges; see truncate.py)."""
@@ -518,6 +630,11 @@ class Recipe:
             **({"truncation": self.truncation} if self.truncation != "right" else {}),
             **({"stride": self.stride} if self.stride else {}),
             **({"task": self.task} if self.task != "sft" else {}),
+            **(
+                {"max_record_bytes": self.max_record_bytes}
+                if self.max_record_bytes != MAX_RECORD_BYTES
+                else {}
+            ),
             "tokenizer": self.tokenizer.fingerprint(),
             "media": self.media.to_json(),
         }

@@ -65,6 +65,14 @@ class Record:
         return record
 
     @property
+    def size(self) -> int | None:
+        """The record's size in bytes as stored, measured without parsing it.
+
+        ``None`` for a row given as data (e.g. from Parquet): there is no text to measure.
+        """
+        return None if self._raw is None else len(self._raw)
+
+    @property
     def raw(self) -> bytes:
         if self._raw is None:
             self._raw = orjson.dumps(self._data, default=_plain, option=orjson.OPT_SERIALIZE_NUMPY)

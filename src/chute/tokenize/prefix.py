@@ -60,22 +60,35 @@ _MAX_CHARS_PER_TOKEN = 256
 _MAX_CANDIDATES = 4
 
 
-def safe_prefix_end(tokenizer: Any, text: str, need: int) -> int | None:
+def safe_prefix_end(
+    tokenizer: Any, text: str, need: int, start: int = 0, end: int | None = None
+) -> int | None:
     """A cut ``c`` with ``encode(text[:c])`` a prefix of ``encode(text)`` of at least ``need`` tokens.
 
+    With ``start``/``end`` the text is ``text[start:end]`` (no copy of the rest is made) and the
+    cut is an offset into ``text``; ``start`` must itself be a safe cut (0, or an earlier result),
+    so that encoding ``text[start:end]`` piece by piece gives the tokens of the whole.
+
     Args:
-        tokenizer: a chute ``Tokenizer``; only ``HFTokenizer`` (a ``tokenizers`` pipeline) is
-            supported, others get ``None``.
+        tokenizer: a chute ``Tokenizer`` with a ``tokenizers`` pipeline (``tokenizer.rust``);
+            others get ``None``.
         text: the text to encode.
         need: how many leading tokens must be exact.
+        start: where the text begins in ``text``.
+        end: where it ends (default: the end of ``text``).
 
     Returns:
         The cut (a character offset), or ``None`` when the whole text must be encoded (it is
         short, no safe cut was found, or the backend cannot say where pre-tokens start).
     """
     rust = getattr(tokenizer, "rust", None)
-    if rust is None or len(text) < MIN_PREFIX_CHARS or need < 1:
+    stop = len(text) if end is None else end
+    if rust is None or stop - start < MIN_PREFIX_CHARS or need < 1:
         return None
+    if start or end is not None:
+        view = _Slice(text, start, stop)
+        inner = safe_prefix_end(tokenizer, view, need)  # type: ignore[arg-type]
+        return None if inner is None else start + inner
     normalizer = rust.normalizer
     window = max(4096, need * _CHARS_PER_TOKEN)
     # Past this, a window that still holds no safe cut is one huge pre-token (a run of one
@@ -131,6 +144,20 @@ def _cut_in_window(
             return None
         return cut
     return None
+
+
+class _Slice:
+    """``text[start:stop]`` for the search, copying only the windows it reads."""
+
+    def __init__(self, text: str, start: int, stop: int):
+        self.text, self.start, self.stop = text, start, stop
+
+    def __len__(self) -> int:
+        return self.stop - self.start
+
+    def __getitem__(self, key: slice) -> str:
+        lo, hi, _ = key.indices(self.stop - self.start)
+        return self.text[self.start + lo : self.start + hi]
 
 
 def _same_word(words: list[int | None], a: int, b: int) -> bool:
