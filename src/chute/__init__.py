@@ -23,7 +23,9 @@ _EXPORTS: dict[str, str] = {
     "Cache": "chute.cache",
     "PreprocessConfig": "chute.cache",
     "open_cache": "chute.cache",
-    "preprocess": "chute.cache",
+    "preprocess": "chute.mixture",
+    "Dataset": "chute.mixture",
+    "Mixture": "chute.mixture",
     "Collate": "chute.collate",
     "PackedCollate": "chute.collate",
     "PreferenceCollate": "chute.collate",
@@ -88,6 +90,7 @@ __all__ = [
     "Collate",
     "ConfigError",
     "Conversation",
+    "Dataset",
     "DecodeOptions",
     "DynamicImageTokens",
     "DynamicResolution",
@@ -109,6 +112,7 @@ __all__ = [
     "MediaStage",
     "Message",
     "MissingDependency",
+    "Mixture",
     "PackedCollate",
     "PackedPlanner",
     "PackedPreferenceCollate",
@@ -156,7 +160,7 @@ def __dir__() -> list[str]:
 
 
 if TYPE_CHECKING:  # static analysers and IDEs see the real names
-    from chute.cache import Cache, PreprocessConfig, open_cache, preprocess
+    from chute.cache import Cache, PreprocessConfig, open_cache
     from chute.collate import (
         Collate,
         KTOCollate,
@@ -193,6 +197,7 @@ if TYPE_CHECKING:  # static analysers and IDEs see the real names
         MediaStage,
         PixelStore,
     )
+    from chute.mixture import Dataset, Mixture, preprocess
     from chute.plan import (
         BudgetPlanner,
         GroupedPlanner,

@@ -86,10 +86,12 @@ def preprocess(
 
     Open it with chute.open_cache(DIR) or train from it with Loader(open_cache(DIR)); a
     changed source, tokenizer, template or max_length is refused there, naming the field.
+    A mixture config (with datasets:) builds one cache per dataset in DIR/<name>; weights
+    are not part of any cache, so changing them rebuilds nothing (docs/mixtures.md).
     """
-    from chute.cache import preprocess as run
     from chute.cache.config import ENGINES
     from chute.errors import ConfigError
+    from chute.mixture import preprocess_any as run
 
     options: dict[str, Any] = {}
     if image_transform is not None:
@@ -120,7 +122,16 @@ def preprocess(
     if output.as_json:
         emit_json(report.to_json())
         return
-    _print(report.to_json())
+    data = report.to_json()
+    if "datasets" not in data:
+        _print(data)
+        return
+    for name, r in data["datasets"].items():  # a mixture: one cache per dataset
+        typer.echo(f"== dataset {name}")
+        _print(r)
+        typer.echo("")
+    done = "complete" if data["finalized"] else "not complete (other ranks finish it)"
+    typer.echo(f"mixture caches: {data['path']} ({done}); Loader(open_cache(DIR)) reads them")
 
 
 def _print(r: dict[str, Any]) -> None:
