@@ -6,9 +6,11 @@ import hashlib
 import json
 import os
 import random
+import time
 from pathlib import Path
 from typing import Any
 
+from chute.cache import ChunkStage, register_stage
 from recipe_helpers import tiny_tokenizer
 
 WORDS = ["hello", "there", "fox", "dog", "cat", "mat", "quick", "brown", "answer", "question"]
@@ -59,3 +61,86 @@ def tree_digest(root: Path) -> dict[str, str]:
             path = Path(folder, name)
             out[str(path.relative_to(root))] = hashlib.sha256(path.read_bytes()).hexdigest()
     return out
+
+
+class FailsAt:
+    """A recipe that raises a job-level error (not a bad record) at record ``index``.
+
+    Picklable and importable by worker processes (``tests/`` on their ``PYTHONPATH``).
+    """
+
+    def __init__(self, recipe: Any, index: int):
+        self.recipe, self.index = recipe, index
+
+    def __call__(self, record: Any) -> Any:
+        if record.index == self.index:
+            from chute.errors import SourceError
+
+            raise SourceError(f"record {self.index} cannot be read")
+        return self.recipe(record)
+
+    def batch(self, records: list[Any]) -> list[Any]:
+        return [self(r) for r in records]
+
+
+class SlowStage(ChunkStage):
+    """A stage that marks where each chunk runs (``markers/<chunk>.<pid>``) and takes a while.
+
+    It adds no column and no file, and its fingerprint has no options, so caches built with it
+    compare byte for byte. ``fail_chunk`` raises in that chunk, as a bug would. Registered as
+    ``slow`` by ``register_slow_stage`` (config: ``stages: {slow: {markers: DIR}}``).
+    """
+
+    name = "slow"
+
+    def __init__(self, markers: str, sleep: float = 0.1, fail_chunk: int | None = None):
+        super().__init__(markers=markers, sleep=sleep, fail_chunk=fail_chunk)
+
+    def fingerprint(self) -> dict[str, Any]:
+        return {"name": self.name, "version": self.version}
+
+    def files(self, chunk: int, samples: list[dict[str, Any]]) -> dict[str, bytes]:
+        Path(self.options["markers"], f"{chunk}.{os.getpid()}").touch()
+        time.sleep(self.options["sleep"])
+        if chunk == self.options["fail_chunk"]:
+            raise RuntimeError(f"the slow stage fails in chunk {chunk}")  # as a bug would
+        return {}
+
+
+def register_slow_stage() -> None:
+    register_stage("slow", lambda options, recipe: SlowStage(**options))
+
+
+def markers(folder: Path) -> dict[int, set[int]]:
+    """``{chunk: {pids that started it}}`` from a ``SlowStage``'s markers."""
+    out: dict[int, set[int]] = {}
+    for path in folder.iterdir():
+        chunk, pid = path.name.split(".")
+        out.setdefault(int(chunk), set()).add(int(pid))
+    return out
+
+
+def write_image_records(folder: Path, n: int) -> Path:
+    """``n`` records, each with its own small PNG: a pixel store of ``n`` images."""
+    import numpy as np
+    from PIL import Image
+
+    rng = np.random.default_rng(0)
+    (folder / "img").mkdir(parents=True, exist_ok=True)
+    rows = []
+    for i in range(n):
+        Image.fromarray(rng.integers(0, 255, (8 + i % 5, 8, 3), dtype=np.uint8)).save(
+            folder / "img" / f"{i}.png"
+        )
+        rows.append(
+            {
+                "images": [f"img/{i}.png"],
+                "messages": [
+                    {"role": "user", "content": f"<image>What is {i}?"},
+                    {"role": "assistant", "content": "A picture."},
+                ],
+            }
+        )
+    path = folder / "images.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path

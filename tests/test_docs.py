@@ -84,6 +84,18 @@ def test_quickstart_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Non
     assert (tmp_path / "ckpt" / "loader.json").is_file()  # train.py checkpointed the loader
 
 
+@pytest.mark.timeout(600)
+def test_mixtures_doc_runs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, shared_data: Path
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "data").symlink_to(shared_data / "llama-factory")
+    (tmp_path / "models").mkdir()
+    (tmp_path / "models" / "qwen3").symlink_to(shared_data / "tokenizers" / "qwen3")
+    run_markdown(REPO / "docs" / "mixtures.md")
+    assert (tmp_path / "cache" / "caches.json").is_file()
+
+
 def test_console_parsing() -> None:
     block = "$ chute a\nout 1\n...\n$ chute b --x\n"
     assert console_commands(block) == [("chute a", ["out 1", "..."]), ("chute b --x", [])]

@@ -30,6 +30,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("lengths",),  # per-sample lengths, computed once
     ("cache",),  # the offline token cache
     ("plan",),  # pure planners over lengths
+    ("mixture",),  # several datasets: definitions, per-dataset recipes and caches, splits
     ("collate",),  # samples -> batch tensors
     ("loader",),  # plans executed in DataLoader workers
     ("stats", "testing"),  # padding statistics; resume/exact-once helpers for users' tests

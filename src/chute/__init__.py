@@ -23,7 +23,9 @@ _EXPORTS: dict[str, str] = {
     "Cache": "chute.cache",
     "PreprocessConfig": "chute.cache",
     "open_cache": "chute.cache",
-    "preprocess": "chute.cache",
+    "preprocess": "chute.mixture",
+    "Dataset": "chute.mixture",
+    "Mixture": "chute.mixture",
     "Collate": "chute.collate",
     "PackedCollate": "chute.collate",
     "PreferenceCollate": "chute.collate",
@@ -33,6 +35,7 @@ _EXPORTS: dict[str, str] = {
     "Message": "chute.sample",
     "Part": "chute.sample",
     "CacheError": "chute.errors",
+    "ChunkFailed": "chute.errors",
     "ChuteError": "chute.errors",
     "ConfigError": "chute.errors",
     "ErrorBudgetExceeded": "chute.errors",
@@ -82,10 +85,12 @@ __all__ = [
     "BudgetPlanner",
     "Cache",
     "CacheError",
+    "ChunkFailed",
     "ChuteError",
     "Collate",
     "ConfigError",
     "Conversation",
+    "Dataset",
     "DecodeOptions",
     "DynamicImageTokens",
     "DynamicResolution",
@@ -107,6 +112,7 @@ __all__ = [
     "MediaStage",
     "Message",
     "MissingDependency",
+    "Mixture",
     "PackedCollate",
     "PackedPlanner",
     "PackedPreferenceCollate",
@@ -154,7 +160,7 @@ def __dir__() -> list[str]:
 
 
 if TYPE_CHECKING:  # static analysers and IDEs see the real names
-    from chute.cache import Cache, PreprocessConfig, open_cache, preprocess
+    from chute.cache import Cache, PreprocessConfig, open_cache
     from chute.collate import (
         Collate,
         KTOCollate,
@@ -165,6 +171,7 @@ if TYPE_CHECKING:  # static analysers and IDEs see the real names
     )
     from chute.errors import (
         CacheError,
+        ChunkFailed,
         ChuteError,
         ConfigError,
         ErrorBudgetExceeded,
@@ -190,6 +197,7 @@ if TYPE_CHECKING:  # static analysers and IDEs see the real names
         MediaStage,
         PixelStore,
     )
+    from chute.mixture import Dataset, Mixture, preprocess
     from chute.plan import (
         BudgetPlanner,
         GroupedPlanner,

@@ -26,6 +26,7 @@ from chute._internal.spelling import spell
 __all__ = [
     "SAMPLE_ERROR_KINDS",
     "CacheError",
+    "ChunkFailed",
     "ChuteError",
     "ConfigError",
     "ErrorBudgetExceeded",
@@ -115,6 +116,23 @@ class ErrorBudgetExceeded(ChuteError):
 
 class CacheError(ChuteError):
     """A cache directory cannot be used: not a cache, incomplete, damaged, or built elsewhere."""
+
+
+class ChunkFailed(CacheError):
+    """A chunk of ``chute preprocess`` could not be built (a bad record is a counted skip instead).
+
+    The message names the chunk, its records, the record where it failed when one is to blame
+    (``path:line``) and the cause; ``chunk`` and ``record`` hold them. Chunks committed before
+    stay committed: fix the cause and run the same command again to resume.
+    """
+
+    def __init__(self, message: str, chunk: int | None = None, record: str | None = None):
+        super().__init__(message)
+        self.chunk = chunk
+        self.record = record
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (str(self), self.chunk, self.record))
 
 
 class FingerprintMismatch(CacheError, ValueError):

@@ -71,7 +71,7 @@ def test_pixels_give_the_same_batches_as_decoding_and_read_no_image(
     report = preprocess(cfg(data), out=tmp_path / "c", pixels={"size": 48})
     px = report.to_json()["stage_outputs"]["pixels"]
     # a, b, c stored; cut.jpg has a valid header (the recipe kept it) but does not decode
-    assert px["images"] == 3 and px["failures"] == {"image_corrupt": 1} and not px["reused"]
+    assert px == {"images": 3, "bytes": 3 * 48 * 48 * 3, "failures": {"image_corrupt": 1}}
     cache = open_cache(tmp_path / "c")
     assert isinstance(cache.pixels, PixelStore) and len(cache.pixels) == 3
     failures = (tmp_path / "c" / "pixels" / "failures.jsonl").read_text()
@@ -203,11 +203,16 @@ def test_finish_keeps_an_equal_store_and_replaces_a_stale_one(tmp_path: Path, da
         return (cache.chunk(k) for k in range(cache.num_chunks))
 
     index = (folder / "index.npy").read_bytes()
+    before = (folder / "index.npy").stat()
     facts = stage.finish(folder, chunks)  # another rank finishing too: nothing rebuilt
-    assert facts["reused"] and facts["images"] == 3
+    after = (folder / "index.npy").stat()
+    assert facts["images"] == 3 and (after.st_ino, after.st_mtime_ns) == (
+        before.st_ino,
+        before.st_mtime_ns,
+    )
     other = PixelsStage.from_options({"size": 32}, recipe)
     facts = other.finish(folder, chunks)  # a store of other options there: replaced whole
-    assert not facts["reused"] and (folder / "index.npy").read_bytes() != index
+    assert facts["images"] == 3 and (folder / "index.npy").read_bytes() != index
     assert PixelStore(folder).manifest["transform"]["size"] == 32
     assert not list(out.glob(".pixels.tmp-*"))
 

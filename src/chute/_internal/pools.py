@@ -1,17 +1,24 @@
-"""Process pools shared by validate, preprocess, the lengths pass and the pixel store."""
+"""Process pools shared by validate, preprocess, the lengths pass and the pixel store.
+
+Example:
+    >>> list(process_map(abs, [-1, 2, -3], workers=1))
+    [1, 2, 3]
+"""
 
 from __future__ import annotations
 
 import multiprocessing
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from multiprocessing.context import BaseContext
-from typing import Any
+from typing import Any, TypeVar
 
 from chute._internal.spelling import Spelling, current_spelling, spelling
 
-__all__ = ["pool_context", "process_pool"]
+__all__ = ["pool_context", "process_map", "process_pool"]
+
+R = TypeVar("R")
 
 
 def pool_context() -> BaseContext:
@@ -44,6 +51,15 @@ def process_pool(
         initializer=_enter,
         initargs=(current_spelling(), initializer, initargs),
     )
+
+
+def process_map(fn: Callable[[Any], R], items: Sequence[Any], *, workers: int) -> Iterator[R]:
+    """``fn(item)`` for every item, in order, in up to ``workers`` processes (1: here)."""
+    if workers <= 1 or len(items) <= 1:
+        yield from map(fn, items)
+        return
+    with process_pool(min(workers, len(items))) as pool:
+        yield from pool.map(fn, items)
 
 
 def _enter(how: Spelling, initializer: Callable[..., None] | None, args: tuple[Any, ...]) -> None:

@@ -2,8 +2,9 @@
 
 The job is cut into chunks of ``chunk_size`` records. Rank ``i`` of ``N`` (``--shard i/N``, or
 ``RANK``/``WORLD_SIZE`` from torchrun and other launchers) builds chunks ``k`` with
-``k % N == i``, with a pool of processes, skipping chunks already committed (a resumed run
-starts at the first uncommitted chunk). Ranks share nothing but the output directory:
+``k % N == i`` on its engine (``cache.engine``: a pool of processes, or Ray tasks; see
+``chute.cache.engines``), skipping chunks already committed (a resumed run starts at the first
+uncommitted chunk). Ranks share nothing but the output directory:
 
 1. every rank computes the plan (fingerprint and chunking) and publishes ``plan.json`` (the
    same bytes from every rank) or finds it there and checks it is the same job;
@@ -39,9 +40,9 @@ from chute._internal.progress import progress as progress_of
 from chute._internal.remote import absolute
 from chute._internal.spelling import spelled_as
 from chute.cache.config import CONFIG, PreprocessConfig, load_config
+from chute.cache.engines import Engine, LocalEngine, make_engine
 from chute.cache.fingerprint import build_fingerprint, sources_fingerprint
 from chute.cache.layout import CACHE_FORMAT, FORMAT_VERSION, Layout, sweep_temps
-from chute.cache.pool import run_chunks
 from chute.cache.schema import token_dtype
 from chute.cache.stages import ChunkStage, make_stages
 from chute.cache.workdir import committed_records, establish, finish, prepare_dir
@@ -73,6 +74,8 @@ class PreprocessReport:
         built: chunks this call built; ``reused``: this rank's chunks already committed.
         records_built: records this call ran the recipe over (for records/s).
         finalized: whether this call wrote the manifest.
+        engine: where the chunks ran (``local, 8 processes``, ``ray at host:6379, 64 CPUs``).
+        engine_startup_seconds: time to start or connect to the engine (Ray), else ``None``.
         manifest: the cache's manifest (totals, rejects by reason), once complete.
         seconds: wall time of this call.
     """
@@ -86,6 +89,8 @@ class PreprocessReport:
     finalized: bool = False
     manifest: dict[str, Any] = field(default_factory=dict)
     seconds: float = 0.0
+    engine: str = ""
+    engine_startup_seconds: float | None = None
 
     @property
     def samples(self) -> int:
@@ -105,6 +110,8 @@ class PreprocessReport:
             "chunks_built": self.built,
             "chunks_reused": self.reused,
             "finalized": self.finalized,
+            "engine": self.engine,
+            "engine_startup_seconds": self.engine_startup_seconds,
             "records": m.get("records"),
             "samples": m.get("samples"),
             "rejected": m.get("rejected"),
@@ -158,6 +165,8 @@ def preprocess(
     stages: Sequence[ChunkStage] = (),
     pixels: bool | Mapping[str, Any] | None = None,
     progress: bool | Callable[[int, int], None] | None = None,
+    engine: str | Engine | None = None,
+    address: str | None = None,
     **sections: Any,
 ) -> PreprocessReport:
     """Run the recipe over every record of the sources and write (or finish) a cache.
@@ -181,6 +190,9 @@ def preprocess(
         progress: ``None``: a bar on a terminal, else a log line now and then, on rank 0
             (``chute._internal.progress``); ``False``: silent; ``True``: on every rank; or
             called as ``progress(records_done, records_total)`` for this rank's chunks.
+        engine: set ``cache.engine`` (``"local"`` or ``"ray"``), or an ``Engine`` to run the
+            chunks on (e.g. ``chute.cache.engines.RayEngine(address, max_retries=5)``).
+        address: set ``cache.address`` (the Ray cluster, for ``engine="ray"``).
         **sections: ``sources=``, ``recipe=``, ``cache=``, ``stages=`` when ``config`` is not
             given.
 
@@ -199,9 +211,12 @@ def preprocess(
     elif sections:
         raise ConfigError(f"pass a config or keyword sections, not both ({', '.join(sections)})")
     cfg = load_config(config, overrides)
-    for name, value in (("workers", workers), ("full_hash", full_hash)):
-        if value is not None:
-            cfg = load_config(cfg, [f"cache.{name}={orjson.dumps(value).decode()}"])
+    settings: dict[str, Any] = {"workers": workers, "full_hash": full_hash, "address": address}
+    if isinstance(engine, str):
+        settings["engine"] = engine
+    keys = [f"cache.{k}={orjson.dumps(v).decode()}" for k, v in settings.items() if v is not None]
+    if keys:
+        cfg = load_config(cfg, keys)  # at once: engine and address are checked together
     if wait_timeout is not None:
         cfg = load_config(cfg, [f"cache.wait_timeout={float(wait_timeout)!r}"])
     if pixels:
@@ -288,25 +303,21 @@ def preprocess(
         report.records_built += record["records"][1] - record["records"][0]
         budget.add(record, where=f" on shard {world.rank}/{world.world_size}")
 
-    workers_n = cfg.cache.workers or default_workers()
-    with bar:
-        run_chunks(job, todo, workers=workers_n, on_done=on_done, progress=moved)
-    budget.check(f" on shard {world.rank}/{world.world_size}")  # small data: all records seen
-    report.manifest, report.finalized = finish(
-        layout, plan, world, cfg.cache.wait_timeout, all_stages
-    )
+    watched = bar.shown or callable(progress)  # else no record counts travel (Ray: no actor)
+    with engine if isinstance(engine, Engine) else make_engine(cfg.cache) as runner:
+        with bar:
+            runner.run_chunks(job, todo, on_done=on_done, progress=moved if watched else None)
+        sweep_temps(layout.chunks)  # what workers killed mid-write (then retried) left
+        budget.check(f" on shard {world.rank}/{world.world_size}")  # small data: all seen
+        # a remote cache's stage folders live in this machine's mirror: its own processes
+        tasks = LocalEngine(cfg.cache.workers) if layout.storage.remote else runner
+        finishing = [stage.with_tasks(tasks) for stage in all_stages]
+        report.manifest, report.finalized = finish(
+            layout, plan, world, cfg.cache.wait_timeout, finishing
+        )
+        report.engine, report.engine_startup_seconds = runner.describe(), runner.startup_seconds
     report.seconds = time.perf_counter() - t0
     return report
-
-
-def default_workers() -> int:
-    """This machine's usable cores, divided among the ranks launched on it."""
-    try:
-        cores = len(os.sched_getaffinity(0))
-    except AttributeError:
-        cores = os.cpu_count() or 1
-    local = os.environ.get("LOCAL_WORLD_SIZE", "1")
-    return max(1, cores // max(1, int(local) if local.isdigit() else 1))
 
 
 class _Budget:

@@ -6,11 +6,23 @@ without importing the registry that names it.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
-__all__ = ["ChunkStage"]
+__all__ = ["ChunkStage", "TaskRunner"]
+
+R = TypeVar("R")
+
+
+class TaskRunner(Protocol):
+    """Runs independent tasks on the build's engine (``chute.cache.engines``)."""
+
+    def map(
+        self, fn: Callable[[Any], R], items: Sequence[Any], *, limit: int | None = None
+    ) -> Iterable[R]:
+        """``fn(item)`` for every item as parallel tasks (``limit`` at once), in order."""
+        ...
 
 
 class ChunkStage:
@@ -42,6 +54,17 @@ class ChunkStage:
     def files(self, chunk: int, samples: list[dict[str, Any]]) -> Mapping[str, bytes]:
         """Extra files for the chunk: suffix -> bytes (written as ``chunks/<k>.<suffix>``)."""
         return {}
+
+    def with_tasks(self, tasks: TaskRunner) -> ChunkStage:
+        """This stage, with ``tasks`` to spread the work of ``finish`` over the build's engine.
+
+        ``tasks.map(fn, items, limit=None)`` runs ``fn(item)`` for every item as independent
+        tasks (processes of this machine, or Ray tasks across a cluster) and yields the results
+        in order. ``fn`` and the items must be picklable, and a task may run again after a
+        failure (write each task's files atomically). The default returns the stage unchanged:
+        its ``finish`` runs in the finalizing process alone.
+        """
+        return self
 
     def finish(self, folder: Path, chunks: Callable[[], Iterator[Any]]) -> Mapping[str, Any] | None:
         """Once every chunk is committed, before the manifest: write what spans all chunks.

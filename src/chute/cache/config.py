@@ -57,8 +57,12 @@ from chute.recipe import MAX_RECORD_BYTES, OVERFLOW, TASKS, TRUNCATION
 from chute.templates.base import TRAIN_ON
 from chute.tokenize import BACKENDS
 
+# where chunks run (chute.cache.engines)
+ENGINES = ("local", "ray")
+
 __all__ = [
     "CONFIG",
+    "ENGINES",
     "CacheOptions",
     "PreprocessConfig",
     "RecipeConfig",
@@ -207,6 +211,12 @@ class CacheOptions:
         wait_timeout: seconds a rank that finished its chunks waits for the other ranks'.
         max_bad_fraction: stop when more than this share of records is rejected (``null``:
             never), checked once 1,000 records were seen.
+        engine: where the chunks run: ``local`` (a pool of processes per rank) or ``ray``
+            (Ray tasks; ``pip install 'chute[ray]'``). The cache is the same bytes either way.
+        address: with ``engine: ray``, the Ray cluster (``auto``, ``host:6379``,
+            ``ray://host:10001``); default ``RAY_ADDRESS``, else a new local Ray.
+        runtime_env: with ``engine: ray``, the tasks' Ray runtime environment (e.g.
+            ``{pip: [chute]}``), where the cluster's Python lacks chute.
     """
 
     chunk_size: int = 10_000
@@ -214,6 +224,9 @@ class CacheOptions:
     full_hash: bool = False
     wait_timeout: float = 3600.0
     max_bad_fraction: float | None = 0.25
+    engine: str = "local"
+    address: str | None = None
+    runtime_env: dict[str, Any] = field(default_factory=dict)
 
     KINDS: ClassVar[dict[str, Any]] = {
         "chunk_size": "int+",
@@ -221,11 +234,25 @@ class CacheOptions:
         "full_hash": "bool",
         "wait_timeout": "seconds",
         "max_bad_fraction": "fraction?",
+        "engine": choice(ENGINES),
+        "address": "str?",
+        "runtime_env": "map",
     }
     SHAPING: ClassVar[tuple[str, ...]] = ("chunk_size", "full_hash")
 
     def __post_init__(self) -> None:
-        raise_problems(check_fields(self.KINDS, vars(self)))
+        problems = check_fields(self.KINDS, vars(self))
+        if self.engine == "local":
+            problems += [
+                (
+                    f"cache.{name}",
+                    f"{getattr(self, name)!r} is for the ray engine; add --engine ray "
+                    "(cache.engine: ray), or leave it out",
+                )
+                for name in ("address", "runtime_env")
+                if getattr(self, name)
+            ]
+        raise_problems(problems)
 
 
 @dataclass

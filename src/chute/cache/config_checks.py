@@ -100,10 +100,12 @@ def check_fields(kinds: Mapping[str, Any], values: Mapping[str, Any]) -> Problem
     return out
 
 
-def raise_problems(problems: Problems, prefix: str = "") -> None:
+def raise_problems(
+    problems: Problems, prefix: str = "", what: str = "preprocessing config"
+) -> None:
     if problems:
         lines = "\n".join(f"  {prefix}{name}: {msg}" for name, msg in problems)
-        raise ConfigError(f"invalid preprocessing config:\n{lines}")
+        raise ConfigError(f"invalid {what}:\n{lines}")
 
 
 def unknown_keys(data: Mapping[str, Any], known: Sequence[str], prefix: str) -> Problems:

@@ -29,24 +29,29 @@ Example:
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import hashlib
+import logging
 import os
 import shutil
 import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import orjson
 import pyarrow.compute as pc
 
-from chute.cache.chunk_stage import ChunkStage
+from chute.cache.chunk_stage import ChunkStage, TaskRunner
 from chute.errors import ConfigError
 from chute.media.transforms import DynamicResolution, ImageTransform
 
 __all__ = ["PixelsStage", "media_stage_from_options", "transform_from_options"]
+
+log = logging.getLogger("chute.cache")
 
 _FIXED_KEYS = (
     "size",
@@ -80,7 +85,8 @@ class PixelsStage(ChunkStage):
     Args:
         transform: the complete transform spec (``{"kind": "fixed"|"dynamic", ...}``).
         max_image_pixels: the decompression-bomb limit of decoding.
-        workers: processes that decode (not part of the fingerprint: it changes no byte).
+        workers: decoding tasks at once (default: the engine's: ``cache.workers`` processes,
+            or twice the Ray cluster's CPUs); not part of the fingerprint: it changes no byte.
     """
 
     name = "pixels"
@@ -92,6 +98,13 @@ class PixelsStage(ChunkStage):
         super().__init__(transform=dict(transform), max_image_pixels=max_image_pixels)
         self.workers = workers
         self.transform = transform_from_options(self.options)  # checks the spec
+        self.tasks: TaskRunner | None = None
+
+    def with_tasks(self, tasks: TaskRunner) -> PixelsStage:
+        """A copy that decodes on the build's engine (``workers`` tasks at most, if set)."""
+        stage = copy.copy(self)
+        stage.tasks = tasks
+        return stage
 
     @classmethod
     def from_options(cls, options: Mapping[str, Any], recipe: Any) -> PixelsStage:
@@ -167,7 +180,8 @@ class PixelsStage(ChunkStage):
         digest = _paths_digest(ordered, self.fingerprint())
         done = _read_manifest(folder)
         if done.get("build") == digest:
-            return _facts(done, reused=True)  # another rank (or an earlier run) built it
+            log.info("%s: an equal pixel store is in place; kept", folder)
+            return _facts(done)  # another rank (or an earlier run) built it
         # Build beside the folder, then rename it into place: a reader never sees half a store,
         # and ranks finishing at once each publish a whole (identical) one.
         _sweep_stale_builds(folder)
@@ -180,11 +194,14 @@ class PixelsStage(ChunkStage):
                 decode=DecodeOptions(max_pixels=self.options["max_image_pixels"]),
                 workers=self.workers,
                 extra={"build": digest},
+                map_tasks=None
+                if self.tasks is None
+                else partial(self.tasks.map, limit=self.workers),
             )
             _publish_dir(tmp, folder, digest)
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
-        return _facts(_read_manifest(folder), reused=False)
+        return _facts(_read_manifest(folder))
 
 
 def transform_from_options(options: Mapping[str, Any]) -> Any:
@@ -275,6 +292,6 @@ def _publish_dir(tmp: Path, folder: Path, digest: str) -> None:
     raise ConfigError(f"could not publish the pixel store at {folder}")
 
 
-def _facts(manifest: Mapping[str, Any], *, reused: bool) -> dict[str, Any]:
-    keys = ("images", "bytes", "failures", "seconds")
-    return {**{k: manifest.get(k) for k in keys}, "reused": reused}
+def _facts(manifest: Mapping[str, Any]) -> dict[str, Any]:
+    """What the cache's manifest records: counts only (no timings, so its bytes are stable)."""
+    return {k: manifest.get(k) for k in ("images", "bytes", "failures")}

@@ -39,6 +39,7 @@ import pyarrow as pa
 
 from chute._internal.files import atomic_file
 from chute._internal.remote import absolute, is_url
+from chute.cache.cacheset import is_cache_set, open_cache_set
 from chute.cache.finalize import read_chunk
 from chute.cache.fingerprint import differences, mismatch, source_changes
 from chute.cache.layout import CACHE_FORMAT, FORMAT_VERSION, Layout, read_json
@@ -52,6 +53,8 @@ def is_cache_dir(path: Any) -> bool:
     """Whether ``path`` is a directory (or URL prefix) holding a chute cache (complete or not)."""
     if not isinstance(path, str | os.PathLike):
         return False
+    if is_cache_set(path):
+        return True
     text = os.fspath(path)
     if is_url(text):
         if text.split("?", 1)[0].lower().endswith(_DATA_SUFFIXES):
@@ -82,6 +85,16 @@ def open_cache(
         CacheError: not a cache, not complete, or a chunk file is missing or damaged.
         FingerprintMismatch: another format version, changed sources, or another recipe.
     """
+    if is_cache_set(path):  # one cache per dataset of a mixture
+        if recipe is not None:
+            raise ConfigError(
+                f"{path} holds one cache per dataset of a mixture: check recipes with "
+                f"Loader(open_cache(DIR), mixture=...)",
+                param="recipe",
+            )
+        return open_cache_set(  # type: ignore[return-value]
+            path, open_cache, verify_sources=verify_sources
+        )
     layout = Layout(absolute(path))
     manifest = layout.read_json(layout.manifest)
     if not isinstance(manifest, dict):

@@ -24,7 +24,7 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 
-_COMMANDS = ["index", "validate", "inspect", "stats", "preprocess", "bench", "demo"]
+_COMMANDS = ["index", "validate", "inspect", "stats", "preprocess", "bench", "demo", "migrate"]
 
 for _name in _COMMANDS:
     importlib.import_module(f"chute.cli.{_name}_cmd").register(app)
@@ -56,7 +56,8 @@ def _main(
 ) -> None:
     """Feed PyTorch training of LLMs from your JSONL / JSON data.
 
-    index, validate, inspect, stats, preprocess, bench and demo: every command takes --help.
+    index, validate, inspect, stats, preprocess, bench, demo and migrate: every command takes
+    --help.
     """
 
 

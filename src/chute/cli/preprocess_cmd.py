@@ -1,13 +1,15 @@
 """``chute preprocess CONFIG.yaml --out DIR [key=value ...]``: build (or finish) a token cache.
 
-Runs the config's recipe over every record with a pool of processes, one chunk at a time, each
-committed atomically; running the same command again after a crash resumes at the first
-uncommitted chunk. Under torchrun (``RANK``/``WORLD_SIZE``) or with ``--shard i/N`` each rank
+Runs the config's recipe over every record with a pool of processes (or Ray tasks with
+``--engine ray``), one chunk at a time, each committed atomically; running the same command
+again after a crash resumes at the first uncommitted chunk. Under torchrun (``RANK``/``WORLD_SIZE``) or with ``--shard i/N`` each rank
 builds its share into the same directory; the last to finish writes the manifest.
 """
 
 from __future__ import annotations
 
+import contextlib
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -65,6 +67,18 @@ def preprocess(
         help="With --pixels: fixed (one size) or dynamic (Qwen2-VL; default when the recipe "
         "counts image tokens from image sizes).",
     ),
+    engine: str | None = typer.Option(
+        None,
+        "--engine",
+        help="Where chunks run: local (processes on this machine; default) or ray (Ray tasks, "
+        "pip install 'chute[ray]'). Same cache either way.",
+    ),
+    address: str | None = typer.Option(
+        None,
+        "--address",
+        help="With --engine ray: the Ray cluster (auto, host:6379, ray://host:10001); default "
+        "RAY_ADDRESS, else a local Ray with this machine's cores.",
+    ),
     *,
     output: OutputArgs,
 ) -> None:
@@ -72,9 +86,12 @@ def preprocess(
 
     Open it with chute.open_cache(DIR) or train from it with Loader(open_cache(DIR)); a
     changed source, tokenizer, template or max_length is refused there, naming the field.
+    A mixture config (with datasets:) builds one cache per dataset in DIR/<name>; weights
+    are not part of any cache, so changing them rebuilds nothing (docs/mixtures.md).
     """
-    from chute.cache import preprocess as run
+    from chute.cache.config import ENGINES
     from chute.errors import ConfigError
+    from chute.mixture import preprocess_any as run
 
     options: dict[str, Any] = {}
     if image_transform is not None:
@@ -83,22 +100,38 @@ def preprocess(
         options["size"] = image_size
     if options and not pixels:
         raise ConfigError("--image-size and --image-transform set up --pixels; add --pixels")
-    report = run(
-        config,
-        out=out,
-        overrides=overrides or [],
-        workers=workers,
-        shard=shard,
-        full_hash=full_hash,
-        wait_timeout=wait_timeout,
-        overwrite=overwrite,
-        pixels=options or pixels,
-        progress=shown(output.progress),
-    )
+    if engine is not None and engine not in ENGINES:
+        raise ConfigError(f"--engine: expected one of {', '.join(ENGINES)}, got {engine!r}")
+    # stdout carries the summary (or the JSON) alone: what workers print while the build runs
+    # (Ray echoes its workers' and raylets' logs into the driver's stdout) goes to stderr
+    with contextlib.redirect_stdout(sys.stderr):
+        report = run(
+            config,
+            out=out,
+            overrides=overrides or [],
+            workers=workers,
+            shard=shard,
+            full_hash=full_hash,
+            wait_timeout=wait_timeout,
+            overwrite=overwrite,
+            pixels=options or pixels,
+            progress=shown(output.progress),
+            engine=engine,
+            address=address,
+        )
     if output.as_json:
         emit_json(report.to_json())
         return
-    _print(report.to_json())
+    data = report.to_json()
+    if "datasets" not in data:
+        _print(data)
+        return
+    for name, r in data["datasets"].items():  # a mixture: one cache per dataset
+        typer.echo(f"== dataset {name}")
+        _print(r)
+        typer.echo("")
+    done = "complete" if data["finalized"] else "not complete (other ranks finish it)"
+    typer.echo(f"mixture caches: {data['path']} ({done}); Loader(open_cache(DIR)) reads them")
 
 
 def _print(r: dict[str, Any]) -> None:
@@ -115,13 +148,14 @@ def _print(r: dict[str, Any]) -> None:
         f"shard {i}/{n}: built {r['chunks_built']} chunk(s), reused {r['chunks_reused']} already "
         f"committed, in {r['seconds']:.2f} s{rate}; {r['chunks']} chunks in all"
     )
+    if not r["engine"].startswith("local"):
+        typer.echo(f"engine: {r['engine']}")
     px = r.get("stage_outputs", {}).get("pixels")
     if px:
         failed = sum((px.get("failures") or {}).values())
-        how = "kept from an earlier run" if px.get("reused") else f"in {px['seconds']:.1f} s"
         typer.echo(
-            f"pixels: {px['images']:,} images pre-decoded ({px['bytes'] / 1e6:,.1f} MB of uint8), "
-            f"{how}" + (f"; {failed:,} could not be (see pixels/failures.jsonl)" if failed else "")
+            f"pixels: {px['images']:,} images pre-decoded ({px['bytes'] / 1e6:,.1f} MB of uint8)"
+            + (f"; {failed:,} could not be (see pixels/failures.jsonl)" if failed else "")
         )
     if r["rejected"]:
         rows = [

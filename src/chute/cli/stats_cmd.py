@@ -100,6 +100,10 @@ def stats(
 ) -> None:
     """Length percentiles, a histogram, and the padding efficiency of every plan.
 
+    Given a mixture (its YAML, or the caches chute preprocess built from it): a table per
+    dataset (records, tokens, mean and p99 length, its share of an epoch's samples and tokens,
+    padding efficiency of every plan) and the plans over the epoch's selection.
+
     Plans one epoch of random, grouped (length-grouped), budget (token-budget) and packed
     batches over the same lengths and reports real tokens / tokens in padded rows, steps and
     rows per epoch, and samples dropped or truncated. Lengths are computed once and cached, so
@@ -107,7 +111,32 @@ def stats(
     max_length; --max-length and --overflow are applied here, to every plan alike.
     """
     from chute.cache import is_cache_dir
+    from chute.cli._mixture_stats import is_mixture_input, mixture_stats_command
 
+    if len(paths) == 1 and is_mixture_input(paths[0]):
+        if recipe.tokenizer is not None or recipe.given():
+            raise ConfigError(
+                f"{paths[0]} is a mixture: each dataset's recipe comes from it; leave out "
+                f"--tokenizer and the other recipe options (override keys in the YAML instead)"
+            )
+        mixture_stats_command(
+            paths[0],
+            dict(
+                max_length=max_length,
+                batch_size=batch_size,
+                world_size=world_size,
+                overflow=overflow,
+                max_tokens=max_tokens,
+                group_size=group_size,
+                window=window,
+                seed=seed,
+            ),
+            plot=plot,
+            cache_dir=cache_dir,
+            output=output,
+            print_plans=_print,
+        )
+        return
     cache = next((p for p in paths if is_cache_dir(p)), None)
     if cache is not None and recipe.tokenizer is not None:
         raise ConfigError(

@@ -80,6 +80,16 @@ def validate(
         help="Exit with status 1 when a larger share of the records is rejected: the Loader's "
         "error budget, which stops training on such data (default 0.25, its default).",
     ),
+    overlap: bool = typer.Option(
+        False,
+        "--overlap",
+        help="Find exact duplicates (by content: normalized text and media references) within "
+        "and between the PATHS, each a group (a mixture YAML: one per dataset and split); "
+        "--rejects writes one line per duplicate; exit 1 when groups share content.",
+    ),
+    max_memory: int = typer.Option(
+        256, "--max-memory", help="--overlap: MiB of hashes sorted at once (more spill to disk)."
+    ),
     *,
     recipe: RecipeArgs,
     output: OutputArgs,
@@ -102,6 +112,31 @@ def validate(
     """
     from chute.cache import is_cache_dir
 
+    if overlap:
+        from chute.cli._overlap import run_overlap
+
+        recipe.refuse_without_tokenizer(
+            "with --overlap only --format, --columns and --tags (records are hashed, not "
+            "tokenized)",
+            ignore=("format", "columns", "tags"),
+        )
+        spec = FormatSpec(
+            recipe.format or "auto",
+            columns=parse_pairs(recipe.columns, "--columns"),
+            tags=parse_pairs(recipe.tags, "--tags"),
+        )
+        run_overlap(
+            paths,
+            spec,
+            rejects=rejects,
+            workers=workers,
+            cache_dir=cache_dir,
+            max_memory_mb=max_memory,
+            strict=strict,
+            as_json=output.as_json,
+            progress=shown(output.progress),
+        )
+        return
     caches = [p for p in paths if is_cache_dir(p)]
     if caches:
         if len(paths) > 1:

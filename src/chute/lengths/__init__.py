@@ -90,6 +90,7 @@ def lengths_of(
     progress: ProgressArg = None,
     local_rank: int = 0,
     wait_timeout: float = 3600.0,
+    desc: str = "lengths",
 ) -> Lengths:
     """The ``Lengths`` of every sample of ``source`` under ``recipe`` (see the module docstring).
 
@@ -105,6 +106,7 @@ def lengths_of(
         local_rank: this process's rank within its node; ranks other than 0 wait for local
             rank 0 to write the cache instead of computing it again.
         wait_timeout: seconds a waiting rank waits before it gives up.
+        desc: the progress label (a mixture's passes name their dataset).
 
     Raises:
         ConfigError: the source's own lengths do not match its size, or the wait timed out.
@@ -122,7 +124,7 @@ def lengths_of(
             lens = dataclasses.replace(lens, longest=np.asarray(longest), sequences=2)
         return lens
     lens = _per_record(
-        source, recipe, workers, cache, cache_dir, progress, local_rank, wait_timeout
+        source, recipe, workers, cache, cache_dir, progress, local_rank, wait_timeout, desc
     )
     if getattr(recipe, "task", None) == "preference":
         lens = dataclasses.replace(lens, sequences=2)
@@ -140,11 +142,12 @@ def _per_record(
     progress: ProgressArg,
     local_rank: int,
     wait_timeout: float,
+    desc: str,
 ) -> Lengths:
     """The lengths of every record under ``recipe``: cached, or computed (and cached)."""
     key, describe = lengths_key(source, recipe) if cache else (None, {})
     if key is None:
-        with progress_of(len(source), "lengths", enabled=progress) as bar:
+        with progress_of(len(source), desc, enabled=progress) as bar:
             out, kinds, tally = compute_lengths(
                 source, recipe, workers=workers, progress=bar.update
             )
@@ -168,7 +171,7 @@ def _per_record(
     )
 
     def fill(out: Any) -> tuple[list[str], Any]:
-        with progress_of(n, "lengths", enabled=progress) as bar:
+        with progress_of(n, desc, enabled=progress) as bar:
             _, kinds, tally = compute_lengths(
                 source, recipe, workers=workers, out=out, progress=bar.update
             )

@@ -20,6 +20,13 @@ from chute.errors import ConfigError, LoaderTimeout, RejectTally
 from chute.loader.accounting import Accounting
 from chute.loader.collectives import check_lockstep, sum_over_ranks
 from chute.loader.dispatch import TaskSampler, make_dataloader, next_batch, shutdown_workers
+from chute.loader.mixing import (
+    DatasetBooks,
+    bind_mixture,
+    mixture_state,
+    restore_mixture,
+    switched,
+)
 from chute.loader.options import (
     PathLike,
     as_source,
@@ -41,6 +48,7 @@ from chute.loader.planning import (
 from chute.loader.state import STATE_FORMAT, STATE_VERSION, check_compatible, read_position
 from chute.loader.worker import BatchBuilder, BatchReport
 from chute.plan import Plan, Planner, continue_epoch
+from chute.plan.mixed import MixturePlanner
 from chute.sample.budget import ErrorBudget
 from chute.world import World
 
@@ -96,6 +104,12 @@ class Loader:
             batches gain ``pixel_values``, ``image_counts`` (and ``image_grid_thw``); the
             collate is wrapped in ``MediaCollate``. See docs/media.md. Over a cache built
             with ``--pixels`` the default is the cache's own stage (``False``: none).
+        mixture: over the caches of a preprocessed mixture (``open_cache(DIR)``), the
+            ``Mixture`` whose amounts to use (default: the one they were built from); its
+            datasets' recipe options are checked against their caches. To read a mixture's
+            files, pass the ``Mixture`` (or its YAML file) as ``source``. See docs/mixtures.md.
+        split: over a mixture, ``"train"`` (default) or ``"val"``: the datasets' validation
+            hold-outs, each once per epoch, never overlapping train.
 
     Example:
         >>> data = [{"input_ids": [i] * (1 + i % 3)} for i in range(10)]
@@ -133,8 +147,17 @@ class Loader:
         plan_options: Mapping[str, Any] | None = None,
         multiprocessing_context: Any = None,
         media: Any = None,
+        mixture: Any = None,
+        split: str = "train",
     ):
         require_torch()
+        self.world = world if world is not None else World.detect()
+        if not isinstance(self.world, World):
+            raise ConfigError(f"world must be a chute.World, got {type(world).__name__}")
+        self.mixture = bind_mixture(source, recipe, mixture, split, self.world)
+        if self.mixture is not None:
+            source, recipe = self.mixture.source, self.mixture.recipe
+        self.split = split
         self.source = as_source(source)
         self.num_samples = len(self.source)
         if self.num_samples == 0:
@@ -145,9 +168,6 @@ class Loader:
             # A cache holds the recipe's samples already: check it is this recipe's, then read.
             check_recipe(recipe)
             recipe = None
-        self.world = world if world is not None else World.detect()
-        if not isinstance(self.world, World):
-            raise ConfigError(f"world must be a chute.World, got {type(world).__name__}")
         # overflow="split": the samples are the documents' windows, each with its own id
         self.source = split_source(self.source, recipe, self.world.local_rank)
         self.num_samples = len(self.source)
@@ -168,7 +188,12 @@ class Loader:
         )
         if setup.packed and top_up:
             raise ConfigError("top_up=True cannot refill packed rows; drop it with plan='packed'")
+        if self.mixture is not None:
+            setup.planner = self.mixture.planner(
+                setup.planner, split=split, seed=seed, shuffle=shuffle
+            )
         self.planner, self.lengths, self.excluded = setup.planner, setup.lengths, setup.excluded
+        self.datasets = None if self.mixture is None else DatasetBooks(self.mixture, setup.lengths)
         self.num_workers = check_workers(num_workers, persistent_workers, prefetch_factor)
         self.pin_memory = bool(pin_memory)
         self.persistent_workers = bool(persistent_workers)
@@ -307,6 +332,8 @@ class Loader:
                     )
                 batch, report = self._next(it, plan, k)
                 self.books.add(report)
+                if self.datasets is not None:
+                    self.datasets.add(plan.batch(self.world.rank, k), report.bad, batch)
                 self._consumed = k + 1
                 yield batch
         finally:
@@ -339,7 +366,7 @@ class Loader:
 
     def summary(self) -> dict[str, Any]:
         """Counts on this rank: batches, samples planned, valid, rejected by reason, top-ups."""
-        return {
+        out = {
             "rank": self.world.rank,
             "epoch": self._epoch,
             **self.books.counters,
@@ -348,6 +375,18 @@ class Loader:
             "by_reason": self.stats,
             "examples": self.tally.examples,
         }
+        if self.datasets is not None:  # a mixture: samples, valid, rejected, tokens per dataset
+            out["datasets"] = self.datasets.summary()
+        return out
+
+    def dataset_report(self) -> str:
+        """Per dataset of a mixture, on this rank: samples, valid, rejected, tokens, token share.
+
+        A text table for training logs (``summary()["datasets"]`` has the numbers).
+        """
+        if self.datasets is None:
+            raise ConfigError("dataset_report() is for a Loader over a mixture")
+        return self.datasets.table()
 
     def stats_all_ranks(self) -> dict[str, int]:
         """``stats`` summed over every rank; a collective: call it on all ranks at once."""
@@ -380,21 +419,43 @@ class Loader:
             "plan": self.planner.params(),
             "source": self._fingerprint,
             **self.books.state_dict(),
+            **mixture_state(self.planner, self._epoch),
+            **({"datasets": self.datasets.state_dict()} if self.datasets is not None else {}),
         }
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
+    def load_state_dict(self, state: dict[str, Any], *, new_mixture: bool = False) -> None:
         """Continue exactly where ``state`` left off (any ``num_workers``, any world size).
 
         With the world size the state was saved on, the stream continues with the batches that
         would have come next. With another world size, what the epoch still owes is re-planned
         over the new ranks, so the epoch still sees every sample exactly once.
 
+        Args:
+            state: a ``state_dict()`` of this loader's configuration (any rank's).
+            new_mixture: over a mixture whose amounts (weight, repeat, samples, max_samples,
+                epoch_samples) changed since the state was saved: continue with the new
+                amounts from the current step; the rest of the epoch is the new selection
+                minus what was already delivered in it (docs/mixtures.md). Without it such a
+                state is refused.
+
         Raises:
             StateMismatch: the state belongs to another plan or dataset (names what differs).
         """
-        check_compatible(state, {"plan": self.planner.params(), "source": self._fingerprint})
+        planner, previous = restore_mixture(self.planner, state, new_mixture=new_mixture)
+        expected = planner.params()
+        if previous is not None:  # the amounts may differ; everything else must not
+            expected = {**expected, "mixture": state["plan"]["mixture"]}
+        check_compatible(state, {"plan": expected, "source": self._fingerprint})
         self._generation += 1  # an iterator still running belongs to the old position
-        epoch, batches, saved_world, segments = read_position(state)
+        self.planner, self._plan_cache, self._plan_key = planner, None, None
+        position = read_position(state)
+        epoch, batches, saved_world, segments = position
+        if previous is not None and isinstance(planner, MixturePlanner):
+            self.planner, finished = switched(planner, previous, self.num_samples, position)
+            self._epoch, self._segments = epoch, []
+            self._consumed = self.plan.num_batches if finished else 0
+            self._load_books(state)
+            return
         saved = continue_epoch(
             self.planner, self.num_samples, epoch=epoch, segments=segments, world_size=saved_world
         )
@@ -413,7 +474,12 @@ class Loader:
             self._segments, self._consumed = [], 0
         else:  # elastic: the rest of the epoch over the new ranks
             self._segments, self._consumed = [*segments, (saved_world, batches)], 0
+        self._load_books(state)
+
+    def _load_books(self, state: dict[str, Any]) -> None:
         self.books.load_state_dict(state)
+        if self.datasets is not None:
+            self.datasets.load_state_dict(state.get("datasets"))
 
     def __repr__(self) -> str:
         return (

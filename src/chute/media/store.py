@@ -7,7 +7,8 @@ for every image of a dataset; the media stage then runs only ``transform.finish`
 normalise, patches) on a hit::
 
     store/
-      manifest.json        format, version, the transform's geometry fingerprint, counts
+      manifest.json        format, version, the transform's geometry fingerprint, counts (no
+                           timings: the same images give the same bytes, however built)
       index.npy            one row per image, sorted by key: key (64-bit hash of the real path),
                            file size and mtime_ns when stored, chunk, offset, height, width,
                            the path's place in paths.bin
@@ -32,10 +33,11 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -68,6 +70,10 @@ ENTRY = np.dtype(
 )
 
 
+# map_tasks(fn, tasks) -> [fn(task) for task in tasks], in order
+MapTasks = Callable[[Callable[[Any], Any], Sequence[Any]], Iterable[Any]]
+
+
 def path_key(path: str) -> int:
     """The 64-bit key of a real path."""
     return int.from_bytes(hashlib.blake2b(path.encode(), digest_size=8).digest(), "little")
@@ -93,6 +99,7 @@ def build_pixel_store(
     per_task: int = 512,
     extra: dict[str, Any] | None = None,
     progress: ProgressArg = None,
+    map_tasks: MapTasks | None = None,
 ) -> StoreReport:
     """Decode and prepare every image of ``paths`` once, into a store at ``out``.
 
@@ -107,6 +114,10 @@ def build_pixel_store(
         extra: more JSON-able facts for the manifest (e.g. what the store was built from).
         progress: ``None``: a bar on a terminal, else a log line now and then, on rank 0
             (``chute._internal.progress``); ``False``: silent; or called with images done.
+        map_tasks: runs the decoding tasks instead of a local process pool:
+            ``map_tasks(fn, tasks)`` yields ``fn(t)`` for each task, in order (e.g. as Ray
+            tasks; each task writes one chunk file, atomically, into ``out``, so ``out`` must
+            be on a filesystem every task sees). ``workers`` is then not used.
 
     Returns:
         A ``StoreReport``; images that fail to decode are listed in ``failures.jsonl`` and
@@ -133,16 +144,19 @@ def build_pixel_store(
     ]
     workers = max(1, workers or os.cpu_count() or 1)
     results: list[tuple[list[tuple[Any, ...]], list[dict[str, Any]]]] = []
-    with progress_of(len(unique), "pixels", unit="img", enabled=progress) as bar:
-        if workers == 1 or len(tasks) <= 1:
-            for task in tasks:
-                results.append(_write_chunk(*task))
-                bar.update(len(task[1]))
+    bar = progress_of(len(unique), "pixels", unit="img", enabled=progress)
+    with bar, contextlib.ExitStack() as stack:
+        outputs: Iterable[Any]
+        if map_tasks is not None:
+            outputs = map_tasks(_write_chunk_task, tasks)
+        elif workers == 1 or len(tasks) <= 1:
+            outputs = map(_write_chunk_task, tasks)
         else:
-            with process_pool(min(workers, len(tasks))) as pool:
-                for task, result in zip(tasks, pool.map(_write_chunk_task, tasks), strict=True):
-                    results.append(result)
-                    bar.update(len(task[1]))
+            pool = stack.enter_context(process_pool(min(workers, len(tasks))))
+            outputs = pool.map(_write_chunk_task, tasks)
+        for task, result in zip(tasks, outputs, strict=True):
+            results.append(result)
+            bar.update(len(task[1]))
     rows: list[tuple[Any, ...]] = []
     failures: list[dict[str, Any]] = []
     for entries, failed in results:
@@ -177,7 +191,6 @@ def build_pixel_store(
         "bytes": report.bytes,
         "chunks": len(tasks),
         "failures": report.failures,
-        "seconds": round(report.seconds, 3),
         **(extra or {}),
     }
     with atomic_file(folder / "manifest.json") as f:

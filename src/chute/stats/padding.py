@@ -30,7 +30,7 @@ Example:
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -42,6 +42,7 @@ from chute.plan import (
     GroupedPlanner,
     IdOrder,
     PackedPlanner,
+    Planner,
     RandomPlanner,
     packing_bound,
     padding_report,
@@ -74,6 +75,7 @@ def padding_stats(
     seed: int = 0,
     bins: int = 20,
     plans: Sequence[str] = PLAN_NAMES,
+    planner_for: Callable[[Planner, Lengths], Planner] | None = None,
 ) -> dict[str, Any]:
     """Length statistics and one epoch of each plan (see the module docstring).
 
@@ -91,6 +93,8 @@ def padding_stats(
         seed: the shuffle's seed (epoch 0 is planned).
         bins: histogram bins.
         plans: which plans to report (``grouped_by_modality`` is added for mixed data).
+        planner_for: ``planner_for(planner, fed_lengths)``: the planner each plan is built
+            with (e.g. over a mixture's selection, ``chute.stats.mixture``); default: itself.
     """
     max_length = check_positive("max_length", max_length)
     if overflow not in ("truncate", "drop", "split"):
@@ -160,6 +164,7 @@ def padding_stats(
             group_size,
             window,
             seed,
+            planner_for,
         )
         report = padding_report(plan, fed, max_length=max_length).to_json()
         report["dropped"] += dropped
@@ -184,14 +189,16 @@ def _plan(
     group_size: int,
     window: int | None,
     seed: int,
+    planner_for: Callable[[Planner, Lengths], Planner] | None = None,
 ) -> Any:
     n = len(lengths)
     if name == "random":
+        random = RandomPlanner(batch_size, seed=seed)
+        if planner_for is not None:
+            return planner_for(random, lengths).build(n, epoch=0, world_size=world_size)
         valid = lengths.valid_ids()
         order = IdOrder(valid[Permutation(len(valid), seed, 0).materialize()])
-        return RandomPlanner(batch_size, seed=seed).build(
-            n, epoch=0, world_size=world_size, order=order
-        )
+        return random.build(n, epoch=0, world_size=world_size, order=order)
     if name in ("grouped", MODALITY_PLAN):
         planner: Any = GroupedPlanner(
             batch_size,
@@ -213,6 +220,8 @@ def _plan(
         planner = PackedPlanner(
             max_length, batch_size=batch_size, window=window, seed=seed, lengths=lengths
         )
+    if planner_for is not None:
+        planner = planner_for(planner, lengths)
     return planner.build(n, epoch=0, world_size=world_size)
 
 

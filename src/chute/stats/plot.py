@@ -92,3 +92,58 @@ def plot_stats(stats: dict[str, Any], path: str | os.PathLike[str]) -> None:
     fig.tight_layout()
     fig.savefig(path, format="png")
     plt.close(fig)
+
+
+def plot_mixture(stats: dict[str, Any], path: str | os.PathLike[str]) -> None:
+    """Draw ``mixture_stats`` output to a PNG at ``path``.
+
+    Left: each dataset's share of an epoch's samples and tokens; right: the padding
+    efficiency of every plan over the whole mixture.
+    """
+    plt = require_matplotlib()
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2), dpi=110)
+    names = list(stats["datasets"])
+    rows = [stats["datasets"][n] for n in names]
+    at = list(range(len(names)))
+    for shift, key, color, label in (
+        (-0.2, "sample_share", "#4c72b0", "samples"),
+        (0.2, "token_share", "#dd8452", "tokens"),
+    ):
+        values = [100 * (r[key] or 0) for r in rows]
+        bars = left.bar([x + shift for x in at], values, width=0.4, color=color, label=label)
+        for bar, value in zip(bars, values, strict=True):
+            left.annotate(
+                f"{value:.1f}%",
+                (bar.get_x() + bar.get_width() / 2, value + 1),
+                ha="center",
+                va="bottom",
+                fontsize=8,
+            )
+    left.set_xticks(at, names, rotation=20 if len(names) > 4 else 0)
+    left.set_ylim(0, 115)
+    left.set_ylabel("share of one epoch (%)")
+    epoch = stats["epoch"]
+    left.set_title(f"one epoch: {epoch['samples']:,} samples, {epoch['tokens']:,} tokens")
+    left.legend(loc="upper right", fontsize=8)
+    plans = list(stats["efficiency"])
+    values = [100 * stats["efficiency"][p] for p in plans]
+    bars = right.bar(
+        plans, values, color=["#8c8c8c", "#4c72b0", "#55a868", "#dd8452", "#8172b2"][: len(plans)]
+    )
+    for bar, value in zip(bars, values, strict=True):
+        right.annotate(
+            f"{value:.1f}%",
+            (bar.get_x() + bar.get_width() / 2, value + 1),
+            ha="center",
+            va="bottom",
+            fontsize=8,
+        )
+    right.set_ylim(0, 115)
+    right.set_ylabel("padding efficiency (%)")
+    right.set_title(
+        f"the mixture's epoch, max_length {stats['max_length']}, batch {stats['batch_size']} x "
+        f"{stats['world_size']} ranks"
+    )
+    fig.tight_layout()
+    fig.savefig(path, format="png")
+    plt.close(fig)

@@ -95,12 +95,16 @@ def safe_prefix_end(
     # character, CJK without punctuation, a whitespace run): searching on would cost as much as
     # encoding the text.
     limit = max(window, need * _MAX_CHARS_PER_TOKEN)
+    first = True
     while window * 2 < len(text) and window <= limit:
         found = _cut_in_window(rust, normalizer, text, window, need)
         if found == "normalization":
             return None
         if isinstance(found, int):
             return found
+        if first and _one_pre_token(rust, text[: min(len(text), limit)]):
+            return None  # no pre-token starts within reach: larger windows would not help
+        first = False
         window *= 2
     return None
 
@@ -144,6 +148,14 @@ def _cut_in_window(
             return None
         return cut
     return None
+
+
+def _one_pre_token(rust: Any, text: str) -> bool:
+    """Whether ``text`` is (nearly) one pre-token, split by the regex alone (cheap: no BPE)."""
+    pre = rust.pre_tokenizer
+    if pre is None:
+        return True
+    return len(pre.pre_tokenize_str(text)) <= 2
 
 
 class _Slice:

@@ -1,13 +1,14 @@
-"""Chunks run in a pool of processes, with a live progress count and no orphans.
+"""The ``local`` engine: chunks run in a pool of processes on this machine, with no orphans.
 
 Workers report records as they go through one shared counter (the progress bar moves within a
 chunk, not only when one ends). On Linux each worker asks the kernel to kill it when its parent
 dies (``PR_SET_PDEATHSIG``), so a SIGKILLed ``chute preprocess`` leaves no worker behind still
-writing, and the next run starts from what was committed.
+writing, and the next run starts from what was committed. Under torchrun or SLURM each rank runs
+its own ``LocalEngine`` over its share of the chunks.
 
 Example:
-    >>> done = []
-    >>> run_chunks(job, [0, 1, 2], workers=2, on_done=lambda k, r: done.append(k))  # doctest: +SKIP
+    >>> with LocalEngine(workers=2) as engine:  # doctest: +SKIP
+    ...     engine.run_chunks(job, [0, 1, 2], on_done=lambda k, record: print(k))
 """
 
 from __future__ import annotations
@@ -17,18 +18,66 @@ import ctypes
 import os
 import signal
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, wait
-from typing import Any
+from typing import Any, ClassVar, TypeVar
 
-from chute._internal.pools import pool_context, process_pool
+from chute._internal.pools import pool_context, process_map, process_pool
+from chute.cache.engines.base import Engine, OnDone, Progress, run_chunk
 from chute.cache.writer import ChunkJob
 
-__all__ = ["die_with_parent", "run_chunks"]
+__all__ = ["LocalEngine", "default_workers", "die_with_parent", "run_chunks"]
 
-Progress = Callable[[int], None]
+R = TypeVar("R")
 _PR_SET_PDEATHSIG = 1
 _WORKER: dict[str, Any] = {}
+
+
+def default_workers() -> int:
+    """This machine's usable cores, divided among the ranks launched on it."""
+    local = os.environ.get("LOCAL_WORLD_SIZE", "1")
+    return max(1, machine_cores() // max(1, int(local) if local.isdigit() else 1))
+
+
+def machine_cores() -> int:
+    """The cores this process may run on."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:
+        return os.cpu_count() or 1
+
+
+class LocalEngine(Engine):
+    """Chunks in a pool of processes on this machine (the default engine).
+
+    Args:
+        workers: processes for chunks (default: this machine's cores divided by the ranks
+            launched on it, ``LOCAL_WORLD_SIZE``).
+    """
+
+    name: ClassVar[str] = "local"
+
+    def __init__(self, workers: int | None = None):
+        self.workers = workers or default_workers()
+
+    def run_chunks(
+        self,
+        job: ChunkJob,
+        chunks: Sequence[int],
+        *,
+        on_done: OnDone,
+        progress: Progress | None = None,
+    ) -> None:
+        run_chunks(job, chunks, workers=self.workers, on_done=on_done, progress=progress)
+
+    def map(
+        self, fn: Callable[[Any], R], items: Sequence[Any], *, limit: int | None = None
+    ) -> Iterator[R]:
+        """In a process pool of ``limit`` processes (default: ``workers``)."""
+        return process_map(fn, items, workers=limit or self.workers)
+
+    def describe(self) -> str:
+        return f"local, {self.workers} process{'es' if self.workers > 1 else ''}"
 
 
 def die_with_parent() -> None:
@@ -55,7 +104,7 @@ def _count(n: int) -> None:
 
 
 def _run(k: int) -> dict[str, Any]:
-    return _WORKER["job"].run(k, _count)
+    return run_chunk(_WORKER["job"], k, _count)
 
 
 def run_chunks(
@@ -63,7 +112,7 @@ def run_chunks(
     chunks: Sequence[int],
     *,
     workers: int,
-    on_done: Callable[[int, dict[str, Any]], None],
+    on_done: OnDone,
     progress: Progress | None = None,
 ) -> None:
     """Build ``chunks`` (in this order) with ``workers`` processes; ``on_done`` per chunk.
@@ -75,7 +124,7 @@ def run_chunks(
     report = progress or (lambda n: None)
     if workers <= 1 or len(chunks) <= 1:
         for k in chunks:
-            on_done(k, job.run(k, report))
+            on_done(k, run_chunk(job, k, report))
         return
     ctx = pool_context()
     counter = ctx.Value("q", 0)

@@ -1,0 +1,35 @@
+"""Mixtures: several datasets in one run, each with its own options, weighted (docs/mixtures.md).
+
+``Mixture`` and ``Dataset`` define one (in Python or YAML); ``open_mixture`` binds it to its
+files (``open_cached_mixture`` to its caches); ``preprocess_mixture`` builds one cache per
+dataset; ``find_duplicates`` checks datasets and splits for exact duplicates by content.
+The epoch's selection itself is pure plan arithmetic (``chute.plan.mixture``).
+"""
+
+from chute.mixture.build import MixtureReport, preprocess_any, preprocess_mixture
+from chute.mixture.dataset import PER_DATASET, RUN_WIDE, Dataset
+from chute.mixture.hashes import content_hashes
+from chute.mixture.mixture import Mixture, is_mixture_config
+from chute.mixture.opened import OpenedMixture, open_cached_mixture, open_mixture
+from chute.mixture.source import MixtureRecipe, MixtureSource
+
+__all__ = [
+    "PER_DATASET",
+    "RUN_WIDE",
+    "Dataset",
+    "Mixture",
+    "MixtureRecipe",
+    "MixtureReport",
+    "MixtureSource",
+    "OpenedMixture",
+    "content_hashes",
+    "is_mixture_config",
+    "open_cached_mixture",
+    "open_mixture",
+    "preprocess",
+    "preprocess_any",
+    "preprocess_mixture",
+]
+
+# chute.preprocess: a plain config builds one cache, a mixture config one per dataset
+preprocess = preprocess_any

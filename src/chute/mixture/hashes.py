@@ -1,0 +1,148 @@
+r"""Content hashes of every record of a source: one parallel pass, cached like the lengths.
+
+``content_hashes(source, format)`` reads each record, converts it with the format adapter and
+hashes its normalised content (``chute.formats.content``): no template, no tokenizer, so it runs
+at the speed of JSON parsing. The result (one ``uint64`` per record) is cached under
+``<cache root>/hashes/`` keyed by the source's fingerprint, the format options and
+``CONTENT_VERSION``; a validation split or a duplicate check after the first reads it back as a
+memory map::
+
+    records ──chunks──► workers: parse, adapter, normalise, blake2b-64 ──► hashes[lo:hi]
+
+Example:
+    >>> import tempfile, pathlib
+    >>> from chute.sources import JsonlSource
+    >>> path = pathlib.Path(tempfile.mkdtemp()) / "d.jsonl"
+    >>> _ = path.write_text('{"text": "a"}\n{"text": "b"}\n{"text": " a "}\n')
+    >>> h = content_hashes(JsonlSource(path), "text", workers=1, cache=False)
+    >>> bool(h[0] == h[2]), bool(h[0] == h[1])
+    (True, False)
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import tempfile
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import orjson
+
+from chute._internal.files import cache_root
+from chute._internal.pools import process_pool
+from chute._internal.progress import ProgressArg
+from chute._internal.progress import progress as progress_of
+from chute.formats import FormatSpec
+from chute.formats.content import CONTENT_VERSION, reader_for, record_hash
+
+__all__ = ["content_hashes", "hashes_key"]
+
+MIN_CHUNK, MAX_CHUNK = 5_000, 200_000
+
+
+def hashes_key(source: Any, spec: FormatSpec) -> str | None:
+    """The cache key of (source, format), or ``None`` when the source has no fingerprint."""
+    fingerprint = getattr(source, "fingerprint", None)
+    if not callable(fingerprint):
+        return None
+    blob = orjson.dumps(
+        {
+            "format": "chute.hashes",
+            "version": CONTENT_VERSION,
+            "source": fingerprint(),
+            "spec": spec.to_json(),
+        },
+        option=orjson.OPT_SORT_KEYS | orjson.OPT_SERIALIZE_NUMPY,
+    )
+    return hashlib.blake2b(blob, digest_size=16).hexdigest()
+
+
+def content_hashes(
+    source: Any,
+    format: FormatSpec | str = "auto",
+    *,
+    workers: int | None = None,
+    cache: bool = True,
+    cache_dir: str | os.PathLike[str] | None = None,
+    progress: ProgressArg = None,
+    desc: str = "hashes",
+) -> np.ndarray:
+    """One content hash (``uint64``) per record of ``source`` (see the module docstring).
+
+    Args:
+        source: a ``JsonlSource`` (or any source of ``Record`` values).
+        format: how records are read (a ``FormatSpec`` or a format name).
+        workers: processes (default: all cores).
+        cache: read and write the hashes cache.
+        cache_dir: the cache root (default ``$CHUTE_CACHE_DIR`` or ``~/.cache/chute``).
+        progress: as for every long step (``chute._internal.progress``).
+        desc: the progress label (e.g. the dataset's name).
+    """
+    spec = format if isinstance(format, FormatSpec) else FormatSpec(format)
+    key = hashes_key(source, spec) if cache else None
+    path = cache_root(cache_dir) / "hashes" / f"{key}.npy" if key else None
+    if path is not None and path.is_file():
+        try:
+            hit = np.load(path, mmap_mode="r")
+            if hit.dtype == np.uint64 and hit.shape == (len(source),):
+                return hit
+        except (OSError, ValueError):
+            pass  # unreadable: computed again and replaced
+    n = len(source)
+    out = np.empty(n, dtype=np.uint64)
+    count = max(1, workers or os.cpu_count() or 1)
+    chunk = max(MIN_CHUNK, min(MAX_CHUNK, -(-n // (count * 8)))) if n else 1
+    bounds = [(lo, min(n, lo + chunk)) for lo in range(0, n, chunk)]
+    with progress_of(n, desc, enabled=progress) as bar:
+        for lo, block in _run(source, spec, bounds, count):
+            out[lo : lo + len(block)] = block
+            bar.update(len(block))
+    if path is not None:
+        _publish(path, out)
+    return out
+
+
+def _publish(path: Path, array: np.ndarray) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.stem}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            np.save(f, array)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _run(
+    source: Any, spec: FormatSpec, bounds: list[tuple[int, int]], workers: int
+) -> Iterator[tuple[int, np.ndarray]]:
+    if workers == 1 or len(bounds) <= 1:
+        for lo, hi in bounds:
+            yield _chunk(source, spec, lo, hi)
+        return
+    with process_pool(min(workers, len(bounds)), _init, (source, spec)) as pool:
+        yield from pool.map(_chunk_in_worker, bounds)
+
+
+_WORKER: dict[str, Any] = {}
+
+
+def _init(source: Any, spec: FormatSpec) -> None:
+    _WORKER["source"], _WORKER["spec"] = source, spec
+
+
+def _chunk_in_worker(bounds: tuple[int, int]) -> tuple[int, np.ndarray]:
+    return _chunk(_WORKER["source"], _WORKER["spec"], *bounds)
+
+
+def _chunk(source: Any, spec: FormatSpec, lo: int, hi: int) -> tuple[int, np.ndarray]:
+    reader = reader_for(spec)
+    records: Callable[[int, int], Any] | None = getattr(source, "records_between", None)
+    items = records(lo, hi) if callable(records) else (source[i] for i in range(lo, hi))
+    return lo, np.fromiter((record_hash(reader, r) for r in items), dtype=np.uint64, count=hi - lo)

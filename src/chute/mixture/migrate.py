@@ -1,0 +1,310 @@
+"""Mixtures from LLaMA-Factory and XTuner configs: the same datasets, amounts and hold-outs.
+
+``from_llamafactory(...)`` reads a training YAML's data arguments (``dataset``,
+``dataset_dir``, ``mix_strategy``, ``interleave_probs``, ``max_samples``, ``val_size``,
+``media_dir``, ``cutoff_len``, ``template``, ``model_name_or_path``) and the entries of
+``dataset_info.json`` (``file_name``, ``formatting``, ``columns``, ``tags``, ``num_samples``)::
+
+    mix_strategy      LLaMA-Factory                               chute
+    concat            datasets end to end, shuffled              every dataset repeat 1
+    interleave_under  draw with interleave_probs until the       weights = probs,
+                      first dataset runs out                      epoch_samples = min(n_i / p_i)
+    interleave_over   ... until every dataset has run out         epoch_samples = max(n_i / p_i)
+    max_samples: N    the first N records of each dataset         max_samples: N (a seeded subset)
+    val_size: 0.1     10% of the merged data, at random           val: 0.1 on each dataset, by
+                                                                  content hash
+    num_samples: N    (dataset_info) N records, resampled         samples: N
+
+``from_xtuner(config)`` reads an XTuner ``ConcatDataset`` (each dataset once, end to end): the
+``train_dataset`` dict of a config, or the config file itself (evaluated with stand-ins for
+XTuner's imports, so XTuner need not be installed). See docs/guides/migrate-*.md.
+
+Example:
+    >>> mix = from_llamafactory({"dataset": "alpaca_en_demo,identity",
+    ...                          "mix_strategy": "interleave_under",
+    ...                          "interleave_probs": "0.8,0.2", "val_size": 0.05},
+    ...                         dataset_dir="data/")  # doctest: +SKIP
+    >>> mix["identity"].weight, mix["identity"].val  # doctest: +SKIP
+    (0.2, 0.05)
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import types
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import orjson
+import yaml
+
+from chute.errors import ConfigError
+from chute.formats import FormatSpec
+from chute.mixture.dataset import Dataset
+from chute.mixture.mixture import Mixture
+
+__all__ = ["from_llamafactory", "from_xtuner", "load_xtuner_config"]
+
+_BUILTIN_TEMPLATES = {"qwen3", "llama3", "llama2", "mistral", "vicuna", "alpaca", "chatml"}
+_LF_REMOTE = ("hf_hub_url", "ms_hub_url", "om_hub_url", "script_url", "cloud_file_name")
+
+
+def _names(value: Any) -> list[str]:
+    if isinstance(value, str):
+        return [v.strip() for v in value.split(",") if v.strip()]
+    return [str(v) for v in value or []]
+
+
+def from_llamafactory(
+    args: Mapping[str, Any] | str | os.PathLike[str],
+    *,
+    dataset_dir: str | os.PathLike[str] | None = None,
+    dataset_info: str | os.PathLike[str] | None = None,
+) -> Mixture:
+    """A mixture equivalent to a LLaMA-Factory run's data arguments (see the module docstring).
+
+    Args:
+        args: the training YAML (path or mapping), or just its data keys.
+        dataset_dir: overrides ``args["dataset_dir"]`` (LLaMA-Factory's default ``data``).
+        dataset_info: the ``dataset_info.json`` (default: in ``dataset_dir``).
+
+    Raises:
+        ConfigError: unknown datasets, hub datasets (chute reads local files), a mix strategy
+            or probabilities it cannot map; each named.
+    """
+    if not isinstance(args, Mapping):
+        args = yaml.safe_load(Path(args).read_text(encoding="utf-8")) or {}
+    folder = Path(dataset_dir or args.get("dataset_dir") or "data")
+    info_path = Path(dataset_info) if dataset_info else folder / "dataset_info.json"
+    try:
+        info = orjson.loads(info_path.read_bytes())
+    except (OSError, orjson.JSONDecodeError) as exc:
+        raise ConfigError(f"cannot read {info_path} ({exc})", param="dataset_info") from None
+    names = _names(args.get("dataset"))
+    if not names:
+        raise ConfigError("no datasets: set dataset (a comma-separated list)", param="dataset")
+    problems = []
+    for name in names:
+        entry = info.get(name)
+        if entry is None:
+            problems.append(f"{name}: not in {info_path}")
+        elif "file_name" not in entry:
+            hub = next((k for k in _LF_REMOTE if k in entry), "no file_name")
+            problems.append(
+                f"{name}: {hub}={entry.get(hub)!r}; chute reads local files (download it, add "
+                f"its files as sources)"
+            )
+    if problems:
+        raise ConfigError("cannot convert:\n  " + "\n  ".join(problems), param="dataset")
+    strategy = str(args.get("mix_strategy") or "concat")
+    probs = [float(p) for p in _names(args.get("interleave_probs"))] or None
+    if probs is not None and len(probs) != len(names):
+        raise ConfigError(
+            f"interleave_probs has {len(probs)} values for {len(names)} datasets",
+            param="interleave_probs",
+        )
+    val = args.get("val_size") or None
+    datasets = []
+    for k, name in enumerate(names):
+        entry = info[name]
+        path = folder / entry["file_name"]
+        sources = [str(path / "*") if path.is_dir() else str(path)]
+        spec = FormatSpec.from_dataset_info(info_path, name)
+        options: dict[str, Any] = {"format": spec.name}
+        if spec.columns:
+            options["columns"] = dict(spec.columns)
+        if spec.tags:
+            options["tags"] = dict(spec.tags)
+        amount: dict[str, Any] = {}
+        if entry.get("num_samples"):
+            amount["samples"] = int(entry["num_samples"])
+        elif strategy.startswith("interleave"):
+            amount["weight"] = probs[k] if probs else 1.0
+        datasets.append(
+            Dataset(name, sources, max_samples=args.get("max_samples"), **amount, **options)
+        )
+    epoch = None
+    if strategy.startswith("interleave"):
+        epoch = _interleave_total(datasets, strategy, probs)
+    elif strategy != "concat":
+        raise ConfigError(
+            f"expected concat, interleave_under or interleave_over, got {strategy!r}",
+            param="mix_strategy",
+        )
+    if val is not None:
+        datasets = [_with_val(d, val, datasets) for d in datasets]
+    recipe = _lf_recipe(args, folder)
+    return Mixture(datasets, recipe=recipe, epoch_samples=epoch)
+
+
+def _records(ds: Dataset) -> int:
+    from chute.sources import open_source
+
+    return len(open_source(ds.sources))
+
+
+def _interleave_total(datasets: list[Dataset], strategy: str, probs: list[float] | None) -> int:
+    sizes = [
+        _records(d) if d.max_samples is None else min(d.max_samples, _records(d)) for d in datasets
+    ]
+    weights = probs or [1.0 / len(datasets)] * len(datasets)
+    total_w = sum(weights)
+    ratios = [n / (w / total_w) for n, w in zip(sizes, weights, strict=True) if w > 0]
+    if strategy == "interleave_under":
+        return max(1, math.floor(min(ratios)))
+    return max(1, math.ceil(max(ratios)))
+
+
+def _with_val(ds: Dataset, val: float | int, everything: list[Dataset]) -> Dataset:
+    data = ds.to_dict()
+    if isinstance(val, float) and val < 1:
+        data["val"] = val
+    else:  # a count over the merged data: each dataset holds out its share
+        sizes = {d.name: _records(d) for d in everything}
+        data["val"] = max(1, round(int(val) * sizes[ds.name] / sum(sizes.values())))
+    return Dataset.from_dict(ds.name, data)
+
+
+def _lf_recipe(args: Mapping[str, Any], folder: Path) -> dict[str, Any] | None:
+    model = args.get("model_name_or_path")
+    if not model:
+        return None
+    recipe: dict[str, Any] = {"tokenizer": str(model)}
+    template = args.get("template")
+    recipe["template"] = template if template in _BUILTIN_TEMPLATES else None
+    if args.get("cutoff_len"):
+        recipe["max_length"] = int(args["cutoff_len"])
+    recipe["media_root"] = str(args.get("media_dir") or folder)
+    if args.get("train_on_prompt"):
+        recipe["train_on"] = "all"
+    elif args.get("mask_history"):
+        recipe["train_on"] = "last"
+    return recipe
+
+
+# -- XTuner ------------------------------------------------------------------------------------
+
+_XTUNER_FORMATS = {
+    "alpaca_map_fn": "alpaca",
+    "alpaca_zh_map_fn": "alpaca",
+    "openai_map_fn": "messages",
+    "llava_map_fn": "llava",
+    "default_map_fn": "auto",
+}
+
+
+class _Stand:
+    """A stand-in for anything a config imports: attributes and calls give more stand-ins."""
+
+    def __init__(self, name: str):
+        self.__name__ = name
+
+    def __getattr__(self, key: str) -> _Stand:
+        if key.startswith("__"):
+            raise AttributeError(key)
+        return _Stand(f"{self.__name__}.{key}")
+
+    def __call__(self, *args: Any, **kwargs: Any) -> _Stand:
+        return _Stand(f"{self.__name__}()")
+
+    def __repr__(self) -> str:
+        return self.__name__
+
+
+def load_xtuner_config(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """The names an XTuner config file defines, its non-standard imports replaced by stand-ins.
+
+    The file runs as Python (it is the user's own config); ``xtuner``, ``mmengine``, ``torch``,
+    ``transformers`` ... need not be installed: whatever it imports from them is a stand-in
+    that only carries its name (``ConcatDataset``, ``alpaca_map_fn``).
+    """
+    import builtins
+    import importlib
+
+    real_import = builtins.__import__
+
+    def fake_import(
+        name: str, globals: Any = None, locals: Any = None, fromlist: Any = (), level: int = 0
+    ) -> Any:
+        if name.split(".")[0] in ("os", "os.path", "math", "copy", "functools", "pathlib"):
+            return real_import(name, globals, locals, fromlist, level)
+        module = types.ModuleType(name)
+        for item in fromlist or ():
+            setattr(module, item, _Stand(item))
+        return module if fromlist else _Stand(name.split(".")[0])
+
+    namespace: dict[str, Any] = {
+        "__builtins__": {**vars(builtins), "__import__": fake_import},
+        "__file__": os.fspath(path),
+    }
+    code = compile(Path(path).read_text(encoding="utf-8"), os.fspath(path), "exec")
+    exec(code, namespace)
+    importlib.invalidate_caches()
+    return {k: v for k, v in namespace.items() if not k.startswith("__")}
+
+
+def _type_name(value: Any) -> str:
+    name = getattr(value, "__name__", None) or (value if isinstance(value, str) else "")
+    return str(name).rsplit(".", 1)[-1]
+
+
+def from_xtuner(
+    config: Mapping[str, Any] | str | os.PathLike[str], *, recipe: Mapping[str, Any] | None = None
+) -> Mixture:
+    """A mixture of the datasets of an XTuner ``ConcatDataset`` (each once per epoch).
+
+    Args:
+        config: the ``train_dataset`` dict (``dict(type=ConcatDataset, datasets=[...])``), a
+            config's namespace, or the config file.
+        recipe: the run-wide recipe (default: ``max_length`` from the config, no tokenizer:
+            add ``tokenizer`` before loading).
+    """
+    if not isinstance(config, Mapping):
+        config = load_xtuner_config(config)
+    top = config.get("train_dataset", config)
+    if _type_name(top.get("type")) != "ConcatDataset":
+        parts: Sequence[Any] = [top]
+    else:
+        parts = top.get("datasets") or []
+    datasets = []
+    max_length = None
+    for k, part in enumerate(parts):
+        name, sources, options = _xtuner_part(part, k)
+        max_length = max_length or part.get("max_length")
+        datasets.append(Dataset(name, sources, **options))
+    if not datasets:
+        raise ConfigError(
+            "no datasets found (expected dict(type=ConcatDataset, datasets=[...]))", param="config"
+        )
+    run = dict(recipe or {})
+    if max_length and "max_length" not in run:
+        run["max_length"] = int(max_length)
+    return Mixture(datasets, recipe=run if "tokenizer" in run else None)
+
+
+def _xtuner_part(part: Mapping[str, Any], k: int) -> tuple[str, list[str], dict[str, Any]]:
+    options: dict[str, Any] = {}
+    kind = _type_name(part.get("type"))
+    if kind == "LLaVADataset":
+        options["format"] = "llava"
+        if part.get("image_folder"):
+            options["media_root"] = str(part["image_folder"])
+        sources = [str(part["data_path"])]
+        return f"llava{k}", sources, options
+    inner = part.get("dataset") or {}
+    files = inner.get("data_files") or {}
+    if isinstance(files, Mapping):
+        files = files.get("train", list(files.values()))
+    sources = [str(f) for f in ([files] if isinstance(files, str) else files)]
+    if not sources:
+        raise ConfigError(
+            f"dataset {k}: load_dataset(path={inner.get('path')!r}) reads the Hub; chute reads "
+            f"local files (download them and use data_files)",
+            param="config",
+        )
+    fmt = _XTUNER_FORMATS.get(_type_name(part.get("dataset_map_fn")))
+    options["format"] = fmt or "auto"
+    name = Path(sources[0]).stem.replace("/", "_") or f"dataset{k}"
+    return name, sources, options

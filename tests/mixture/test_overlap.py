@@ -1,0 +1,92 @@
+"""Duplicate checks: planted copies are found with their lines, in memory and when spilled."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import orjson
+import pytest
+
+from chute import Dataset, Mixture
+from chute.mixture.overlap import find_duplicates
+
+
+def _plant(shared_data: Path, tmp_path: Path) -> tuple[Path, Path, list[dict]]:
+    """An alpaca file and a ShareGPT file holding 3 alpaca records (reformatted) + a repeat."""
+    alpaca = json.loads((shared_data / "llama-factory/alpaca_en_demo.json").read_text())
+    chat = json.loads((shared_data / "fastchat/dummy_conversation.json").read_text())[:60]
+    copies = []
+    for i in (5, 77, 400):  # the same exchange written as ShareGPT, spacing changed
+        r = alpaca[i]
+        prompt = r["instruction"] + ("\n\n" + r["input"] if r["input"] else "")
+        copies.append(
+            {
+                "conversations": [
+                    {"from": "human", "value": "  " + prompt},
+                    {"from": "gpt", "value": r["output"] + "\n"},
+                ]
+            }
+        )
+    rows = [*chat[:20], copies[0], *chat[20:40], copies[1], chat[3], *chat[40:], copies[2]]
+    a = tmp_path / "alpaca.json"
+    a.write_text(json.dumps(alpaca))
+    b = tmp_path / "chat.jsonl"
+    b.write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in rows))
+    return a, b, rows
+
+
+@pytest.mark.parametrize("max_memory", [256 << 20, 512])
+def test_planted_duplicates_are_found_with_their_lines(
+    shared_data: Path, tmp_path: Path, max_memory: int
+) -> None:
+    a, b, _ = _plant(shared_data, tmp_path)
+    rejects = tmp_path / "dups.jsonl"
+    report = find_duplicates(
+        {"alpaca": a, "chat": b}, rejects=rejects, max_memory=max_memory, progress=False, workers=1
+    )
+    assert (report.partitions > 1) == (max_memory == 512)
+    assert report.records == {"alpaca": 999, "chat": 64}
+    assert report.within["chat"] == 1  # chat[3] twice (lines 4 and 43)
+    assert report.between["alpaca|chat"]["contents"] == 3
+    assert report.between["alpaca|chat"]["records_chat"] == 3
+    # the demo file repeats some of its own records: counted independently here
+    alpaca = json.loads(a.read_text())
+    keys = [
+        " ".join(
+            (r["instruction"] + "\n\n" + r["input"] if r["input"] else r["instruction"]).split()
+        )
+        + "|"
+        + " ".join(r["output"].split())
+        for r in alpaca
+    ]
+    assert report.within["alpaca"] == len(keys) - len(set(keys)) > 0
+    assert report.duplicates == report.within["alpaca"] + 1 + 3
+    lines = [orjson.loads(x) for x in rejects.read_bytes().splitlines()]
+    assert sorted((e["group"], e["line"]) for e in lines if e["group"] == "chat") == [
+        ("chat", 21),
+        ("chat", 42),
+        ("chat", 43),
+        ("chat", 64),
+    ]
+    assert all(e["reason"] == "duplicate" for e in lines)
+    first = {e["line"]: e["message"] for e in lines}
+    assert first[43] == f"same content as chat {b}:4"
+    assert first[21].startswith("same content as alpaca ") and first[21].endswith("(element 6)")
+    # every example lists each copy with its path:line
+    assert any(f"chat {b}:43" in ex and f"chat {b}:4" in ex for ex in report.examples)
+
+
+def test_a_mixture_is_checked_per_dataset_and_split(shared_data: Path, tmp_path: Path) -> None:
+    a, b, _ = _plant(shared_data, tmp_path)
+    mix = Mixture(
+        [Dataset("alpaca", a, format="alpaca", val=0.1), Dataset("chat", b, format="sharegpt")]
+    )
+    report = find_duplicates(mix, progress=False, workers=1)
+    assert report.groups == ["alpaca:train", "alpaca:val", "chat"]
+    assert report.between["alpaca:train|alpaca:val"]["contents"] == 0  # never split apart
+    assert (
+        report.between["alpaca:train|chat"]["contents"]
+        + report.between["alpaca:val|chat"]["contents"]
+    ) == 3
+    assert report.records["alpaca:train"] + report.records["alpaca:val"] == 999
