@@ -46,10 +46,10 @@ from __future__ import annotations
 import re
 from collections import OrderedDict
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["Skeleton", "Skeletons", "Tracked"]
+__all__ = ["Skeleton", "Skeletons", "Tracked", "apply_ops"]
 
 SLOT = "\u27e6chute-slot:{}\u27e7"  # ⟦chute-slot:3⟧
 _SLOT_CHARS = re.compile("[\u27e6\u27e7]")
@@ -256,10 +256,14 @@ for _name in _REFUSED:
     setattr(Tracked, _name, _refused(_name))
 
 
-def _apply(value: str, ops: tuple[tuple[str, tuple[Any, ...]], ...]) -> str:
+def apply_ops(value: str, ops: tuple[tuple[str, tuple[Any, ...]], ...]) -> str:
+    """``value`` with a hole's strips applied (``(("strip", (None,)),)``: ``value.strip()``)."""
     for name, args in ops:
         value = getattr(value, name)(*args)
     return value
+
+
+_apply = apply_ops
 
 
 @dataclass(frozen=True)
@@ -269,6 +273,8 @@ class Skeleton:
     pieces: tuple[str, ...]
     holes: tuple[tuple[int, tuple[tuple[str, tuple[Any, ...]], ...]], ...]  # (slot, ops)
     guards: tuple[tuple[int, tuple[tuple[str, tuple[Any, ...]], ...], str, Any, Any], ...]
+    # answers of ``holds_on`` already computed: (slots, their contents) -> bool
+    _known: dict[Any, bool] = field(default_factory=dict, compare=False, repr=False)
 
     def holds(self, contents: list[str]) -> bool:
         """Whether every test the template made gives the same answer on ``contents``."""
@@ -277,13 +283,42 @@ class Skeleton:
                 return False
         return True
 
+    def holds_on(self, slots: tuple[int, ...], values: tuple[str, ...]) -> bool:
+        """``holds`` for the guards on ``slots`` only, with ``values`` as their contents.
+
+        Remembered per argument: the span finder asks it of the same markers on every
+        conversation of a shape.
+        """
+        key = (slots, values)
+        known = self._known.get(key)
+        if known is None:
+            given = dict(zip(slots, values, strict=True))
+            known = all(
+                _ask(_apply(given[slot], ops), name, args) == result
+                for slot, ops, name, args, result in self.guards
+                if slot in given
+            )
+            if len(self._known) < 64:
+                self._known[key] = known
+        return known
+
     def fill(self, contents: list[str]) -> str:
         """The text with ``contents`` written in."""
+        return self.fill_at(contents)[0]
+
+    def fill_at(self, contents: list[str]) -> tuple[str, list[tuple[int, int]]]:
+        """``fill(contents)``, and where each hole's text lies in it (``[start, end)``)."""
         out = [self.pieces[0]]
+        at: list[tuple[int, int]] = []
+        pos = len(self.pieces[0])
         for (slot, ops), piece in zip(self.holes, self.pieces[1:], strict=True):
-            out.append(_apply(contents[slot], ops))
+            value = _apply(contents[slot], ops) if ops else contents[slot]
+            end = pos + len(value)
+            at.append((pos, end))
+            out.append(value)
             out.append(piece)
-        return "".join(out)
+            pos = end + len(piece)
+        return "".join(out), at
 
 
 class Skeletons:

@@ -47,6 +47,14 @@ from chute.tokenize.compile_tiktoken import AddedToken, BPETables
 
 __all__ = ["FastBPE", "import_tiktoken", "trie_pattern"]
 
+# parts of at most _SHORT characters have their ids kept (at most _SHORT_KEPT of them)
+_SHORT = 16
+_SHORT_KEPT = 4096
+# more spans than this are looked up at once, with numpy
+_MANY_SPANS = 16
+# a part of more tokens than this is searched with numpy, a shorter one walked in Python
+_WALK = 256
+
 
 def import_tiktoken() -> Any:
     try:
@@ -86,6 +94,10 @@ class FastBPE:
         for t in tables.added:
             lengths[t.id] = len(t.content.encode("utf-8"))
         self._lengths = lengths
+        self._length_list: list[int] = lengths.tolist()
+        # short parts between added tokens repeat in every conversation ("\n", "user\n"):
+        # their ids are kept, which saves a call into tiktoken per part
+        self._short: dict[str, list[int]] = {}
 
     def encode(self, text: str) -> list[int] | None:
         """The ids of ``text`` (added tokens included), or ``None`` for ``tokenizers`` to do."""
@@ -104,8 +116,10 @@ class FastBPE:
         if found is None:
             return None
         ids, parts, starts = found
-        chars = starts[0::2]
         n = len(text)
+        if len(spans) > _MANY_SPANS:
+            return ids, self._token_ranges(text, ids, spans)
+        chars = starts[0::2]
         out = []
         for a, b in spans:
             b = min(b, n)
@@ -128,20 +142,59 @@ class FastBPE:
         parts = [text] if self._split_raw is None else self._split_raw(text)
         ids: list[int] = []
         starts: list[int] = []
+        mark = starts.append
         added = self._ids
+        short = self._short
+        pieces = self._pieces
         char = 0
         try:
             for k, part in enumerate(parts):
-                starts.append(char)
-                starts.append(len(ids))
+                mark(char)
+                mark(len(ids))
                 if k & 1:
                     ids.append(added[part])
+                elif len(part) > _SHORT:
+                    ids += pieces(part)
                 elif part:
-                    ids += self._pieces(part)
+                    got = short.get(part)
+                    if got is None:
+                        got = pieces(part)
+                        if len(short) < _SHORT_KEPT:
+                            short[part] = got
+                    ids += got
                 char += len(part)
         except UnicodeEncodeError:
             return None  # lone surrogates: tokenizers refuses them, as before
         return ids, parts, starts
+
+    def _token_ranges(
+        self, text: str, ids: list[int], spans: Sequence[tuple[int, int]]
+    ) -> list[tuple[int, int]]:
+        """``encode_spans``'s ranges for many spans at once (e.g. one per character).
+
+        The token holding a character's first byte is found by searching that byte's position
+        in the cumulative byte lengths of all tokens (added tokens included: their bytes are
+        the text's, and every part of the text starts a token).
+        """
+        ends = np.cumsum(self._lengths[np.asarray(ids, dtype=np.int64)])
+        if text.isascii():
+            at = np.arange(len(text) + 1)
+        else:
+            points = np.frombuffer(text.encode("utf-32-le"), dtype=np.uint32)
+            width = 1 + (points >= 0x80) + (points >= 0x800) + (points >= 0x10000)
+            at = np.concatenate(([0], np.cumsum(width)))
+        n = len(text)
+        bounds = np.array(spans, dtype=np.int64).reshape(-1, 2)
+        a = bounds[:, 0]
+        b = np.minimum(bounds[:, 1], n)
+        empty = a >= b
+        a = np.where(empty, 0, a)
+        last = np.where(empty, 0, b - 1)
+        first = np.searchsorted(ends, at[a], side="right")
+        end = np.searchsorted(ends, at[last], side="right") + 1
+        first[empty] = 0
+        end[empty] = 0
+        return list(zip(first.tolist(), end.tolist(), strict=True))
 
     def _token_of(
         self, c: int, ids: list[int], parts: list[str], chars: list[int], starts: list[int]
@@ -154,10 +207,30 @@ class FastBPE:
         end = starts[2 * j + 3] if 2 * j + 3 < len(starts) else len(ids)
         part = parts[j]
         offset = c - begin
-        if not part.isascii():
+        if part.isascii():
+            size = len(part)
+        else:
             offset = len(part[:offset].encode("utf-8"))
-        ends = np.cumsum(self._lengths[ids[first:end]])
-        return first + int(np.searchsorted(ends, offset, side="right"))
+            size = len(part.encode("utf-8"))
+        if end - first > _WALK:
+            ends = np.cumsum(self._lengths[ids[first:end]])
+            return first + int(np.searchsorted(ends, offset, side="right"))
+        # a span starts just after a role header and ends just before an end-of-turn token:
+        # walk the byte lengths from the nearer end of the part
+        lengths = self._length_list
+        if 2 * offset < size:
+            at, k = 0, first
+            while True:
+                at += lengths[ids[k]]  # the end of token k
+                if at > offset:
+                    return k
+                k += 1
+        at, k = size, end - 1
+        while True:
+            at -= lengths[ids[k]]  # the start of token k
+            if at <= offset:
+                return k
+            k -= 1
 
     def _pieces(self, text: str) -> list[int]:
         """Ids of text holding no ``normalized: false`` added token."""
