@@ -1,7 +1,7 @@
 """The tiktoken fast path and Jinja skeletons: before and after, on one core and over processes.
 
 Usage: ``.venv/bin/python benchmarks/bench_tokenize.py [--part recipe|loader|scaling|all]
-[--repeat 4] [--rounds 5] [--quick]`` (results: ``benchmarks/results/tokenize.json``).
+[--repeat 4] [--scaling-repeat 12] [--rounds 5] [--quick]`` (results: ``benchmarks/results/tokenize.json``).
 
 Records: LLaMA-Factory's ``alpaca_en_demo.json`` (999 alpaca rows) and FastChat's
 ``dummy_conversation.json`` (500 ShareGPT rows of 2-6 turns), repeated ``--repeat`` times, held
@@ -21,7 +21,8 @@ Parts:
   ``--rounds`` times, and the fastest time of each chunk is kept.
 * **loader**: an on-the-fly ``Loader(source, recipe, num_workers=2)`` epoch over a JSONL file
   of the same records (built-in template), before and after, alternating, best of ``--rounds``.
-* **scaling**: ``Recipe.batch`` (after) over all records in 1 worker process, then split over 2
+* **scaling**: ``Recipe.batch`` (after) over ``--scaling-repeat`` copies (default 12: ~18k
+  records, a few seconds per run) in 1 worker process, then split over 2
   (a pool forked once with the recipe loaded, as ``chute preprocess`` and the Loader fork
   theirs), best of ``--rounds``; the ratio of throughputs against the ideal 2; each forked
   worker's memory after its share (RSS, and USS: pages it alone holds), and the RSS of a fresh
@@ -276,12 +277,13 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--part", default="all", choices=["recipe", "loader", "scaling", "all"])
     ap.add_argument("--repeat", type=int, default=4, help="copies of the 1,499 records")
+    ap.add_argument("--scaling-repeat", type=int, default=12, help="copies for the scaling part")
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--workers", type=int, default=2, help="Loader workers")
     ap.add_argument("--quick", action="store_true", help="1 copy, 2 rounds (smoke test)")
     args = ap.parse_args()
     if args.quick:
-        args.repeat, args.rounds = 1, 2
+        args.repeat, args.rounds, args.scaling_repeat = 1, 2, 1
     records = load_records(args.repeat)
     load = os.getloadavg()
     result: dict[str, Any] = {
@@ -292,7 +294,9 @@ def main() -> int:
     if "loader" in parts:
         result["loader"] = loader_part(records, max(1, args.rounds // 2), args.workers)
     if "scaling" in parts:
-        result["scaling"] = scaling_part(records, max(1, args.rounds // 2))
+        # long enough that forking and the pool's round trips are a small part of each run
+        many = records * max(1, args.scaling_repeat // args.repeat)
+        result["scaling"] = scaling_part(many, max(3, args.rounds // 2))
     if "recipe" in parts:  # last: it pins this process to one core
         result["recipe"] = recipe_part(records, args.rounds)
     result["load_average_after"] = [round(x, 2) for x in os.getloadavg()]
