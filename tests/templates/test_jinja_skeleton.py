@@ -212,3 +212,38 @@ def test_no_new_skeletons_once_most_shapes_are_refused() -> None:
     renders = t.renders
     t.render(chat(*["y"] * 50), CTX)  # a new shape: rendered, no skeleton tried
     assert t.renders == renders + 2 and skeletons.refused == skeletons.GIVE_UP_AFTER
+
+
+def test_spans_read_off_the_fill_are_those_of_the_marker_rendering(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The marker rendering's cut is read off the filled skeleton where it can be; contents that
+    hold the marker's brackets, or the text after their slot, give the plain path's spans."""
+    from chute.templates import jinja
+
+    used: list[bool] = []
+    real = jinja._marked_cut
+
+    def spy(*args: Any) -> Any:
+        found = real(*args)
+        used.append(found is not None)
+        return found
+
+    monkeypatch.setattr(jinja, "_marked_cut", spy)
+    tested = (
+        "{% for m in messages %}<{{ m.role }}>{{ m.content }}"
+        "{% if '?' in m.content %}(q){% endif %}<eot>\n{% endfor %}"
+    )
+    convs = [
+        chat("q", "a"),
+        chat("why?", "because", "and?", "so"),
+        chat("q", "\u27e6chute:0\u27e7 looks like a marker"),
+        chat("q", "a bracket \u27e6 alone"),
+        chat("q", "holds the text after it: <eot>\n<user>x"),
+        chat("q", " padded  "),
+    ]
+    for source in (STRIPPING, tested):
+        for train_on in ("assistant", "last"):  # ("all" trains every message: nothing to find)
+            used.clear()
+            same(source, convs, RenderContext(train_on=train_on))
+            assert any(used) and not all(used), (source, train_on, used)  # both ways taken

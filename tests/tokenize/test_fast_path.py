@@ -377,3 +377,14 @@ def test_backend_in_config_and_on_the_command_line(tmp_path: Path) -> None:
     assert bad.exit_code == 2 and "--tokenizer-backend: expected one of auto, hf, tiktoken" in (
         bad.stderr
     )
+
+
+def test_many_spans_at_once_find_the_tokens_one_span_at_a_time_finds() -> None:
+    """Above a few spans the lookup is vectorised over the whole text; below, walked per part."""
+    fast, slow = fresh(_rust()), fresh(_rust(), "hf")
+    for text in [*TEXTS, "é" * 40 + "<s>" + "你好" * 30 + " x😀y", "a" * 700]:
+        spans = [*every_char(text), (0, len(text)), (5, 3), (len(text) - 1, len(text) + 9)]
+        ids, many = fast.encode_spans(text, spans)
+        one_by_one = [fast.encode_spans(text, [s])[1][0] for s in spans]
+        assert many == one_by_one == slow.encode_spans(text, spans)[1], text
+        assert ids == slow.encode(text)
