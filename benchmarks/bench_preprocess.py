@@ -1,7 +1,8 @@
 """Offline preprocessing: ``chute preprocess`` vs the XTuner-style ``datasets.map`` path.
 
 Usage: ``.venv/bin/python benchmarks/bench_preprocess.py [--records 200000] [--rounds 2]
-[--quick]`` (needs the ``bench`` extra: ``datasets``).
+[--sides chute,chute_before,chute_hf,xtuner] [--before REV] [--scaling] [--quick]`` (needs the ``bench`` extra:
+``datasets``).
 
 Data: real instruction data from ../shared/data, repeated to ``--records`` records, written as
 two JSONL files: LLaMA-Factory's ``alpaca_en_demo.json`` + ``alpaca_zh_demo.json`` (alpaca,
@@ -9,7 +10,14 @@ English and Chinese) and FastChat's ``dummy_conversation.json`` (ShareGPT, 2-6 t
 Same tokenizer (Qwen3 ``tokenizer.json``), same ChatML formatting, ``max_length`` 2048 with
 truncation, the same 2 processes, each side in a fresh interpreter (imports counted):
 
-* **chute**: ``chute preprocess CONFIG --out DIR --workers 2`` (template ``chatml``).
+* **chute**: ``chute preprocess CONFIG --out DIR --workers 2`` (template ``chatml``; the
+  tokenizer runs on tiktoken, the default ``tokenizer_backend=auto``).
+* **chute_before**: the same command run by chute as it was before the tiktoken fast path
+  (``--before``, default ``efc51e1``: checked out into a temporary git worktree and run from
+  there): today's figure the fast path is measured against.
+* **chute_hf**: the same with ``recipe.tokenizer_backend=hf`` (``tokenizers`` with everything
+  else of the current chute).
+* with ``--scaling``, **chute_1worker**: the same as **chute** with ``--workers 1``.
 * **XTuner-style**: what ``xtuner.dataset.process_hf_dataset`` does: ``load_dataset("json")``,
   then ``.map`` with ``num_proc=2`` of the dataset map function (alpaca / ShareGPT into
   XTuner's ``conversation`` turns), of ``template_map_fn`` (Qwen chat template strings) and of
@@ -44,6 +52,9 @@ from _common import DATA_DIR, SHARED_DATA, save
 
 TOKENIZER = SHARED_DATA / "tokenizers/qwen3/tokenizer.json"
 MAX_LENGTH = 2048
+REPO = Path(__file__).resolve().parents[1]
+SIDES = "chute,chute_before,chute_hf,xtuner"
+BEFORE = "efc51e1"  # main just before the tiktoken fast path (issue 18)
 
 # -- the XTuner-style baseline (runs in a child process) ------------------------------------
 
@@ -170,18 +181,39 @@ def du(path: Path) -> int:
     return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
 
 
-def run_chute(paths: list[Path], out: Path, workers: int) -> dict[str, Any]:
+CLI = "import sys; from chute.cli import main; sys.argv[0] = 'chute'; sys.exit(main())"
+
+
+def run_chute(
+    paths: list[Path],
+    out: Path,
+    workers: int,
+    backend: str | None = "auto",
+    src: Path | None = None,
+) -> dict[str, Any]:
+    """``chute preprocess`` of ``paths``; ``src``: run the chute found there (an older one)."""
+    recipe: dict[str, Any] = {
+        "tokenizer": str(TOKENIZER),
+        "template": "chatml",
+        "max_length": MAX_LENGTH,
+    }
+    if backend is not None:
+        recipe["tokenizer_backend"] = backend
     config = {
         "sources": [str(p) for p in paths],
-        "recipe": {"tokenizer": str(TOKENIZER), "template": "chatml", "max_length": MAX_LENGTH},
+        "recipe": recipe,
         "cache": {"chunk_size": 10_000},
     }
-    cfg = out.parent / "chute.yaml"
+    cfg = out.parent / f"chute-{out.name}.yaml"
     cfg.write_text(json.dumps(config))
-    chute = Path(sys.executable).with_name("chute")
-    cmd = [str(chute), "preprocess", str(cfg), "--out", str(out), "--workers", str(workers)]
+    chute = [sys.executable, "-c", CLI]
+    args = ["preprocess", str(cfg), "--out", str(out), "--workers", str(workers)]
+    env = {**os.environ, "PYTHONPATH": str(src or REPO / "src")}
+    cmd = [*chute, *args]
     t0 = time.perf_counter()
-    proc = subprocess.run([*cmd, "--json", "--quiet"], capture_output=True, text=True, check=False)
+    proc = subprocess.run(
+        [*cmd, "--json", "--quiet"], capture_output=True, text=True, check=False, env=env
+    )
     seconds = time.perf_counter() - t0
     if proc.returncode:
         raise RuntimeError(proc.stderr[-3000:])
@@ -192,7 +224,7 @@ def run_chute(paths: list[Path], out: Path, workers: int) -> dict[str, Any]:
         "samples": report["samples"],
         "tokens": report["tokens"],
         "bytes": chunks,
-        "command": " ".join(cmd),
+        "command": f"{'chute (' + str(src) + ')' if src else 'chute'} {' '.join(args)}",
     }
 
 
@@ -263,6 +295,9 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=2, help="alternating runs; fastest kept")
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--reads", type=int, default=20_000)
+    ap.add_argument("--sides", default=SIDES, help="which runs, in order")
+    ap.add_argument("--before", default=BEFORE, help="the commit chute_before runs")
+    ap.add_argument("--scaling", action="store_true", help="also chute with 1 worker")
     ap.add_argument("--quick", action="store_true", help="20k records, 1 round (smoke test)")
     ap.add_argument("--child", nargs=4, help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -277,14 +312,27 @@ def main() -> int:
         return 2
     alpaca, sharegpt, n = make_data(args.records)
     work = Path(tempfile.mkdtemp(prefix="bench-preprocess-"))
+    before = work / "before-tree"
     try:
-        runs: dict[str, list[dict[str, Any]]] = {"chute": [], "xtuner": []}
+        if "chute_before" in args.sides:
+            git = ["git", "-C", str(REPO), "worktree"]
+            subprocess.run([*git, "add", "-q", "--detach", str(before), args.before], check=True)
+        sides = args.sides.split(",") + (["chute_1worker"] if args.scaling else [])
+        runs: dict[str, list[dict[str, Any]]] = {name: [] for name in sides}
         for r in range(args.rounds):
-            for name in ("chute", "xtuner"):
+            for name in sides:
                 out = work / f"{name}{r}"
                 out.parent.mkdir(exist_ok=True)
                 if name == "chute":
                     runs[name].append(run_chute([alpaca, sharegpt], out, args.workers))
+                elif name == "chute_before":
+                    runs[name].append(
+                        run_chute([alpaca, sharegpt], out, args.workers, None, before / "src")
+                    )
+                elif name == "chute_hf":
+                    runs[name].append(run_chute([alpaca, sharegpt], out, args.workers, "hf"))
+                elif name == "chute_1worker":
+                    runs[name].append(run_chute([alpaca, sharegpt], out, 1))
                 else:
                     runs[name].append(run_xtuner(alpaca, sharegpt, out, args.workers))
                 print(name, r, runs[name][-1], flush=True)
@@ -293,36 +341,48 @@ def main() -> int:
                 shutil.rmtree(work / "hf-cache", ignore_errors=True)
         best = {name: min(v, key=lambda x: x["seconds"]) for name, v in runs.items()}
         last = args.rounds - 1
-        read = reads(work / f"chute{last}", work / f"xtuner{last}", args.reads, 3)
+        read = None
+        if "chute" in best and "xtuner" in best:
+            read = reads(work / f"chute{last}", work / f"xtuner{last}", args.reads, 3)
     finally:
+        if before.exists():
+            subprocess.run(
+                ["git", "-C", str(REPO), "worktree", "remove", "--force", str(before)], check=False
+            )
         shutil.rmtree(work, ignore_errors=True)
-    c, x = best["chute"], best["xtuner"]
-    speedup = round(x["seconds"] / c["seconds"], 2)
+    ratios = {
+        f"chute_vs_{name}": round(r["seconds"] / best["chute"]["seconds"], 2)
+        for name, r in best.items()
+        if name != "chute" and "chute" in best
+    }
+    if "chute_vs_chute_1worker" in ratios:  # throughput of 2 workers over 1 (ideal: 2)
+        ratios["scaling"] = ratios.pop("chute_vs_chute_1worker")
     save(
-        "preprocess",
+        "preprocess" if args.sides == SIDES else "preprocess_sides",
         {
             "data": f"{n:,} records: alpaca_en_demo + alpaca_zh_demo (alpaca) and "
             "dummy_conversation (ShareGPT) from ../shared/data, repeated, 4:1, as JSONL",
             "tokenizer": "Qwen3 tokenizer.json",
             "max_length": MAX_LENGTH,
             "processes": args.workers,
-            "chute_command": c["command"],
-            "preprocess": {
-                "chute": {**c, "records_per_s": round(n / c["seconds"])},
-                "xtuner_style": {**x, "records_per_s": round(n / x["seconds"])},
-                "all_runs_seconds": {
-                    k: [round(r["seconds"], 2) for r in v] for k, v in runs.items()
-                },
-                "speedup": speedup,
-                "bytes_per_token": {
-                    "chute": round(c["bytes"] / c["tokens"], 3),
-                    "xtuner_style": round(x["bytes"] / x["tokens"], 3),
-                },
+            "before": args.before if "chute_before" in args.sides else None,
+            "load_average_after": [round(x, 2) for x in os.getloadavg()],
+            "runs": {
+                name: {
+                    **r,
+                    "records_per_s": round(n / r["seconds"]),
+                    "bytes_per_token": round(r["bytes"] / r["tokens"], 3),
+                }
+                for name, r in best.items()
             },
+            "all_runs_seconds": {k: [round(r["seconds"], 2) for r in v] for k, v in runs.items()},
+            "ratios": ratios,
             "random_reads": read,
             "targets": {
-                "preprocess >= 2x": speedup >= 2,
-                "reads >= 5x": read["chute_vs_datasets"] >= 5,
+                ">= 2.5x chute before the fast path": ratios.get("chute_vs_chute_before", 0) >= 2.5,
+                ">= 7x xtuner": ratios.get("chute_vs_xtuner", 0) >= 7,
+                "scaling >= 1.7 (0.85 x 2)": ratios.get("scaling", 2) >= 1.7,
+                "reads >= 5x": read is None or read["chute_vs_datasets"] >= 5,
             },
         },
     )

@@ -121,8 +121,8 @@ def main() -> int:
         return 2
     raws = load_records(args.repeat)
     recipes = {
-        "builtin qwen3": Recipe(tokenizer=tok_path, template="qwen3"),
-        "builtin chatml": Recipe(tokenizer=tok_path, template="chatml"),
+        "builtin qwen3": Recipe(tokenizer=tok_path, template="qwen3", tokenizer_backend="hf"),
+        "builtin chatml": Recipe(tokenizer=tok_path, template="chatml", tokenizer_backend="hf"),
         "jinja (Qwen3 tokenizer_config.json)": Recipe(
             tokenizer=tok_path, template=tok_path.parent / "tokenizer_config.json"
         ),

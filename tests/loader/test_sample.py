@@ -64,3 +64,28 @@ def test_a_record_that_is_not_an_object_is_not_a_sample() -> None:
         as_tokenized(record)
     with pytest.raises(SampleError, match="bad_json"):
         as_tokenized(Record(b"{oops", path="d.jsonl", line=5, index=4))
+
+
+def test_judge_checks_token_values_per_batch_and_locates_each_bad_sample() -> None:
+    import orjson
+
+    from chute.recipe.outcome import judge
+
+    def recipe(record: Record) -> dict:
+        return {"input_ids": record.data["ids"], "labels": record.data.get("labels")}
+
+    items = [
+        Record(orjson.dumps({"ids": [1, 2]}), path="d.jsonl", line=1, index=0),
+        Record(orjson.dumps({"ids": [1, -3]}), path="d.jsonl", line=2, index=1),
+        Record(orjson.dumps({"ids": [4], "labels": [-100]}), path="d.jsonl", line=3, index=2),
+        Record(orjson.dumps({"ids": [5, 6], "labels": [5, -7]}), path="d.jsonl", line=4, index=3),
+        Record(orjson.dumps({"ids": "not ids"}), path="d.jsonl", line=5, index=4),
+    ]
+    out = judge(recipe, items)
+    assert [o["input_ids"].tolist() for o in (out[0], out[2])] == [[1, 2], [4]]
+    assert isinstance(out[1], SampleError) and "input_ids holds -3" in str(out[1])
+    assert isinstance(out[3], SampleError) and "labels holds -7" in str(out[3])
+    assert isinstance(out[4], SampleError)
+    assert [(e.path, e.line) for e in (out[1], out[3], out[4])] == [
+        ("d.jsonl", n) for n in (2, 4, 5)
+    ]

@@ -55,6 +55,7 @@ from chute.formats.spec import FORMAT_NAMES
 from chute.media.images import DEFAULT_MAX_PIXELS
 from chute.recipe import MAX_RECORD_BYTES, OVERFLOW, TASKS, TRUNCATION
 from chute.templates.base import TRAIN_ON
+from chute.tokenize import BACKENDS
 
 # where chunks run (chute.cache.engines)
 ENGINES = ("local", "ray")
@@ -112,6 +113,7 @@ class RecipeConfig:
     max_image_pixels: int = DEFAULT_MAX_PIXELS
     media_allowed_roots: list[str] = field(default_factory=list)
     tiktoken_pattern: str | None = None
+    tokenizer_backend: str = "auto"
     max_record_bytes: int | None = MAX_RECORD_BYTES
 
     KINDS: ClassVar[dict[str, Any]] = {
@@ -143,8 +145,11 @@ class RecipeConfig:
         "max_image_pixels": "int+",
         "media_allowed_roots": "paths",
         "tiktoken_pattern": "str?",
+        "tokenizer_backend": choice(BACKENDS),
         "max_record_bytes": "int+?",
     }
+    # Options that change how samples are computed, never what they are (not in config.yaml).
+    NOT_SHAPING: ClassVar[tuple[str, ...]] = ("tokenizer_backend",)
 
     def __post_init__(self) -> None:
         raise_problems(check_fields(self.KINDS, vars(self)))
@@ -314,7 +319,11 @@ class PreprocessConfig:
         )
 
     def to_dict(self, *, shaping_only: bool = False) -> dict[str, Any]:
-        """Plain data in the YAML's shape (``shaping_only``: cache options that shape output)."""
+        """Plain data in the YAML's shape.
+
+        ``shaping_only`` keeps what shapes the output: the cache options that do, and the recipe
+        without ``tokenizer_backend`` (either engine gives the same ids).
+        """
         out: dict[str, Any] = {
             "sources": list(self.sources),
             "recipe": asdict(self.recipe),
@@ -322,6 +331,8 @@ class PreprocessConfig:
         }
         if shaping_only:
             out["cache"] = {k: out["cache"][k] for k in CacheOptions.SHAPING}
+            for key in RecipeConfig.NOT_SHAPING:
+                out["recipe"].pop(key)
         if self.stages:
             out["stages"] = {k: dict(v) for k, v in sorted(self.stages.items())}
         if self.out is not None and not shaping_only:

@@ -182,6 +182,14 @@ RECIPE_OPTIONS: tuple[_Flag, ...] = (
     _Flag("tags", str | None, None, ("--tags",), "Role names, e.g. 'user_tag=Q,assistant_tag=A'."),
     _Flag("system", str | None, None, ("--system",), "System prompt for records without one."),
     _Flag(
+        "tokenizer_backend",
+        str,
+        "auto",
+        ("--tokenizer-backend",),
+        "Engine of a tokenizer.json: auto (tiktoken where it gives the same ids, checked; else "
+        "tokenizers), tiktoken (required) or hf (tokenizers). Same ids either way.",
+    ),
+    _Flag(
         "template_vars",
         list[str] | None,
         None,
@@ -293,6 +301,7 @@ class RecipeArgs:
     columns: str | None = None
     tags: str | None = None
     system: str | None = None
+    tokenizer_backend: str = "auto"
     template_vars: Sequence[str] | None = None
 
     def given(self, *, ignore: Iterable[str] = ()) -> dict[str, Any]:
@@ -349,6 +358,7 @@ class RecipeArgs:
             "columns": parse_pairs(self.columns, "--columns"),
             "tags": parse_pairs(self.tags, "--tags"),
             "system": self.system,
+            "tokenizer_backend": self.tokenizer_backend,
             "template_vars": parse_template_vars(self.template_vars or ()),
         }
 

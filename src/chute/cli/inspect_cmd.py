@@ -19,6 +19,7 @@ from chute.cli._output import emit_json, guarded
 from chute.cli._render import decode_marked, pretty_sample
 from chute.errors import ConfigError, SampleError
 from chute.sources import open_source
+from chute.tokenize import Tokenizer
 
 
 def register(app: typer.Typer) -> None:
@@ -112,6 +113,7 @@ def inspect(
                 "text": decode_marked(tok, ids),
                 "trained_text": decode_marked(tok, ids[trained]),
                 **summary,
+                "tokenizer_engine": tok.engine,
                 "image_refs": sample["images"],
                 "videos": sample["videos"],
                 "audios": sample["audios"],
@@ -144,3 +146,9 @@ def inspect(
         + (f"; windows: {sample['windows']}" if sample.get("windows", 1) > 1 else "")
         + ("; label: " + str(sample["label"]).lower() if "label" in sample else "")
     )
+    typer.echo(_engine_line(tok))
+
+
+def _engine_line(tok: Tokenizer) -> str:
+    """Which library encoded, and why not tiktoken where a ``tokenizer.json`` could be."""
+    return f"tokenizer: {tok.engine}" + (f" ({tok.engine_note})" if tok.engine_note else "")

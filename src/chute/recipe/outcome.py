@@ -35,7 +35,7 @@ from typing import Any
 import numpy as np
 
 from chute.errors import SampleError, as_sample_error
-from chute.sample.contract import as_tokenized, check_sample, check_values, location_of
+from chute.sample.contract import as_tokenized, bad_values, check_sample, location_of
 
 __all__ = [
     "KEPT",
@@ -90,9 +90,11 @@ def overflow_outcome(length: Any, first: Any, max_length: int | None, overflow: 
 
 def first_trained(labels: Any) -> int:
     """The position of the first trained label (not -100), or ``len(labels)`` when none is."""
-    labels = np.asarray(labels)
-    hits = np.flatnonzero(labels != IGNORE)
-    return int(hits[0]) if hits.size else len(labels)
+    trained = np.asarray(labels) != IGNORE
+    if not trained.size:
+        return 0
+    first = int(trained.argmax())  # the first True; 0 when there is none
+    return first if trained[first] else trained.size
 
 
 def sample_of(recipe: Callable[[Any], Any] | None, item: Any) -> dict[str, Any]:
@@ -115,16 +117,22 @@ def judge(recipe: Any, items: Sequence[Any]) -> list[Any]:
     """
     raw = _batch(recipe, items)
     out: list[Any] = []
+    shaped: list[int] = []  # positions of the samples whose shapes passed
     for item, result in zip(items, raw, strict=True):
         try:
             if isinstance(result, BaseException):
                 raise result
             sample = check_sample(result if recipe is not None else as_tokenized(result))
-            check_values(sample)
+            shaped.append(len(out))
             out.append(sample)
         except Exception as exc:
             path, line = location_of(item)
             out.append(as_sample_error(exc, path, line))
+    # token values in one vectorised pass over the batch (per sample only where one is bad)
+    for j, error in bad_values([out[k] for k in shaped]):
+        k = shaped[j]
+        path, line = location_of(items[k])
+        out[k] = as_sample_error(error, path, line)
     return out
 
 

@@ -152,6 +152,11 @@ class Recipe:
         media_allowed_roots: further folders media references may resolve into through a
             symlink or an absolute path (e.g. where an ``images -> /mnt/coco`` link points).
         tiktoken_pattern: for tiktoken files whose rank count matches no preset.
+        tokenizer_backend: the engine of a ``tokenizer.json``: ``auto`` (the default: tiktoken
+            where the tokenizer compiles to it exactly and passes the checks, else
+            ``tokenizers``), ``tiktoken`` (required; a ``ConfigError`` says why it cannot be
+            had) or ``hf`` (``tokenizers``). The ids, labels and cache fingerprint are the same
+            either way (see docs/recipe.md, "Tokenizer").
     """
 
     def __init__(
@@ -185,10 +190,14 @@ class Recipe:
         max_image_pixels: int = DEFAULT_MAX_PIXELS,
         media_allowed_roots: Any = (),
         tiktoken_pattern: str | None = None,
+        tokenizer_backend: str = "auto",
         max_record_bytes: int | None = MAX_RECORD_BYTES,
     ):
         self.tokenizer: Tokenizer = load_tokenizer(
-            tokenizer, special_tokens=special_tokens, tiktoken_pattern=tiktoken_pattern
+            tokenizer,
+            special_tokens=special_tokens,
+            tiktoken_pattern=tiktoken_pattern,
+            backend=tokenizer_backend,
         )
         if isinstance(format, FormatSpec):
             if columns or tags or placeholders:

@@ -29,6 +29,12 @@ If all three fail the record is rejected as ``template_error`` (never silently m
 Step 1 costs one render per record; 2 and 3 cost O(turns) renders and happen only for the
 messages that need them.
 
+Rendering once per shape. ``F`` and the marker rendering are both filled in from a *skeleton*
+(``chute.templates.jinja_skeleton``) where the template allows it: rendered once per
+conversation shape (roles, empty contents, tool calls, tools, variables), it is reused for every
+conversation of that shape whose contents pass the tests the template made on them. Most
+records then cost no render at all, and the text and spans are exactly those of rendering.
+
 Example:
     >>> t = JinjaTemplate("{% for m in messages %}<{{ m.role }}>{{ m.content }}</s>{% endfor %}")
     >>> from chute.sample.conversation import Conversation, Message
@@ -44,8 +50,10 @@ from __future__ import annotations
 import hashlib
 import itertools
 import re
+from dataclasses import dataclass
 from typing import Any
 
+import orjson
 from jinja2 import TemplateError
 
 from chute._internal.spelling import spell_set
@@ -53,6 +61,7 @@ from chute.errors import ConfigError, SampleError
 from chute.sample.conversation import Conversation
 from chute.templates.base import RenderContext, Rendered, Template, train_flags
 from chute.templates.jinja_env import TemplateRaised, compile_template
+from chute.templates.jinja_skeleton import Skeleton, Skeletons, apply_ops
 
 __all__ = ["JinjaTemplate"]
 
@@ -84,6 +93,9 @@ class JinjaTemplate(Template):
             where = f" ({origin})" if origin else ""
             raise ConfigError(f"template{where}: not a valid Jinja template: {exc}") from None
         self._probes: dict[Any, tuple[str, str]] = {}
+        self._skeletons = Skeletons(self._compiled)
+        # the last context seen and what is derived from it (a recipe passes the same one)
+        self._seen: tuple[RenderContext, dict[str, Any], dict[str, Any], _Context] | None = None
 
     def spec(self) -> dict[str, Any]:
         return {"name": self.name, "kind": "jinja", "sha256": self.sha256}
@@ -109,10 +121,7 @@ class JinjaTemplate(Template):
         Raises:
             SampleError: ``template_error`` when the template raises.
         """
-        variables = {
-            f"{k}_token": v for k, v in ctx.special.items() if v is not None and k != "image"
-        }
-        variables.update(ctx.variables)
+        variables = _variables(ctx)
         try:
             return self._compiled.render(
                 messages=messages,
@@ -135,13 +144,19 @@ class JinjaTemplate(Template):
             msgs.insert(0, {"role": "system", "content": ctx.system})
             flags.insert(0, ctx.train_on == "all")
         tools = conv.tools
-        text = self.render_messages(msgs, ctx, tools=tools)
+        skeleton = self._skeleton(msgs, tools, ctx)
+        contents = [m["content"] for m in msgs]
+        filled: list[tuple[int, int]] | None = None  # where the skeleton's holes lie in text
+        if skeleton is not None and skeleton.holds(contents):
+            text, filled = skeleton.fill_at(contents)
+        else:
+            text = self.render_messages(msgs, ctx, tools=tools)
         media = conv.media() if conv.has_media() else []
         if ctx.train_on == "all":
             masked = [i for i, f in enumerate(flags) if not f]
             if not masked:
                 return Rendered(text, [(0, len(text))] if text else [], media)
-            holes = sorted(self._locate(text, msgs, masked, tools, ctx).values())
+            holes = sorted(self._locate(text, msgs, masked, tools, ctx, skeleton, filled).values())
             spans, pos = [], 0
             for a, b in holes:
                 if a > pos:
@@ -153,17 +168,42 @@ class JinjaTemplate(Template):
         wanted = [i for i, f in enumerate(flags) if f]
         if not wanted:
             return Rendered(text, [], media)
-        located = self._locate(text, msgs, wanted, tools, ctx)
+        located = self._locate(text, msgs, wanted, tools, ctx, skeleton, filled)
         return Rendered(text, sorted(located.values()), media)
+
+    def _skeleton(
+        self, msgs: list[dict[str, Any]], tools: Any, ctx: RenderContext
+    ) -> Skeleton | None:
+        """The skeleton of this conversation's shape, or ``None`` (no shape key, or refused)."""
+        context = self._context(ctx)
+        key = _shape(msgs, tools, context.key)
+        return None if key is None else self._skeletons.get(msgs, tools, context.variables, key)
+
+    def _context(self, ctx: RenderContext) -> _Context:
+        """What the skeletons and probes need of ``ctx``, derived once while it stays the same."""
+        seen = self._seen
+        if (
+            seen is not None
+            and seen[0] is ctx
+            and seen[1] == ctx.variables
+            and seen[2] == ctx.special
+        ):
+            return seen[3]
+        context = _Context(
+            (
+                tuple(sorted((k, repr(v)) for k, v in ctx.variables.items())),
+                tuple(ctx.special.items()),
+            ),
+            _variables(ctx),
+        )
+        self._seen = (ctx, dict(ctx.variables), dict(ctx.special), context)
+        return context
 
     # -- span finding ------------------------------------------------------------------------
 
     def _probe(self, ctx: RenderContext) -> tuple[str, str]:
         """``(generation header, end-of-turn text)`` of this template under ``ctx``."""
-        key = (
-            tuple(sorted((k, repr(v)) for k, v in ctx.variables.items())),
-            tuple(ctx.special.items()),
-        )
+        key = self._context(ctx).key
         found = self._probes.get(key)
         if found is not None:
             return found
@@ -195,9 +235,11 @@ class JinjaTemplate(Template):
         wanted: list[int],
         tools: Any,
         ctx: RenderContext,
+        skeleton: Skeleton | None = None,
+        filled: list[tuple[int, int]] | None = None,
     ) -> dict[int, tuple[int, int]]:
         header, eot = self._probe(ctx)
-        located = self._by_markers(text, msgs, wanted, tools, ctx, header, eot)
+        located = self._by_markers(text, msgs, wanted, tools, ctx, header, eot, skeleton, filled)
         for i in wanted:
             if i in located:
                 continue
@@ -227,20 +269,34 @@ class JinjaTemplate(Template):
         ctx: RenderContext,
         header: str,
         eot: str,
+        skeleton: Skeleton | None = None,
+        filled: list[tuple[int, int]] | None = None,
     ) -> dict[int, tuple[int, int]]:
         # An empty content stays empty: templates branch on it (Qwen3 writes a newline before a
         # tool call only after text), and a marker there would derail the alignment.
         wanted = [i for i in wanted if msgs[i]["content"]]
-        marked = list(msgs)
+        contents = [m["content"] for m in msgs]
         for k, i in enumerate(wanted):
-            marked[i] = {**msgs[i], "content": _MARK.format(k)}
-        try:
-            rendered = self.render_messages(marked, ctx, tools=tools)
-        except SampleError:
-            return {}
-        pieces = _MARK_RE.split(rendered)
-        order = [int(x) for x in pieces[1::2]]
-        templ = pieces[0::2]
+            contents[i] = _MARK.format(k)
+        cut = None
+        if skeleton is not None and filled is not None:
+            cut = _marked_cut(text, skeleton, filled, wanted, [contents[i] for i in wanted])
+        if cut is not None:
+            order, templ = cut
+        else:
+            if skeleton is not None and skeleton.holds(contents):
+                rendered = skeleton.fill(contents)  # what rendering the marked messages gives
+            else:
+                marked = list(msgs)
+                for i in wanted:
+                    marked[i] = {**msgs[i], "content": contents[i]}
+                try:
+                    rendered = self.render_messages(marked, ctx, tools=tools)
+                except SampleError:
+                    return {}
+            pieces = _MARK_RE.split(rendered)
+            order = [int(x) for x in pieces[1::2]]
+            templ = pieces[0::2]
         located: dict[int, tuple[int, int]] = {}
         # Markers must come once each and in order; a template may drop a content (Llama 3
         # writes a tool-call turn without it): those messages are left to the fallbacks.
@@ -349,3 +405,75 @@ def _as_dict(m: Any, ctx: RenderContext) -> dict[str, Any]:
     if m.reasoning is not None:
         d["reasoning_content"] = m.reasoning
     return d
+
+
+def _variables(ctx: RenderContext) -> dict[str, Any]:
+    """The template's variables besides messages and tools: special tokens, ``template_vars``."""
+    variables = {f"{k}_token": v for k, v in ctx.special.items() if v is not None and k != "image"}
+    variables.update(ctx.variables)
+    return variables
+
+
+@dataclass(frozen=True)
+class _Context:
+    """Of a ``RenderContext``: a hashable key of what a rendering reads, the variables."""
+
+    key: tuple[Any, Any]
+    variables: dict[str, Any]
+
+
+def _shape(msgs: list[dict[str, Any]], tools: Any, context: tuple[Any, Any]) -> Any:
+    """What a rendering depends on besides the contents' text: a hashable key, or ``None``."""
+    try:
+        parts: list[Any] = [
+            *context,
+            orjson.dumps(tools, option=orjson.OPT_SORT_KEYS) if tools else None,
+        ]
+        for m in msgs:
+            content = m["content"]
+            if not isinstance(content, str):
+                return None
+            if len(m) == 2:
+                parts.append((m["role"], bool(content)))
+            else:
+                rest = {k: v for k, v in m.items() if k != "content"}
+                parts.append((bool(content), orjson.dumps(rest, option=orjson.OPT_SORT_KEYS)))
+        return tuple(parts)
+    except (TypeError, orjson.JSONEncodeError):
+        return None
+
+
+def _marked_cut(
+    text: str,
+    skeleton: Skeleton,
+    filled: list[tuple[int, int]],
+    wanted: list[int],
+    markers: list[str],
+) -> tuple[list[int], list[str]] | None:
+    """The marker rendering cut at its markers, read off the skeleton's fill of ``text``.
+
+    ``_MARK_RE.split`` of the skeleton filled with ``markers`` for the ``wanted`` messages
+    (``(order, pieces between)``), without filling and searching it: that text is ``text``
+    with each wanted message's hole replaced by its marker. ``None`` where that does not hold
+    (the guards answer otherwise on a marker, a hole's strip changes its marker, or ``text``
+    holds a bracket of the marker's kind): the caller then fills and splits.
+    """
+    if "\u27e6" in text or "\u27e7" in text:
+        return None
+    if not skeleton.holds_on(tuple(wanted), tuple(markers)):
+        return None
+    index = {slot: k for k, slot in enumerate(wanted)}
+    order: list[int] = []
+    templ: list[str] = []
+    pos = 0
+    for (slot, ops), (a, b) in zip(skeleton.holes, filled, strict=True):
+        k = index.get(slot)
+        if k is None:
+            continue
+        if ops and apply_ops(markers[k], ops) != markers[k]:
+            return None
+        templ.append(text[pos:a])
+        order.append(k)
+        pos = b
+    templ.append(text[pos:])
+    return order, templ

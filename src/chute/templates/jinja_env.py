@@ -7,6 +7,13 @@ render their body. One difference, on purpose: ``strftime_now`` formats a fixed 
 (``TEMPLATE_DATE``, 26 Jul 2024), not today's, so a rendering does not change with the day. chute's environment is the same, plus fast paths for the attribute lookups
 chat templates make most (``_Sandbox``), which return exactly what the sandbox returns.
 
+Skeletons (``chute.templates.jinja_skeleton``) need to see every way a template reads a
+message's content. Method calls, ``+`` and the str methods are seen by the content itself; three
+things read a string without asking it, and the environment reports them when a content is
+involved: ``x in text`` (compiled here to ``environment.contains_item``, the same test), a method
+of another object called with a content as argument (``'abc'.startswith(content)``), and the
+``int``, ``float``, ``wordcount`` filters and the ``in`` test. The results are unchanged.
+
 Example:
     >>> compile_template("{{ messages[0].content | tojson }}").render(messages=[{"content": "é"}])
     '"é"'
@@ -19,10 +26,13 @@ from datetime import datetime
 from typing import Any
 
 from jinja2 import nodes
+from jinja2.compiler import CodeGenerator, Frame
 from jinja2.ext import Extension, loopcontrols
 from jinja2.runtime import LoopContext
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 from jinja2.utils import Namespace
+
+from chute.templates.jinja_skeleton import Tracked
 
 __all__ = ["TEMPLATE_DATE", "TemplateRaised", "compile_template"]
 
@@ -70,7 +80,36 @@ class _Generation(Extension):
 _DICT_ATTRIBUTES = frozenset(dir(dict))
 
 
+class _CodeGenerator(CodeGenerator):
+    """Jinja's code generator, with ``a in b`` / ``a not in b`` as ``environment.contains_item``."""
+
+    def visit_Compare(self, node: nodes.Compare, frame: Frame) -> None:  # noqa: N802  (jinja2 API)
+        if len(node.ops) != 1 or node.ops[0].op not in ("in", "notin"):
+            super().visit_Compare(node, frame)
+            return
+        self.write("(environment.contains_item(" if node.ops[0].op == "in" else "(not ")
+        if node.ops[0].op == "notin":
+            self.write("environment.contains_item(")
+        self.visit(node.expr, frame)
+        self.write(", ")
+        self.visit(node.ops[0].expr, frame)
+        self.write("))")
+
+
+def _watching(name: str, function: Any) -> Any:
+    """A filter or test that reports a content it reads (its result is unchanged)."""
+
+    def watched(value: Any, *args: Any, **kwargs: Any) -> Any:
+        if type(value) is Tracked:
+            value.refuse_use(f"the template applies {name} to a content")
+        return function(value, *args, **kwargs)
+
+    return watched
+
+
 class _Sandbox(ImmutableSandboxedEnvironment):
+    code_generator_class = _CodeGenerator
+
     """``transformers``' sandbox, with fast paths for the lookups chat templates make most.
 
     ``message.role`` on a dict, ``content.startswith`` on a str and ``loop.last`` are three
@@ -98,6 +137,20 @@ class _Sandbox(ImmutableSandboxedEnvironment):
             if value is not _ABSENT:
                 return value
         return super().getattr(obj, attribute)
+
+    @staticmethod
+    def contains_item(item: Any, container: Any) -> bool:
+        """``item in container``; a content looked for in other text is reported."""
+        if type(item) is Tracked and type(container) is not Tracked:
+            item.refuse_use("the template looks for a content inside other text")
+        return item in container
+
+    def call(__self, __context: Any, __obj: Any, *args: Any, **kwargs: Any) -> Any:  # noqa: N805
+        """The sandbox's call; a content passed to another object's method is reported."""
+        for value in (*args, *kwargs.values()):
+            if type(value) is Tracked and type(getattr(__obj, "__self__", None)) is not Tracked:
+                value.refuse_use("the template passes a content to a function")
+        return super().call(__context, __obj, *args, **kwargs)
 
 
 _ABSENT = object()
@@ -149,6 +202,9 @@ def compile_template(source: str) -> Any:
     """Compile a chat template in chute's sandbox (raises ``jinja2.TemplateError``)."""
     env = _Sandbox(trim_blocks=True, lstrip_blocks=True, extensions=[loopcontrols, _Generation])
     env.filters["tojson"] = _tojson
+    for name in ("int", "float", "wordcount"):
+        env.filters[name] = _watching(f"the {name} filter", env.filters[name])
+    env.tests["in"] = _watching("the in test", env.tests["in"])
     env.globals["raise_exception"] = _raise_exception
     env.globals["strftime_now"] = _strftime_now
     return env.from_string(source)

@@ -11,6 +11,10 @@
 * a tiktoken BPE file (``*.tiktoken``, Llama 3's ``tokenizer.model``) or a ``tiktoken.Encoding``
   (``TiktokenTokenizer``, extra ``tiktoken``).
 
+``backend`` picks the engine of a ``tokenizer.json``: ``auto`` (default) runs byte-level BPE
+tokenizers on tiktoken where they compile exactly and pass the checks (``chute.tokenize.engine``),
+``tiktoken`` demands that, ``hf`` keeps ``tokenizers``. The ids are the same either way.
+
 Example:
     >>> tok = load_tokenizer("tokenizers/qwen3/tokenizer.json")  # doctest: +SKIP
     >>> tok.special["eos"], tok.token_id("image")  # doctest: +SKIP
@@ -24,13 +28,16 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from chute._internal.spelling import spell_set, spell_value
 from chute.errors import ConfigError
 from chute.tokenize.base import SPECIAL_NAMES, Tokenizer, read_tokenizer_config
+from chute.tokenize.engine import BACKENDS
 from chute.tokenize.hf import HFTokenizer
 from chute.tokenize.tiktoken_backend import TiktokenTokenizer
 from chute.tokenize.transformers_backend import TransformersTokenizer, is_transformers_tokenizer
 
 __all__ = [
+    "BACKENDS",
     "SPECIAL_NAMES",
     "HFTokenizer",
     "TiktokenTokenizer",
@@ -47,6 +54,7 @@ def load_tokenizer(
     special_tokens: Mapping[str, str | None] | None = None,
     tiktoken_pattern: str | None = None,
     tiktoken_special_tokens: Mapping[str, int] | None = None,
+    backend: str = "auto",
 ) -> Tokenizer:
     """A chute ``Tokenizer`` from a path or an object (see the module docstring).
 
@@ -57,11 +65,18 @@ def load_tokenizer(
         tiktoken_pattern: for tiktoken files: a regex or a preset name (``qwen``, ``llama3``,
             ``gpt2``); needed when the file's rank count matches no preset.
         tiktoken_special_tokens: for tiktoken files: ``{token: id}`` added to the encoding.
+        backend: ``auto``, ``hf`` or ``tiktoken``: the engine of a ``tokenizer.json`` (see the
+            module docstring).
 
     Raises:
         ConfigError: the path does not exist or is no tokenizer chute can read.
         ImportError: the backend needs an extra that is not installed (the message says which).
     """
+    if backend not in BACKENDS:
+        raise ConfigError(
+            f"expected one of {', '.join(BACKENDS)}, got {spell_value(backend)}",
+            param="tokenizer_backend",
+        )
     if isinstance(tokenizer, Tokenizer):
         if special_tokens:
             raise ConfigError(
@@ -69,14 +84,22 @@ def load_tokenizer(
                 "pass them when you create it, or pass a path",
                 param="special_tokens",
             )
+        if backend != "auto" and getattr(tokenizer, "backend_request", backend) != backend:
+            raise ConfigError(
+                f"cannot change the engine of a ready chute Tokenizer; pass backend= when you "
+                f"create it, or pass a path with {spell_set('tokenizer_backend', backend)}",
+                param="tokenizer_backend",
+            )
         return tokenizer
     if isinstance(tokenizer, str | os.PathLike):
-        return _from_path(
-            Path(tokenizer), special_tokens, tiktoken_pattern, tiktoken_special_tokens
+        tok = _from_path(
+            Path(tokenizer), special_tokens, tiktoken_pattern, tiktoken_special_tokens, backend
         )
+        _check_backend(tok, backend, str(tokenizer))
+        return tok
     cls = type(tokenizer)
     if cls.__module__.startswith("tokenizers") and cls.__name__ == "Tokenizer":
-        return HFTokenizer(tokenizer, special_tokens=special_tokens)
+        return HFTokenizer(tokenizer, special_tokens=special_tokens, backend=backend)
     if cls.__module__.startswith("tiktoken"):
         raise ConfigError(
             "a tiktoken.Encoding object has no file to fingerprint; pass the BPE file "
@@ -84,11 +107,26 @@ def load_tokenizer(
             param="tokenizer",
         )
     if is_transformers_tokenizer(tokenizer):
-        return TransformersTokenizer(tokenizer, special_tokens)
+        tok = TransformersTokenizer(tokenizer, special_tokens)
+        _check_backend(tok, backend, cls.__name__)
+        return tok
     raise ConfigError(
         f"cannot use a {cls.__module__}.{cls.__name__}; pass a tokenizer.json path, a "
         f"tokenizer folder, a tiktoken BPE file, or a tokenizers/transformers tokenizer object",
         param="tokenizer",
+    )
+
+
+def _check_backend(tok: Tokenizer, backend: str, what: str) -> None:
+    """``hf`` and ``tiktoken`` name engines of a ``tokenizer.json``; elsewhere they must fit."""
+    if isinstance(tok, HFTokenizer) or backend == "auto":
+        return
+    if backend == "tiktoken" and tok.backend == "tiktoken":
+        return
+    raise ConfigError(
+        f"{spell_set('tokenizer_backend', backend)} chooses the engine of a tokenizer.json, and "
+        f"{what} loads through {tok.backend}; leave {spell_set('tokenizer_backend', 'auto')}",
+        param="tokenizer_backend",
     )
 
 
@@ -97,20 +135,21 @@ def _from_path(
     special_tokens: Mapping[str, str | None] | None,
     pattern: str | None,
     tik_specials: Mapping[str, int] | None,
+    backend: str = "auto",
 ) -> Tokenizer:
     if not path.exists():
         raise ConfigError(f"{path}: no such file or folder", param="tokenizer")
     if path.is_dir():
         if (path / "tokenizer.json").is_file():
-            return HFTokenizer.from_path(path, special_tokens)
+            return HFTokenizer.from_path(path, special_tokens, backend=backend)
         bpe = sorted(path.glob("*.tiktoken"))
         if len(bpe) == 1:
             return _tiktoken(bpe[0], special_tokens, pattern, tik_specials)
         return TransformersTokenizer.from_pretrained(path, special_tokens)
     if path.name == "tokenizer_config.json":
-        return _from_path(path.parent, special_tokens, pattern, tik_specials)
+        return _from_path(path.parent, special_tokens, pattern, tik_specials, backend)
     if path.suffix == ".json":
-        return HFTokenizer.from_path(path, special_tokens)
+        return HFTokenizer.from_path(path, special_tokens, backend=backend)
     if _looks_like_tiktoken(path):
         return _tiktoken(path, special_tokens, pattern, tik_specials)
     raise ConfigError(

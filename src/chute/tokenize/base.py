@@ -31,6 +31,7 @@ __all__ = [
     "SPECIAL_NAMES",
     "Tokenizer",
     "file_sha256",
+    "hf_spans",
     "read_tokenizer_config",
 ]
 
@@ -50,6 +51,9 @@ class Tokenizer:
 
     Attributes:
         backend: ``tokenizers``, ``tiktoken`` or ``transformers``.
+        engine: the library that encodes: the backend's, or ``tiktoken`` for an ``HFTokenizer``
+            on the fast path (see ``chute.tokenize.engine``).
+        engine_note: why an ``HFTokenizer`` is not on the fast path (one line), or ``""``.
         special: ``{"bos": str|None, "eos": ..., "pad": ..., "unk": ..., "image": ...}``.
         chat_template: the Jinja chat template found beside the tokenizer, or ``None``.
         supports_offsets: whether ``encode_with_offsets`` works (slow ``transformers``
@@ -57,6 +61,9 @@ class Tokenizer:
     """
 
     backend = "base"
+    # the library that encodes (HFTokenizer: "tiktoken" on the fast path), and why not tiktoken
+    engine = "base"
+    engine_note = ""
     supports_offsets = True
 
     def __init__(self) -> None:
@@ -252,3 +259,28 @@ def file_sha256(path: str | os.PathLike[str], block: int = 1 << 22) -> str:
         while chunk := f.read(block):
             h.update(chunk)
     return h.hexdigest()
+
+
+def hf_spans(encoding: Any, spans: Sequence[tuple[int, int]]) -> list[tuple[int, int]]:
+    """Per character span, the ``[first, end)`` range of tokens of ``encoding`` overlapping it.
+
+    The first token is the one holding the span's first character that a token holds, the last
+    the one holding its last such character (``char_to_token``: the first token covering a
+    character); ``(0, 0)`` when no token holds any. Two ``char_to_token`` calls per span instead
+    of a Python tuple per token: the offsets list costs as much as the rest of the recipe.
+    """
+    ranges = []
+    to_token = encoding.char_to_token
+    for a, b in spans:
+        first = last = None
+        for c in range(a, b):
+            first = to_token(c)
+            if first is not None:
+                break
+        if first is not None:
+            for c in range(b - 1, a - 1, -1):
+                last = to_token(c)
+                if last is not None:
+                    break
+        ranges.append((first, last + 1) if first is not None and last is not None else (0, 0))
+    return ranges

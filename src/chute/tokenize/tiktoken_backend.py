@@ -103,6 +103,7 @@ class TiktokenTokenizer(Tokenizer):
     """
 
     backend = "tiktoken"
+    engine = "tiktoken"
 
     def __init__(
         self,

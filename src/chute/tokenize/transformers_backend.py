@@ -44,6 +44,7 @@ class TransformersTokenizer(Tokenizer):
     """
 
     backend = "transformers"
+    engine = "transformers"
 
     def __init__(self, tokenizer: Any, special_tokens: Mapping[str, str | None] | None = None):
         super().__init__()

@@ -1,0 +1,222 @@
+"""Which engine encodes a ``tokenizer.json``: tiktoken (compiled and verified) or ``tokenizers``.
+
+``tokenizer_backend`` chooses: ``auto`` (the default) uses the tiktoken fast path where the
+tokenizer compiles exactly and passes the checks, ``tokenizers`` otherwise; ``tiktoken`` demands
+the fast path (a ``ConfigError`` says why it cannot be had); ``hf`` keeps ``tokenizers``.
+
+Compiling and the thorough checks (``chute.tokenize.verify``: the BPE step on the strings where
+the algorithms could part, every code point in context) run once per tokenizer file and
+library versions; the outcome, tables or the reason for refusing, is kept under
+``<cache root>/tokenizers/`` keyed by the file's SHA-256 (a second load costs ~0.1 s). The probe
+set runs at every load, once per process. When ``auto`` does not get the fast path it says why
+in one log line (``chute.tokenize`` logger): at INFO for a tokenizer that does not compile
+(SentencePiece, an unusual pre-tokenizer), at WARNING when a check found a difference, naming
+the first input that differs.
+
+Example:
+    >>> choice = choose(None, None, "hf")
+    >>> choice.fast is None, choice.note
+    (True, "tokenizer_backend='hf'")
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from chute._internal.files import atomic_file, cache_root
+from chute._internal.spelling import spell_set, spell_value
+from chute.errors import ConfigError, MissingDependency
+from chute.tokenize.base import file_sha256
+from chute.tokenize.compile_tiktoken import AddedToken, BPETables, NotCompilable, compile_bpe
+from chute.tokenize.fast import FastBPE, import_tiktoken
+from chute.tokenize.verify import check_codepoints, check_merges, check_probes
+
+__all__ = ["BACKENDS", "COMPILE_VERSION", "Choice", "choose", "differs", "disable"]
+
+BACKENDS = ("auto", "hf", "tiktoken")
+# Bump when compiling or checking changes (old cache entries are then ignored).
+COMPILE_VERSION = 1
+log = logging.getLogger("chute.tokenize")
+
+# key -> FastBPE, or (kind, reason): compiled once per process, shared by every tokenizer.
+_MEMO: dict[str, FastBPE | tuple[str, str]] = {}
+_PROBED: dict[str, str | None] = {}
+_SAID: set[str] = set()
+
+
+@dataclass(frozen=True)
+class Choice:
+    """The outcome: the fast encoder, or ``None`` and one line saying why not."""
+
+    fast: FastBPE | None
+    note: str
+    key: str | None = None
+
+
+def choose(rust: Any, path: str | None, request: str) -> Choice:
+    """The engine for a ``tokenizers.Tokenizer`` under ``tokenizer_backend=request``.
+
+    Args:
+        rust: the ``tokenizers.Tokenizer``.
+        path: the ``tokenizer.json`` it was loaded from, or ``None`` (in memory).
+        request: ``auto``, ``hf`` or ``tiktoken``.
+
+    Raises:
+        ConfigError: ``request`` is unknown, or ``tiktoken`` was asked for and cannot be had.
+        MissingDependency: ``tiktoken`` was asked for and is not installed.
+    """
+    if request not in BACKENDS:
+        raise ConfigError(
+            f"expected one of {', '.join(BACKENDS)}, got {spell_value(request)}",
+            param="tokenizer_backend",
+        )
+    if request == "hf":
+        return Choice(None, spell_set("tokenizer_backend", "hf"))
+    try:
+        tiktoken = import_tiktoken()
+    except MissingDependency:
+        if request == "tiktoken":
+            raise
+        return Choice(None, "tiktoken is not installed (pip install 'chute[tiktoken]')")
+    import tokenizers
+
+    content = file_sha256(path) if path else hashlib.sha256(rust.to_str().encode()).hexdigest()
+    versions = f"{COMPILE_VERSION}-{tiktoken.__version__}-{tokenizers.__version__}"
+    key = f"{content[:40]}-{hashlib.sha256(versions.encode()).hexdigest()[:12]}"
+    name = _name(path)
+    outcome = _MEMO.get(key)
+    if outcome is None:
+        outcome = _load(key) or _compile(rust, key)
+        _MEMO[key] = outcome
+    if isinstance(outcome, FastBPE):
+        if key not in _PROBED:
+            added = [t.content for t in outcome.tables.added]
+            _PROBED[key] = check_probes(rust, outcome, added)
+        if _PROBED[key] is None:
+            return Choice(outcome, "", key)
+        outcome = ("differs", f"it differs from tokenizers on the probe {_PROBED[key]!r}")
+    kind, reason = outcome
+    if request == "tiktoken":
+        raise ConfigError(
+            f"{name} cannot run on tiktoken: {reason}; use {spell_set('tokenizer_backend', 'auto')} "
+            f"(tokenizers where tiktoken would differ) or {spell_set('tokenizer_backend', 'hf')}",
+            param="tokenizer_backend",
+        )
+    if key not in _SAID:
+        _SAID.add(key)
+        if kind == "differs":
+            log.warning("chute: %s: tiktoken fast path off, %s; tokenizers encodes", name, reason)
+        else:
+            log.info("chute: %s: no tiktoken fast path (%s); tokenizers encodes", name, reason)
+    return Choice(None, reason, key)
+
+
+def disable(choice: Choice, text: str) -> Choice:
+    """The fast path off for this tokenizer file in this process: it differed on ``text``."""
+    reason = f"it differs from tokenizers on the input {text[:80]!r}"
+    if choice.key is not None:
+        _MEMO[choice.key] = ("differs", reason)
+        _SAID.add(choice.key)
+    return Choice(None, reason, choice.key)
+
+
+def differs(path: str | None, text: str) -> None:
+    """Say once that the fast path gave other ids than ``tokenizers`` on the user's ``text``."""
+    log.warning(
+        "chute: %s: tiktoken fast path off, it differs from tokenizers on the input %r; "
+        "tokenizers encodes (set %s to silence this)",
+        _name(path),
+        text[:80] + ("..." if len(text) > 80 else ""),
+        spell_set("tokenizer_backend", "hf"),
+    )
+
+
+def _name(path: str | None) -> str:
+    if path is None:
+        return "the tokenizer"
+    p = Path(path)
+    return f"{p.parent.name}/{p.name}" if p.parent.name else p.name
+
+
+def _compile(rust: Any, key: str) -> FastBPE | tuple[str, str]:
+    """Compile and run the thorough checks; keep the outcome on disk."""
+    if getattr(rust, "encode_special_tokens", False):
+        outcome: FastBPE | tuple[str, str] = (
+            "refused",
+            "encode_special_tokens is on (special tokens are split like text)",
+        )
+    else:
+        try:
+            tables = compile_bpe(json.loads(rust.to_str()))
+        except NotCompilable as exc:
+            outcome = ("refused", str(exc))
+        else:
+            fast = FastBPE(tables)
+            found = check_merges(tables, fast)
+            if found is None:
+                found = check_codepoints(rust, fast)
+            outcome = fast if found is None else ("differs", f"it differs on {found!r}")
+    _save(key, outcome)
+    return outcome
+
+
+def _path(key: str) -> Path:
+    return cache_root() / "tokenizers" / f"{key}.npz"
+
+
+def _save(key: str, outcome: FastBPE | tuple[str, str]) -> None:
+    arrays: dict[str, np.ndarray] = {}
+    if isinstance(outcome, FastBPE):
+        t = outcome.tables
+        tokens = list(t.ranks)
+        meta = {
+            "pattern": t.pattern,
+            "added": [[a.content, a.id, a.normalized] for a in t.added],
+            "normal_form": t.normal_form,
+            "left_out": t.left_out,
+            "multi_rule": t.multi_rule,
+        }
+        arrays = {
+            "blob": np.frombuffer(b"".join(tokens), dtype=np.uint8),
+            "ends": np.cumsum([len(b) for b in tokens], dtype=np.int64),
+            "ids": np.fromiter(t.ranks.values(), dtype=np.int64, count=len(tokens)),
+        }
+    else:
+        meta = {"kind": outcome[0], "reason": outcome[1]}
+    arrays["meta"] = np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8)
+    try:
+        with atomic_file(_path(key)) as f:
+            np.savez(f, **arrays)  # type: ignore[arg-type]  # numpy types allow_pickle
+    except OSError as exc:  # a read-only cache root: compile again next time
+        log.debug("chute: cannot keep the compiled tokenizer at %s: %s", _path(key), exc)
+
+
+def _load(key: str) -> FastBPE | tuple[str, str] | None:
+    path = _path(key)
+    if not path.is_file():
+        return None
+    try:
+        with np.load(path, allow_pickle=False) as data:
+            meta = json.loads(data["meta"].tobytes())
+            if "reason" in meta:
+                return (str(meta["kind"]), str(meta["reason"]))
+            blob = data["blob"].tobytes()
+            ends = data["ends"].tolist()
+            ids = data["ids"].tolist()
+    except (OSError, ValueError, KeyError) as exc:
+        log.debug("chute: ignoring the unreadable compiled tokenizer %s: %s", path, exc)
+        return None
+    starts = [0, *ends[:-1]]
+    ranks = {blob[a:b]: i for a, b, i in zip(starts, ends, ids, strict=True)}
+    added = [AddedToken(c, int(i), bool(n)) for c, i, n in meta["added"]]
+    tables = BPETables(
+        meta["pattern"], ranks, added, meta["normal_form"], meta["left_out"], meta["multi_rule"]
+    )
+    return FastBPE(tables)

@@ -1,0 +1,287 @@
+r"""``FastBPE``: tiktoken running a compiled ``tokenizer.json``, with labels from byte lengths.
+
+``encode(text)`` gives the ids ``tokenizers`` gives (``add_special_tokens=False``), or ``None``
+for a text the fast path does not take (not in the normalizer's form; lone surrogates): the
+caller then asks ``tokenizers``. Added tokens are cut out first, longest match first and
+leftmost, as ``tokenizers`` does (tokens with ``normalized: false`` before those with
+``normalized: true``), and the pieces between go to tiktoken's ``encode_ordinary``; this is
+faster than tiktoken's own special-token search.
+
+``encode_spans(text, spans)`` answers ``Tokenizer.encode_spans`` without a Python object per
+token. ``tokenizers`` says which token holds a character through offsets (a token covers every
+character one of its bytes belongs to) and ``char_to_token`` (the first token covering it). So
+the first token covering character ``c`` is the token holding ``c``'s first byte. Where ``c``
+starts a part of the text cut at added tokens (as a template's trained spans almost always do:
+after ``<|im_start|>assistant\n``, through ``<|im_end|>``) or lies in an added token, that is
+known from the cut alone; elsewhere a binary search of ``c``'s byte position in the cumulative
+byte lengths of that part's tokens finds it::
+
+    text    :  H  i     你            (你 is 3 bytes: e4 bd a0)
+    bytes   :  0  1  2  3  4  5
+    tokens  : [Hi][ 你 (bytes 2-4)][...]   ends = cumsum(lengths) = [2, 5, ...]
+    char 2 (你) starts at byte 3 -> searchsorted(ends, 3, "right") = token 1
+
+Example:
+    >>> from chute.tokenize.compile_tiktoken import AddedToken, BPETables
+    >>> ranks = {bytes([b]): b for b in range(256)}
+    >>> ranks[b"ab"] = 256
+    >>> fast = FastBPE(BPETables(r"\S+|\s+", ranks, [AddedToken("<s>", 300, False)], None))
+    >>> fast.encode("ab<s>a b")
+    [256, 300, 97, 32, 98]
+    >>> fast.encode_spans("ab<s>a b", [(2, 5), (5, 8), (6, 7)])
+    ([256, 300, 97, 32, 98], [(1, 2), (2, 5), (3, 4)])
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from bisect import bisect_right
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from chute.errors import MissingDependency
+from chute.tokenize.compile_tiktoken import AddedToken, BPETables
+
+__all__ = ["FastBPE", "import_tiktoken", "trie_pattern"]
+
+# parts of at most _SHORT characters have their ids kept (at most _SHORT_KEPT of them)
+_SHORT = 16
+_SHORT_KEPT = 4096
+# more spans than this are looked up at once, with numpy
+_MANY_SPANS = 16
+# a part of more tokens than this is searched with numpy, a shorter one walked in Python
+_WALK = 256
+
+
+def import_tiktoken() -> Any:
+    try:
+        import tiktoken
+    except ImportError:
+        raise MissingDependency(
+            "the tiktoken fast path needs the tiktoken package: pip install 'chute[tiktoken]'"
+        ) from None
+    return tiktoken
+
+
+class FastBPE:
+    """A compiled byte-level BPE tokenizer run by tiktoken.
+
+    Args:
+        tables: the output of ``compile_bpe``.
+    """
+
+    def __init__(self, tables: BPETables):
+        tiktoken = import_tiktoken()
+        self.tables = tables
+        self.encoding = tiktoken.Encoding(
+            "chute-compiled",
+            pat_str=tables.pattern,
+            mergeable_ranks=tables.ranks,
+            special_tokens={},
+        )
+        self._ordinary: Callable[[str], list[int]] = self.encoding._core_bpe.encode_ordinary
+        self._form = tables.normal_form
+        self._ids = {t.content: t.id for t in tables.added}
+        self._split_raw = _splitter([t for t in tables.added if not t.normalized])
+        self._split_norm = _splitter([t for t in tables.added if t.normalized])
+        top = max([*tables.ranks.values(), *self._ids.values()], default=0)
+        lengths = np.zeros(top + 1, dtype=np.int64)
+        for token, i in tables.ranks.items():
+            lengths[i] = len(token)
+        for t in tables.added:
+            lengths[t.id] = len(t.content.encode("utf-8"))
+        self._lengths = lengths
+        self._length_list: list[int] = lengths.tolist()
+        # short parts between added tokens repeat in every conversation ("\n", "user\n"):
+        # their ids are kept, which saves a call into tiktoken per part
+        self._short: dict[str, list[int]] = {}
+
+    def encode(self, text: str) -> list[int] | None:
+        """The ids of ``text`` (added tokens included), or ``None`` for ``tokenizers`` to do."""
+        found = self._encode(text)
+        return None if found is None else found[0]
+
+    def encode_spans(
+        self, text: str, spans: Sequence[tuple[int, int]]
+    ) -> tuple[list[int], list[tuple[int, int]]] | None:
+        """``encode(text)``, and per character span the range of tokens overlapping it.
+
+        The ranges are ``[first, end)`` per span ``[a, b)``, as ``HFTokenizer.encode_spans``
+        gives them (``(0, 0)`` for an empty span). ``None``: for ``tokenizers`` to do.
+        """
+        found = self._encode(text)
+        if found is None:
+            return None
+        ids, parts, starts = found
+        n = len(text)
+        if len(spans) > _MANY_SPANS:
+            return ids, self._token_ranges(text, ids, spans)
+        chars = starts[0::2]
+        out = []
+        for a, b in spans:
+            b = min(b, n)
+            if a >= b:
+                out.append((0, 0))
+            else:
+                first = self._token_of(a, ids, parts, chars, starts)
+                out.append((first, self._token_of(b - 1, ids, parts, chars, starts) + 1))
+        return ids, out
+
+    def _encode(self, text: str) -> tuple[list[int], list[str], list[int]] | None:
+        """``(ids, parts, starts)``, or ``None`` for ``tokenizers`` to do.
+
+        ``parts`` is the text cut at added tokens (odd items); part ``k`` starts at character
+        ``starts[2k]`` and token ``starts[2k + 1]``.
+        """
+        form = self._form
+        if form is not None and not text.isascii() and not unicodedata.is_normalized(form, text):  # type: ignore[arg-type]
+            return None  # normalizing moves offsets: tokenizers keeps them right
+        parts = [text] if self._split_raw is None else self._split_raw(text)
+        ids: list[int] = []
+        starts: list[int] = []
+        mark = starts.append
+        added = self._ids
+        short = self._short
+        pieces = self._pieces
+        char = 0
+        try:
+            for k, part in enumerate(parts):
+                mark(char)
+                mark(len(ids))
+                if k & 1:
+                    ids.append(added[part])
+                elif len(part) > _SHORT:
+                    ids += pieces(part)
+                elif part:
+                    got = short.get(part)
+                    if got is None:
+                        got = pieces(part)
+                        if len(short) < _SHORT_KEPT:
+                            short[part] = got
+                    ids += got
+                char += len(part)
+        except UnicodeEncodeError:
+            return None  # lone surrogates: tokenizers refuses them, as before
+        return ids, parts, starts
+
+    def _token_ranges(
+        self, text: str, ids: list[int], spans: Sequence[tuple[int, int]]
+    ) -> list[tuple[int, int]]:
+        """``encode_spans``'s ranges for many spans at once (e.g. one per character).
+
+        The token holding a character's first byte is found by searching that byte's position
+        in the cumulative byte lengths of all tokens (added tokens included: their bytes are
+        the text's, and every part of the text starts a token).
+        """
+        ends = np.cumsum(self._lengths[np.asarray(ids, dtype=np.int64)])
+        if text.isascii():
+            at = np.arange(len(text) + 1)
+        else:
+            points = np.frombuffer(text.encode("utf-32-le"), dtype=np.uint32)
+            width = 1 + (points >= 0x80) + (points >= 0x800) + (points >= 0x10000)
+            at = np.concatenate(([0], np.cumsum(width)))
+        n = len(text)
+        bounds = np.array(spans, dtype=np.int64).reshape(-1, 2)
+        a = bounds[:, 0]
+        b = np.minimum(bounds[:, 1], n)
+        empty = a >= b
+        a = np.where(empty, 0, a)
+        last = np.where(empty, 0, b - 1)
+        first = np.searchsorted(ends, at[a], side="right")
+        end = np.searchsorted(ends, at[last], side="right") + 1
+        first[empty] = 0
+        end[empty] = 0
+        return list(zip(first.tolist(), end.tolist(), strict=True))
+
+    def _token_of(
+        self, c: int, ids: list[int], parts: list[str], chars: list[int], starts: list[int]
+    ) -> int:
+        """The token holding character ``c``'s first byte (the first token covering ``c``)."""
+        j = bisect_right(chars, c) - 1  # the part holding c (empty parts precede their successor)
+        begin, first = chars[j], starts[2 * j + 1]
+        if c == begin or j & 1:
+            return first  # a part's first character, or inside an added token
+        end = starts[2 * j + 3] if 2 * j + 3 < len(starts) else len(ids)
+        part = parts[j]
+        offset = c - begin
+        if part.isascii():
+            size = len(part)
+        else:
+            offset = len(part[:offset].encode("utf-8"))
+            size = len(part.encode("utf-8"))
+        if end - first > _WALK:
+            ends = np.cumsum(self._lengths[ids[first:end]])
+            return first + int(np.searchsorted(ends, offset, side="right"))
+        # a span starts just after a role header and ends just before an end-of-turn token:
+        # walk the byte lengths from the nearer end of the part
+        lengths = self._length_list
+        if 2 * offset < size:
+            at, k = 0, first
+            while True:
+                at += lengths[ids[k]]  # the end of token k
+                if at > offset:
+                    return k
+                k += 1
+        at, k = size, end - 1
+        while True:
+            at -= lengths[ids[k]]  # the start of token k
+            if at <= offset:
+                return k
+            k -= 1
+
+    def _pieces(self, text: str) -> list[int]:
+        """Ids of text holding no ``normalized: false`` added token."""
+        if self._split_norm is None:
+            return self._ordinary(text)
+        parts = self._split_norm(text)
+        if len(parts) == 1:
+            return self._ordinary(text)
+        ids: list[int] = []
+        for k, part in enumerate(parts):
+            if k & 1:
+                ids.append(self._ids[part])
+            elif part:
+                ids += self._ordinary(part)
+        return ids
+
+
+def _splitter(tokens: list[AddedToken]) -> Callable[[str], list[str]] | None:
+    """``re.split`` that cuts out the tokens (odd items), longest match first, or ``None``."""
+    if not tokens:
+        return None
+    return re.compile(f"({trie_pattern([t.content for t in tokens])})").split
+
+
+def trie_pattern(words: Sequence[str]) -> str:
+    """A regex matching any of ``words``, the longest at a position first, as a prefix tree.
+
+    A flat alternation of 256 Llama 3 special tokens is tried one by one at every ``<``; the
+    tree reads each character once.
+
+    Example:
+        >>> trie_pattern(["<a>", "<ab>", "<b>"])
+        '<(?:a(?:>|b>)|b>)'
+        >>> re.findall(trie_pattern(["ab", "abc"]), "abcab")
+        ['abc', 'ab']
+    """
+    trie: dict[str, Any] = {}
+    for w in words:
+        node = trie
+        for ch in w:
+            node = node.setdefault(ch, {})
+        node[""] = {}
+
+    def emit(node: dict[str, Any]) -> str:
+        ends = "" in node
+        branches = [re.escape(ch) + emit(child) for ch, child in sorted(node.items()) if ch]
+        if not branches:
+            return ""
+        body = branches[0] if len(branches) == 1 else f"(?:{'|'.join(branches)})"
+        if ends:  # a word ends here and longer ones go on: try the longer first
+            return f"(?:{body})?" if len(branches) == 1 else f"{body}?"
+        return body
+
+    return emit(trie)
