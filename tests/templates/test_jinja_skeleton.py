@@ -214,22 +214,26 @@ def test_no_new_skeletons_once_most_shapes_are_refused() -> None:
     assert t.renders == renders + 2 and skeletons.refused == skeletons.GIVE_UP_AFTER
 
 
+@pytest.mark.parametrize("finder", ["_by_plan", "_marked_cut"])
 def test_spans_read_off_the_fill_are_those_of_the_marker_rendering(
-    monkeypatch: pytest.MonkeyPatch,
+    monkeypatch: pytest.MonkeyPatch, finder: str
 ) -> None:
-    """The marker rendering's cut is read off the filled skeleton where it can be; contents that
-    hold the marker's brackets, or the text after their slot, give the plain path's spans."""
+    """Spans are read off the filled skeleton where they can be (a span plan per skeleton, else
+    the marker rendering's cut); contents that hold the marker's brackets, or the text after
+    their slot, give the plain path's spans."""
     from chute.templates import jinja
 
     used: list[bool] = []
-    real = jinja._marked_cut
+    real = getattr(jinja, finder)
 
     def spy(*args: Any) -> Any:
         found = real(*args)
         used.append(found is not None)
         return found
 
-    monkeypatch.setattr(jinja, "_marked_cut", spy)
+    monkeypatch.setattr(jinja, finder, spy)
+    if finder == "_marked_cut":  # with no span plans, the cut is what reads the fill
+        monkeypatch.setattr(jinja, "_by_plan", lambda *args: None)
     tested = (
         "{% for m in messages %}<{{ m.role }}>{{ m.content }}"
         "{% if '?' in m.content %}(q){% endif %}<eot>\n{% endfor %}"
@@ -240,6 +244,8 @@ def test_spans_read_off_the_fill_are_those_of_the_marker_rendering(
         chat("q", "\u27e6chute:0\u27e7 looks like a marker"),
         chat("q", "a bracket \u27e6 alone"),
         chat("q", "holds the text after it: <eot>\n<user>x"),
+        chat("<assistant>a header in a question", "<assistant> and one in the answer<eot>"),
+        chat("q", "", "q2", "a2"),  # an empty answer: left to the fallbacks
         chat("q", " padded  "),
     ]
     for source in (STRIPPING, tested):

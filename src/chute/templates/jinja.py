@@ -239,6 +239,10 @@ class JinjaTemplate(Template):
         filled: list[tuple[int, int]] | None = None,
     ) -> dict[int, tuple[int, int]]:
         header, eot = self._probe(ctx)
+        if skeleton is not None and filled is not None:
+            found = _by_plan(text, msgs, wanted, skeleton, filled, header, eot)
+            if found is not None:
+                return found
         located = self._by_markers(text, msgs, wanted, tools, ctx, header, eot, skeleton, filled)
         for i in wanted:
             if i in located:
@@ -477,3 +481,105 @@ def _marked_cut(
         pos = b
     templ.append(text[pos:])
     return order, templ
+
+
+# A span plan: per located message ``(message, its hole, the next located one's hole or -1,
+# how far the span starts before the hole, how far it ends after it)``.
+_SpanPlan = tuple[tuple[int, int, int, int, int], ...]
+
+
+def _by_plan(
+    text: str,
+    msgs: list[dict[str, Any]],
+    wanted: list[int],
+    skeleton: Skeleton,
+    filled: list[tuple[int, int]],
+    header: str,
+    eot: str,
+) -> dict[int, tuple[int, int]] | None:
+    """What ``_by_markers`` finds, from the hole positions of ``text``, or ``None``.
+
+    ``_by_markers`` aligns the marker rendering with ``text``; on a skeleton's fill, all of that
+    alignment but two searches depends only on the skeleton and which messages are wanted, so it
+    is worked out once (``_span_plan``). Per conversation there remain the checks that the
+    text after each slot is not found earlier, inside the content, and that ``text`` holds no
+    bracket of the marker's kind. ``None`` where they fail, or where some wanted message is
+    empty or the plan cannot be made: the caller then aligns as before.
+    """
+    if "\u27e6" in text or "\u27e7" in text:
+        return None
+    for i in wanted:
+        if not msgs[i]["content"]:
+            return None  # left to _locate's fallbacks
+    assistant = tuple(msgs[i]["role"] == "assistant" for i in wanted)
+    plan = _span_plan(skeleton, tuple(wanted), assistant, header, eot)
+    if plan is None:
+        return None
+    located: dict[int, tuple[int, int]] = {}
+    for i, hole, following, before, after in plan:
+        a, b = filled[hole]
+        if following >= 0:
+            a_next = filled[following][0]
+            if a_next == b or text.find(text[b:a_next], a) != b:
+                return None  # nothing between two slots, or that text inside the content
+        located[i] = (a - before, b + after)
+    return located
+
+
+def _span_plan(
+    skeleton: Skeleton,
+    wanted: tuple[int, ...],
+    assistant: tuple[bool, ...],
+    header: str,
+    eot: str,
+) -> _SpanPlan | None:
+    """The content-independent part of ``_by_markers`` on this skeleton (remembered on it)."""
+    key = ("spans", wanted, assistant, header, eot)
+    plans = skeleton.derived
+    if key in plans:
+        return plans[key]
+    plan = _make_span_plan(skeleton, wanted, assistant, header, eot)
+    if len(plans) < 64:
+        plans[key] = plan
+    return plan
+
+
+def _make_span_plan(
+    skeleton: Skeleton,
+    wanted: tuple[int, ...],
+    assistant: tuple[bool, ...],
+    header: str,
+    eot: str,
+) -> _SpanPlan | None:
+    markers = tuple(_MARK.format(k) for k in range(len(wanted)))
+    if not skeleton.holds_on(wanted, markers):
+        return None  # the marker rendering takes another path than the fill
+    index = {slot: k for k, slot in enumerate(wanted)}
+    holes = [h for h, (slot, _) in enumerate(skeleton.holes) if slot in index]
+    slots = [skeleton.holes[h][0] for h in holes]
+    if slots != list(wanted):
+        return None  # a content written twice, or out of order: markers out of order
+    plan = []
+    for k, hole in enumerate(holes):
+        slot, ops = skeleton.holes[hole]
+        if ops and apply_ops(markers[k], ops) != markers[k]:
+            return None
+        if any(name not in ("strip", "lstrip", "rstrip") for name, _ in ops):
+            return None  # the slot's text must be a piece of the content
+        before = after = 0
+        if assistant[k]:
+            # the generation header: the last one before the slot, which is in the piece right
+            # before the hole when there is one there (else it depends on the contents)
+            if header:
+                found = skeleton.pieces[hole].rfind(header)
+                if found < 0:
+                    return None
+                before = len(skeleton.pieces[hole]) - found - len(header)
+            # the end of turn: the first one after the slot, in the piece right after the hole
+            if eot:
+                found = skeleton.pieces[hole + 1].find(eot)
+                if found < 0:
+                    return None
+                after = found + len(eot)
+        plan.append((slot, hole, holes[k + 1] if k + 1 < len(holes) else -1, before, after))
+    return tuple(plan)

@@ -275,6 +275,8 @@ class Skeleton:
     guards: tuple[tuple[int, tuple[tuple[str, tuple[Any, ...]], ...], str, Any, Any], ...]
     # answers of ``holds_on`` already computed: (slots, their contents) -> bool
     _known: dict[Any, bool] = field(default_factory=dict, compare=False, repr=False)
+    # what users of the skeleton derive from it once (the span finder's plans), by their key
+    derived: dict[Any, Any] = field(default_factory=dict, compare=False, repr=False)
 
     def holds(self, contents: list[str]) -> bool:
         """Whether every test the template made gives the same answer on ``contents``."""

@@ -147,22 +147,30 @@ class FastBPE:
         short = self._short
         pieces = self._pieces
         char = 0
+        last = len(parts) - 1
         try:
-            for k, part in enumerate(parts):
+            for k in range(0, last + 1, 2):  # a text part, then the added token after it
+                part = parts[k]
                 mark(char)
                 mark(len(ids))
-                if k & 1:
-                    ids.append(added[part])
-                elif len(part) > _SHORT:
-                    ids += pieces(part)
-                elif part:
-                    got = short.get(part)
-                    if got is None:
-                        got = pieces(part)
-                        if len(short) < _SHORT_KEPT:
-                            short[part] = got
-                    ids += got
-                char += len(part)
+                if part:
+                    size = len(part)
+                    if size > _SHORT:
+                        ids += pieces(part)
+                    else:
+                        got = short.get(part)
+                        if got is None:
+                            got = pieces(part)
+                            if len(short) < _SHORT_KEPT:
+                                short[part] = got
+                        ids += got
+                    char += size
+                if k < last:
+                    token = parts[k + 1]
+                    mark(char)
+                    mark(len(ids))
+                    ids.append(added[token])
+                    char += len(token)
         except UnicodeEncodeError:
             return None  # lone surrogates: tokenizers refuses them, as before
         return ids, parts, starts
