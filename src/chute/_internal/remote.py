@@ -49,6 +49,7 @@ from chute.errors import ChuteError, ConfigError, RemoteError, SourceChanged
 
 __all__ = [
     "DEFAULT_OPTIONS",
+    "ENV_OPTIONS",
     "RemoteOptions",
     "absolute",
     "check_url",
@@ -56,6 +57,7 @@ __all__ = [
     "glob_urls",
     "is_url",
     "join_url",
+    "options_from_env",
     "parent_url",
     "protocol_of",
     "redact",
@@ -182,7 +184,58 @@ class RemoteOptions:
             )
 
 
-DEFAULT_OPTIONS = RemoteOptions()
+# Environment variables that set the defaults, for the command line and every process it
+# starts (DataLoader workers, pool processes, Ray workers given the same environment).
+ENV_OPTIONS = {
+    "CHUTE_REMOTE_TIMEOUT": ("timeout", float),
+    "CHUTE_REMOTE_RETRIES": ("retries", int),
+    "CHUTE_REMOTE_BACKOFF": ("backoff", float),
+    "CHUTE_REMOTE_BLOCK_SIZE": ("block_size", int),
+    "CHUTE_REMOTE_CACHE_BYTES": ("cache_bytes", int),
+    "CHUTE_REMOTE_READAHEAD": ("readahead", int),
+}
+
+
+def options_from_env(env: dict[str, str] | None = None) -> RemoteOptions:
+    """``RemoteOptions`` with the defaults the ``CHUTE_REMOTE_*`` variables set.
+
+    Example:
+        >>> options_from_env({"CHUTE_REMOTE_RETRIES": "8"}).retries
+        8
+        >>> options_from_env({"CHUTE_REMOTE_TIMEOUT": "soon"})
+        Traceback (most recent call last):
+        ...
+        chute.errors.ConfigError: CHUTE_REMOTE_TIMEOUT: expected a number, got 'soon'
+    """
+    env = dict(os.environ) if env is None else env
+    values: dict[str, Any] = {}
+    for variable, (field, kind) in ENV_OPTIONS.items():
+        text = env.get(variable, "").strip()
+        if not text:
+            continue
+        try:
+            values[field] = kind(text)
+        except ValueError:
+            want = "an integer" if kind is int else "a number"
+            raise ConfigError(f"{variable}: expected {want}, got {text!r}") from None
+    try:
+        return RemoteOptions(**values)
+    except ConfigError as exc:
+        names = {field: variable for variable, (field, _) in ENV_OPTIONS.items()}
+        message = str(exc)
+        for field, variable in names.items():
+            message = message.replace(f"remote.{field}:", f"{variable}:")
+        raise ConfigError(message) from None
+
+
+# A bad variable must not break `import chute` (local data never reads it): it is reported at
+# the first remote operation instead, as a ConfigError like any other setting's.
+try:
+    DEFAULT_OPTIONS = options_from_env()
+    _ENV_PROBLEM: ConfigError | None = None
+except ConfigError as _problem:
+    DEFAULT_OPTIONS = RemoteOptions()
+    _ENV_PROBLEM = _problem
 
 
 # -- credentials: refused in URLs, masked in every message -------------------------------------
@@ -252,9 +305,11 @@ def filesystem(protocol: str, options: RemoteOptions = DEFAULT_OPTIONS) -> Any:
     with its own limit); timeouts are set where the backend takes them.
 
     Raises:
-        ConfigError: the backend is not installed (naming the extra that installs it) or the
-            protocol is unknown.
+        ConfigError: the backend is not installed (naming the extra that installs it), the
+            protocol is unknown, or a ``CHUTE_REMOTE_*`` variable is not valid.
     """
+    if _ENV_PROBLEM is not None:
+        raise _ENV_PROBLEM
     # The key holds the storage environment too, so a changed endpoint or profile (or a test
     # pointing at another server) gets a new client; the values never leave this dict.
     env = tuple(sorted((k, v) for k, v in os.environ.items() if k.startswith(_ENV_PREFIXES)))
