@@ -1,6 +1,6 @@
 """The tiktoken fast path and Jinja skeletons: before and after, on one core and over processes.
 
-Usage: ``.venv/bin/python benchmarks/bench_tokenize.py [--part recipe|loader|scaling|all]
+Usage: ``.venv/bin/python benchmarks/bench_tokenize.py [--part recipe|loader|scaling|breakdown|all]
 [--repeat 4] [--scaling-repeat 12] [--rounds 5] [--quick]`` (results: ``benchmarks/results/tokenize.json``).
 
 Records: LLaMA-Factory's ``alpaca_en_demo.json`` (999 alpaca rows) and FastChat's
@@ -27,6 +27,10 @@ Parts:
   theirs), best of ``--rounds``; the ratio of throughputs against the ideal 2; each forked
   worker's memory after its share (RSS, and USS: pages it alone holds), and the RSS of a fresh
   interpreter that loaded the recipe on each engine (what a spawned worker starts from).
+* **breakdown** (only with ``--part breakdown``; results ``tokenize_breakdown.json``): where a
+  record's time goes on one core: a Jinja render (with and without span plans) against the
+  built-in template's, and on ``bench_preprocess.py``'s alpaca data ``Recipe.batch`` against
+  tiktoken's own encode of the rendered texts and the rendering alone.
 """
 
 from __future__ import annotations
@@ -273,9 +277,74 @@ def scaling_part(records: list[Any], rounds: int) -> dict[str, Any]:
     return out
 
 
+def breakdown_part(records: list[Any], rounds: int) -> dict[str, Any]:
+    """Where a record's time goes, on one core (microseconds per record, best of ``rounds``).
+
+    *render*: a template's ``render`` of already converted conversations, Qwen3's Jinja
+    template (skeletons and span plans; and with span plans switched off) against the built-in
+    ``qwen3``. *preprocess data*: the first 10,000 alpaca records of ``bench_preprocess.py``'s
+    data (English and Chinese) through ``Recipe.batch`` (ChatML), against tiktoken's
+    ``encode_ordinary`` of the same rendered texts and the rendering alone.
+    """
+    if hasattr(os, "sched_setaffinity"):
+        os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[0]})  # one core
+    from chute.templates import jinja as jinja_module
+
+    def best(fn: Callable[[], Any], n: int) -> float:
+        times = []
+        for _ in range(rounds):
+            t0 = time.perf_counter()
+            fn()
+            times.append(time.perf_counter() - t0)
+        return round(min(times) / n * 1e6, 2)
+
+    _, jinja = recipes("qwen3", True)
+    _, builtin = recipes("qwen3", False)
+    convs = [jinja.conversation(r) for r in records]
+    jt, bt = jinja.template, builtin.template
+    for conv in convs:  # skeletons and plans made
+        jt.render(conv, jinja._ctx)
+    out: dict[str, Any] = {"render_us": {}}
+    render = out["render_us"]
+    render["qwen3 jinja"] = best(lambda: [jt.render(c, jinja._ctx) for c in convs], len(convs))
+    render["qwen3 built-in"] = best(lambda: [bt.render(c, builtin._ctx) for c in convs], len(convs))
+    real = jinja_module._by_plan
+    jinja_module._by_plan = lambda *a: None  # type: ignore[assignment]
+    try:
+        render["qwen3 jinja, no span plans"] = best(
+            lambda: [jt.render(c, jinja._ctx) for c in convs], len(convs)
+        )
+    finally:
+        jinja_module._by_plan = real  # type: ignore[assignment]
+
+    from bench_preprocess import make_data
+
+    alpaca, _, _ = make_data(100_000)
+    with open(alpaca, "rb") as f:
+        rows = [orjson.loads(next(f)) for _ in range(10_000)]
+    recipe = Recipe(tokenizer=SHARED_DATA / TOKENIZERS["qwen3"][0], template="chatml")
+    texts = [recipe.render(r).text for r in rows]
+    encoding = recipe.tokenizer._fast.encoding  # type: ignore[attr-defined]
+    chunks = [rows[i : i + 250] for i in range(0, len(rows), 250)]
+    recipe.batch(rows[:500])
+    out["preprocess_data_us"] = {
+        "records": len(rows),
+        "non_ascii_share": round(sum(not t.isascii() for t in texts) / len(texts), 2),
+        "recipe_batch": best(lambda: [recipe.batch(c) for c in chunks], len(rows)),
+        "tiktoken_encode_ordinary": best(
+            lambda: [encoding.encode_ordinary(t) for t in texts], len(rows)
+        ),
+        "render": best(lambda: [recipe.render(r) for r in rows], len(rows)),
+    }
+    print(out, flush=True)
+    return out
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--part", default="all", choices=["recipe", "loader", "scaling", "all"])
+    ap.add_argument(
+        "--part", default="all", choices=["recipe", "loader", "scaling", "breakdown", "all"]
+    )
     ap.add_argument("--repeat", type=int, default=4, help="copies of the 1,499 records")
     ap.add_argument("--scaling-repeat", type=int, default=12, help="copies for the scaling part")
     ap.add_argument("--rounds", type=int, default=5)
@@ -297,6 +366,8 @@ def main() -> int:
         # long enough that forking and the pool's round trips are a small part of each run
         many = records * max(1, args.scaling_repeat // args.repeat)
         result["scaling"] = scaling_part(many, max(3, args.rounds // 2))
+    if args.part == "breakdown":  # pins this process to one core
+        result["breakdown"] = breakdown_part(load_records(1), max(5, args.rounds))
     if "recipe" in parts:  # last: it pins this process to one core
         result["recipe"] = recipe_part(records, args.rounds)
     result["load_average_after"] = [round(x, 2) for x in os.getloadavg()]

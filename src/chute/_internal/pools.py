@@ -53,13 +53,35 @@ def process_pool(
     )
 
 
-def process_map(fn: Callable[[Any], R], items: Sequence[Any], *, workers: int) -> Iterator[R]:
-    """``fn(item)`` for every item, in order, in up to ``workers`` processes (1: here)."""
+def process_map(
+    fn: Callable[..., R], items: Sequence[Any], *, workers: int, shared: tuple[Any, ...] = ()
+) -> Iterator[R]:
+    """``fn(*shared, item)`` for every item, in order, in up to ``workers`` processes (1: here).
+
+    ``shared`` (a source, a recipe) goes to each worker process once, when it starts, not with
+    every item.
+
+    Example:
+        >>> list(process_map(divmod, [7, 9], workers=1, shared=(20,)))
+        [(2, 6), (2, 2)]
+    """
     if workers <= 1 or len(items) <= 1:
-        yield from map(fn, items)
+        for item in items:
+            yield fn(*shared, item)
         return
-    with process_pool(min(workers, len(items))) as pool:
-        yield from pool.map(fn, items)
+    with process_pool(min(workers, len(items)), _hold, (fn, shared)) as pool:
+        yield from pool.map(_call_held, items)
+
+
+_HELD: dict[str, Any] = {}  # in a worker: process_map's function and shared arguments
+
+
+def _hold(fn: Callable[..., Any], shared: tuple[Any, ...]) -> None:
+    _HELD["fn"], _HELD["shared"] = fn, shared
+
+
+def _call_held(item: Any) -> Any:
+    return _HELD["fn"](*_HELD["shared"], item)
 
 
 def _enter(how: Spelling, initializer: Callable[..., None] | None, args: tuple[Any, ...]) -> None:

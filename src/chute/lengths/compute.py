@@ -33,7 +33,7 @@ from typing import Any
 
 import numpy as np
 
-from chute._internal.pools import process_pool
+from chute._internal.pools import process_map
 from chute.errors import RejectTally, SampleError
 from chute.lengths.base import ROWS, STATUS_OK, STATUS_REJECTED, STATUS_TRUNCATED
 from chute.recipe.outcome import first_trained, judge, preflight
@@ -98,23 +98,7 @@ def compute_lengths(
 def _run(
     source: Any, recipe: Any, bounds: list[tuple[int, int]], workers: int
 ) -> Iterator[ChunkResult]:
-    if workers == 1 or len(bounds) <= 1:
-        for lo, hi in bounds:
-            yield _chunk(source, recipe, lo, hi)
-        return
-    with process_pool(min(workers, len(bounds)), _init_worker, (source, recipe)) as pool:
-        yield from pool.map(_chunk_in_worker, bounds)
-
-
-_WORKER: dict[str, Any] = {}
-
-
-def _init_worker(source: Any, recipe: Any) -> None:
-    _WORKER["source"], _WORKER["recipe"] = source, recipe
-
-
-def _chunk_in_worker(bounds: tuple[int, int]) -> ChunkResult:
-    return _chunk(_WORKER["source"], _WORKER["recipe"], *bounds)
+    return process_map(_chunk, bounds, workers=workers, shared=(source, recipe))
 
 
 def _records(source: Any, lo: int, hi: int) -> Iterator[Any]:
@@ -126,8 +110,9 @@ def _records(source: Any, lo: int, hi: int) -> Iterator[Any]:
             yield source[i]
 
 
-def _chunk(source: Any, recipe: Any, lo: int, hi: int) -> ChunkResult:
+def _chunk(source: Any, recipe: Any, bounds: tuple[int, int]) -> ChunkResult:
     """Lengths of records ``lo .. hi-1``; rejects carry chunk-local kind names."""
+    lo, hi = bounds
     block = np.zeros((ROWS, hi - lo), dtype=np.int32)
     kinds: list[str] = []
     tally = RejectTally()

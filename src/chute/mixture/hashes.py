@@ -32,7 +32,7 @@ import numpy as np
 import orjson
 
 from chute._internal.files import cache_root
-from chute._internal.pools import process_pool
+from chute._internal.pools import process_map
 from chute._internal.progress import ProgressArg
 from chute._internal.progress import progress as progress_of
 from chute.formats import FormatSpec
@@ -122,26 +122,11 @@ def _publish(path: Path, array: np.ndarray) -> None:
 def _run(
     source: Any, spec: FormatSpec, bounds: list[tuple[int, int]], workers: int
 ) -> Iterator[tuple[int, np.ndarray]]:
-    if workers == 1 or len(bounds) <= 1:
-        for lo, hi in bounds:
-            yield _chunk(source, spec, lo, hi)
-        return
-    with process_pool(min(workers, len(bounds)), _init, (source, spec)) as pool:
-        yield from pool.map(_chunk_in_worker, bounds)
+    return process_map(_chunk, bounds, workers=workers, shared=(source, spec))
 
 
-_WORKER: dict[str, Any] = {}
-
-
-def _init(source: Any, spec: FormatSpec) -> None:
-    _WORKER["source"], _WORKER["spec"] = source, spec
-
-
-def _chunk_in_worker(bounds: tuple[int, int]) -> tuple[int, np.ndarray]:
-    return _chunk(_WORKER["source"], _WORKER["spec"], *bounds)
-
-
-def _chunk(source: Any, spec: FormatSpec, lo: int, hi: int) -> tuple[int, np.ndarray]:
+def _chunk(source: Any, spec: FormatSpec, bounds: tuple[int, int]) -> tuple[int, np.ndarray]:
+    lo, hi = bounds
     reader = reader_for(spec)
     records: Callable[[int, int], Any] | None = getattr(source, "records_between", None)
     items = records(lo, hi) if callable(records) else (source[i] for i in range(lo, hi))

@@ -30,7 +30,7 @@ from typing import Any, BinaryIO
 import orjson
 
 from chute._internal.files import atomic_file
-from chute._internal.pools import process_pool
+from chute._internal.pools import process_map
 from chute._internal.progress import ProgressArg
 from chute._internal.progress import progress as progress_of
 from chute.errors import RejectTally, SampleError, as_sample_error
@@ -145,31 +145,14 @@ def validate_source(
 def _run(
     source: Any, check: Check, bounds: list[tuple[int, int]], workers: int, parts_dir: Path | None
 ) -> Iterator[tuple[int, int, RejectTally]]:
-    tasks = [(k, lo, hi, parts_dir) for k, (lo, hi) in enumerate(bounds)]
-    if workers == 1 or len(bounds) <= 1:
-        for task in tasks:
-            yield _check_chunk(source, check, *task)
-        return
-    with process_pool(min(workers, len(bounds)), _init_worker, (source, check)) as pool:
-        yield from pool.map(_check_chunk_in_worker, tasks)
-
-
-_WORKER: dict[str, Any] = {}
-
-
-def _init_worker(source: Any, check: Check) -> None:
-    _WORKER["source"], _WORKER["check"] = source, check
-
-
-def _check_chunk_in_worker(
-    task: tuple[int, int, int, Path | None],
-) -> tuple[int, int, RejectTally]:
-    return _check_chunk(_WORKER["source"], _WORKER["check"], *task)
+    tasks = [(k, lo, hi) for k, (lo, hi) in enumerate(bounds)]
+    return process_map(_check_chunk, tasks, workers=workers, shared=(source, check, parts_dir))
 
 
 def _check_chunk(
-    source: Any, check: Check, k: int, lo: int, hi: int, parts_dir: Path | None
+    source: Any, check: Check, parts_dir: Path | None, task: tuple[int, int, int]
 ) -> tuple[int, int, RejectTally]:
+    k, lo, hi = task
     tally = RejectTally()
     valid = truncated = 0
     out: BinaryIO | None = None

@@ -501,7 +501,7 @@ def _by_plan(
 
     ``_by_markers`` aligns the marker rendering with ``text``; on a skeleton's fill, all of that
     alignment but two searches depends only on the skeleton and which messages are wanted, so it
-    is worked out once (``_span_plan``). Per conversation there remain the checks that the
+    is worked out once (``_make_span_plan``). Per conversation there remain the checks that the
     text after each slot is not found earlier, inside the content, and that ``text`` holds no
     bracket of the marker's kind. ``None`` where they fail, or where some wanted message is
     empty or the plan cannot be made: the caller then aligns as before.
@@ -512,7 +512,14 @@ def _by_plan(
         if not msgs[i]["content"]:
             return None  # left to _locate's fallbacks
     assistant = tuple(msgs[i]["role"] == "assistant" for i in wanted)
-    plan = _span_plan(skeleton, tuple(wanted), assistant, header, eot)
+    key = ("spans", tuple(wanted), assistant, header, eot)
+    plans = skeleton.derived  # worked out once per skeleton and trained messages
+    if key in plans:
+        plan = plans[key]
+    else:
+        plan = _make_span_plan(skeleton, tuple(wanted), assistant, header, eot)
+        if len(plans) < 64:
+            plans[key] = plan
     if plan is None:
         return None
     located: dict[int, tuple[int, int]] = {}
@@ -526,24 +533,6 @@ def _by_plan(
     return located
 
 
-def _span_plan(
-    skeleton: Skeleton,
-    wanted: tuple[int, ...],
-    assistant: tuple[bool, ...],
-    header: str,
-    eot: str,
-) -> _SpanPlan | None:
-    """The content-independent part of ``_by_markers`` on this skeleton (remembered on it)."""
-    key = ("spans", wanted, assistant, header, eot)
-    plans = skeleton.derived
-    if key in plans:
-        return plans[key]
-    plan = _make_span_plan(skeleton, wanted, assistant, header, eot)
-    if len(plans) < 64:
-        plans[key] = plan
-    return plan
-
-
 def _make_span_plan(
     skeleton: Skeleton,
     wanted: tuple[int, ...],
@@ -551,6 +540,7 @@ def _make_span_plan(
     header: str,
     eot: str,
 ) -> _SpanPlan | None:
+    """The content-independent part of ``_by_markers`` on this skeleton, or ``None``."""
     markers = tuple(_MARK.format(k) for k in range(len(wanted)))
     if not skeleton.holds_on(wanted, markers):
         return None  # the marker rendering takes another path than the fill
