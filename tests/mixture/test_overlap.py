@@ -90,3 +90,18 @@ def test_a_mixture_is_checked_per_dataset_and_split(shared_data: Path, tmp_path:
         + report.between["alpaca:val|chat"]["contents"]
     ) == 3
     assert report.records["alpaca:train"] + report.records["alpaca:val"] == 999
+
+
+def test_hashing_over_processes_finds_the_same(
+    shared_data: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from chute.mixture import hashes
+
+    monkeypatch.setattr(hashes, "MIN_CHUNK", 100)  # several chunks for 2 processes
+    a, b, _ = _plant(shared_data, tmp_path)
+    groups = {"alpaca": a, "chat": b}
+    # each in its own cache folder: both compute the hashes
+    one = find_duplicates(groups, progress=False, workers=1, cache_dir=tmp_path / "c1")
+    two = find_duplicates(groups, progress=False, workers=2, cache_dir=tmp_path / "c2")
+    assert (two.records, two.within, two.between) == (one.records, one.within, one.between)
+    assert two.duplicates == one.duplicates > 0

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -31,7 +30,7 @@ from typing import Any
 import numpy as np
 import orjson
 
-from chute._internal.files import cache_root
+from chute._internal.files import atomic_file, cache_root
 from chute._internal.pools import process_map
 from chute._internal.progress import ProgressArg
 from chute._internal.progress import progress as progress_of
@@ -106,17 +105,8 @@ def content_hashes(
 
 
 def _publish(path: Path, array: np.ndarray) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.stem}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            np.save(f, array)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    with atomic_file(path) as f:
+        np.save(f, array)
 
 
 def _run(
