@@ -87,21 +87,30 @@ class SlowStage(ChunkStage):
     """A stage that marks where each chunk runs (``markers/<chunk>.<pid>``) and takes a while.
 
     It adds no column and no file, and its fingerprint has no options, so caches built with it
-    compare byte for byte. ``fail_chunk`` raises in that chunk, as a bug would. Registered as
-    ``slow`` by ``register_slow_stage`` (config: ``stages: {slow: {markers: DIR}}``).
+    compare byte for byte. ``fail_chunk`` raises in that chunk, as a bug would; ``linger`` is
+    how long a cancelled chunk goes on before it ends (as one cancelled mid-write would).
+    Registered as ``slow`` by ``register_slow_stage`` (config: ``stages: {slow: {markers: DIR}}``).
     """
 
     name = "slow"
 
-    def __init__(self, markers: str, sleep: float = 0.1, fail_chunk: int | None = None):
-        super().__init__(markers=markers, sleep=sleep, fail_chunk=fail_chunk)
+    def __init__(
+        self, markers: str, sleep: float = 0.1, fail_chunk: int | None = None, linger: float = 0.0
+    ):
+        super().__init__(markers=markers, sleep=sleep, fail_chunk=fail_chunk, linger=linger)
 
     def fingerprint(self) -> dict[str, Any]:
         return {"name": self.name, "version": self.version}
 
     def files(self, chunk: int, samples: list[dict[str, Any]]) -> dict[str, bytes]:
         Path(self.options["markers"], f"{chunk}.{os.getpid()}").touch()
-        time.sleep(self.options["sleep"])
+        deadline = time.monotonic() + self.options["sleep"]
+        try:
+            while time.monotonic() < deadline:  # short sleeps: a cancellation lands between them
+                time.sleep(0.01)
+        except KeyboardInterrupt:  # how Ray cancels a running task
+            time.sleep(self.options["linger"])
+            raise
         if chunk == self.options["fail_chunk"]:
             raise RuntimeError(f"the slow stage fails in chunk {chunk}")  # as a bug would
         return {}

@@ -103,7 +103,8 @@ def _until(ready: Callable[[], Any], what: str, proc: subprocess.Popen | None = 
     deadline = time.monotonic() + LAUNCH_TIMEOUT
     while not (value := ready()):
         if proc is not None and proc.poll() is not None:
-            pytest.fail(f"the driver ended (rc {proc.returncode}) before {what}")
+            err = proc.stderr.read().decode()[-3000:] if proc.stderr else ""
+            pytest.fail(f"the driver ended (rc {proc.returncode}) before {what}:\n{err}")
         if time.monotonic() > deadline:
             pytest.fail(f"never reached: {what}")
         time.sleep(0.005)
@@ -253,6 +254,47 @@ def test_failed_tasks_are_named_with_their_chunk_and_record(job: dict, cluster: 
     total = (CHUNKS - reused) * 100
     assert len(seen) > 1 and seen[-1] == [total, total]
     assert all(done <= total for done, _ in seen)
+
+
+_STOPS = """
+import json, sys, time
+import psutil
+import cache_helpers as h
+from chute import ChuteError, JsonlSource
+from chute.cache.config import RecipeConfig
+from chute.cache.engines import RayEngine
+from chute.cache.writer import ChunkJob
+
+config, address, out, holder = json.loads(sys.argv[1]), sys.argv[2], sys.argv[3], int(sys.argv[4])
+results, sys.stdout = sys.stdout, sys.stderr
+recipe = RecipeConfig(**config["recipe"]).build()
+slow = h.SlowStage(out + "-markers", sleep=60.0, linger=2.0)
+job = ChunkJob(JsonlSource(config["sources"]), h.FailsAt(recipe, 50), out, 100, "uint16", [0],
+               [slow])
+with RayEngine(address) as engine:
+    t0 = time.monotonic()
+    try:
+        engine.run_chunks(job, [0, 1], on_done=lambda k, r: None)
+    except ChuteError as exc:
+        running = [p.pid for p in psutil.Process(holder).children(recursive=True)
+                   if " ".join(p.cmdline()).startswith("ray::chute chunk ")]
+        print(json.dumps([exc.chunk, running, time.monotonic() - t0]), file=results, flush=True)
+"""
+
+
+def test_a_failed_run_returns_once_its_cancelled_chunks_have_ended(
+    job: dict, cluster: RayCluster, tmp_path: Path
+) -> None:
+    # chunk 0 fails at once; chunk 1 sleeps a minute and, cancelled, goes on for 2 s
+    (tmp_path / "stops-markers").mkdir()
+    script = [sys.executable, "-c", _STOPS]
+    args = [json.dumps(job["config"]), cluster.address, str(tmp_path / "stops")]
+    rc, stdout, stderr = _finish(_launch(cluster, [*args, str(cluster.proc.pid)], script))
+    assert rc == 0, stderr
+    chunk, running, seconds = json.loads(stdout)
+    assert chunk == 0
+    assert running == []  # chunk 1 was cancelled and had ended: no task of the run goes on
+    assert seconds < 30  # cancelled, not waited out
 
 
 def test_a_failing_chunk_fails_the_cli_naming_it(job: dict, cluster: RayCluster) -> None:

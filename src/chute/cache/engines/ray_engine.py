@@ -63,6 +63,7 @@ log = logging.getLogger("chute.cache")
 R = TypeVar("R")
 _POLL_SECONDS = 0.25
 _RESIZE_SECONDS = 10.0
+_STOP_SECONDS = 60.0  # the longest a failed run waits for its cancelled tasks to end
 _HELD: dict[str, Any] = {}  # in a Ray worker process: the job of the build it serves
 
 
@@ -231,8 +232,7 @@ class RayEngine(Engine):
                     progress(now - shown)
                     shown = now
         finally:
-            for ref in running:
-                ray.cancel(ref)
+            _stop(ray, list(running))
             if counter is not None:
                 ray.kill(counter)
 
@@ -277,8 +277,7 @@ class RayEngine(Engine):
                     yield done.pop(given)
                     given += 1
         finally:
-            for ref in running:
-                ray.cancel(ref)
+            _stop(ray, list(running))
 
     def _task_result(self, ray: Any, ref: Any, name: str) -> Any:
         try:
@@ -288,6 +287,23 @@ class RayEngine(Engine):
             raise CacheError(f"a {name} task failed on Ray: {cause}") from None
         except ray.exceptions.RayError as exc:
             raise CacheError(f"a {name} task failed: {_lost(exc, self.max_retries)}") from None
+
+
+def _stop(ray: Any, refs: list[Any]) -> None:
+    """Cancel ``refs`` and wait until their tasks have ended.
+
+    As the local pool does, a failed run returns only once none of its tasks still runs: a
+    cancelled chunk could otherwise still be writing while the same command, run again at
+    once in this process, builds that chunk anew (and a cancellation Ray delivers late must
+    not land in the next run's task on the same worker).
+    """
+    if not refs:
+        return
+    for ref in refs:
+        ray.cancel(ref)
+    _, left = ray.wait(refs, num_returns=len(refs), timeout=_STOP_SECONDS)
+    if left:
+        log.warning("%d cancelled Ray task(s) still running after %.0f s", len(left), _STOP_SECONDS)
 
 
 def _lost(exc: BaseException, retries: int) -> str:
