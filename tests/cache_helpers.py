@@ -6,6 +6,7 @@ import hashlib
 import json
 import os
 import random
+import signal
 import time
 from pathlib import Path
 from typing import Any
@@ -87,23 +88,41 @@ class SlowStage(ChunkStage):
     """A stage that marks where each chunk runs (``markers/<chunk>.<pid>``) and takes a while.
 
     It adds no column and no file, and its fingerprint has no options, so caches built with it
-    compare byte for byte. ``fail_chunk`` raises in that chunk, as a bug would; ``linger`` is
-    how long a cancelled chunk goes on before it ends (as one cancelled mid-write would).
+    compare byte for byte. ``fail_chunk`` raises in that chunk, as a bug would; ``die_once_in``
+    SIGKILLs the worker in that chunk the first time it runs (as the OOM killer would);
+    ``linger`` is how long a cancelled chunk goes on before it ends (as one cancelled mid-write
+    would).
     Registered as ``slow`` by ``register_slow_stage`` (config: ``stages: {slow: {markers: DIR}}``).
     """
 
     name = "slow"
 
     def __init__(
-        self, markers: str, sleep: float = 0.1, fail_chunk: int | None = None, linger: float = 0.0
+        self,
+        markers: str,
+        sleep: float = 0.1,
+        fail_chunk: int | None = None,
+        linger: float = 0.0,
+        die_once_in: int | None = None,
     ):
-        super().__init__(markers=markers, sleep=sleep, fail_chunk=fail_chunk, linger=linger)
+        super().__init__(
+            markers=markers,
+            sleep=sleep,
+            fail_chunk=fail_chunk,
+            linger=linger,
+            die_once_in=die_once_in,
+        )
 
     def fingerprint(self) -> dict[str, Any]:
         return {"name": self.name, "version": self.version}
 
     def files(self, chunk: int, samples: list[dict[str, Any]]) -> dict[str, bytes]:
         Path(self.options["markers"], f"{chunk}.{os.getpid()}").touch()
+        if chunk == self.options["die_once_in"]:
+            died = Path(f"{self.options['markers']}-died-{chunk}")
+            if not died.exists():
+                died.touch()
+                os.kill(os.getpid(), signal.SIGKILL)
         deadline = time.monotonic() + self.options["sleep"]
         try:
             while time.monotonic() < deadline:  # short sleeps: a cancellation lands between them

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import pickle
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -268,3 +271,20 @@ def test_audio_and_video_references_round_trip(tmp_path: Path) -> None:
     assert want[0]["audios"][0]["seconds"] == 1.5 and want[0]["audios"][0]["num_tokens"] == 38
     for got, w in zip(cache, want, strict=True):
         assert_same_sample(got, w)
+
+
+def test_writing_a_chunk_of_text_samples_does_not_import_pandas(tok: Path, data: Path) -> None:
+    # pa.array() imports pandas to check for its objects: 0.2 s in every worker that writes
+    pytest.importorskip("pandas", reason="only meaningful where pandas is installed")
+    script = (
+        "import sys, json; from chute import preprocess; "
+        "preprocess(json.loads(sys.argv[1]), out=sys.argv[2], workers=1); "
+        "assert 'pandas' not in sys.modules, 'pandas was imported'"
+    )
+    cfg = config(data, tok)
+    out = data.parent / "no-pandas"
+    proc = subprocess.run(
+        [sys.executable, "-c", script, json.dumps(cfg), str(out)], capture_output=True, text=True
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert open_cache(out).fingerprint()

@@ -193,7 +193,26 @@ def _list_array(lengths: np.ndarray, values: np.ndarray, what: str) -> pa.Array:
             f"a chunk holds {int(offsets[-1]):,} {what}, more than an Arrow list column takes "
             f"(2**31 - 1); lower cache.chunk_size"
         )
-    return pa.ListArray.from_arrays(pa.array(offsets.astype(np.int32)), pa.array(values))
+    return pa.ListArray.from_arrays(numbers(offsets.astype(np.int32)), numbers(values))
+
+
+def numbers(values: np.ndarray) -> pa.Array:
+    """The Arrow array of a 1-d numeric or bool numpy array, without copying numbers.
+
+    Built from its buffers: ``pa.array`` would first check for pandas objects, which imports
+    pandas (0.2 s in every worker process that writes a chunk).
+
+    Example:
+        >>> numbers(np.array([1, 2], dtype=np.int32)).to_pylist()
+        [1, 2]
+    """
+    values = np.ascontiguousarray(values)
+    if values.dtype == np.bool_:
+        data = pa.py_buffer(np.packbits(values, bitorder="little"))
+        return pa.Array.from_buffers(pa.bool_(), len(values), [None, data])
+    return pa.Array.from_buffers(
+        pa.from_numpy_dtype(values.dtype), len(values), [None, pa.py_buffer(values)]
+    )
 
 
 def chunk_batch(
@@ -227,15 +246,15 @@ def chunk_batch(
     index = np.fromiter((s["index"] for s in samples), dtype=np.int64, count=n)
     columns: dict[str, pa.Array] = {
         "input_ids": _list_array(lengths, flat.astype(dtype, copy=False), "tokens"),
-        "label_spans": pa.ListArray.from_arrays(pa.array(span_offsets), pa.array(span_values)),
-        "length": pa.array(lengths.astype(np.int32)),
-        "num_image_tokens": pa.array(
+        "label_spans": pa.ListArray.from_arrays(numbers(span_offsets), numbers(span_values)),
+        "length": numbers(lengths.astype(np.int32)),
+        "num_image_tokens": numbers(
             np.fromiter((s["num_image_tokens"] for s in samples), dtype=np.int32, count=n)
         ),
-        "truncated": pa.array(np.fromiter((s["truncated"] for s in samples), bool, count=n)),
-        "file": pa.array((np.searchsorted(file_starts, index, side="right") - 1).astype(np.int32)),
-        "line": pa.array(np.fromiter((s["line"] for s in samples), dtype=np.int64, count=n)),
-        "index": pa.array(index),
+        "truncated": numbers(np.fromiter((s["truncated"] for s in samples), bool, count=n)),
+        "file": numbers((np.searchsorted(file_starts, index, side="right") - 1).astype(np.int32)),
+        "line": numbers(np.fromiter((s["line"] for s in samples), dtype=np.int64, count=n)),
+        "index": numbers(index),
     }
     for name in MEDIA_COLUMNS:
         items = [s.get(name) or [] for s in samples]
@@ -245,7 +264,11 @@ def chunk_batch(
                 f"{name} entries hold {sorted(unknown)}, which the cache format (version 1) has "
                 f"no field for; the cache would lose them (a chute bug: add them to MEDIA_TYPE)"
             )
-        columns[name] = pa.array(items, type=MEDIA_TYPE)
+        if any(items):
+            columns[name] = pa.array(items, type=MEDIA_TYPE)
+        else:  # no media of this kind (text data): n empty lists, without pa.array's pandas
+            empty = pa.nulls(0, MEDIA_TYPE.value_type)
+            columns[name] = pa.ListArray.from_arrays(numbers(np.zeros(n + 1, np.int32)), empty)
     for name, array in extra.items():
         if name in columns:
             raise CacheError(f"stage column {name!r} would replace a column of the cache")
