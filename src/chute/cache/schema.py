@@ -215,6 +215,20 @@ def numbers(values: np.ndarray) -> pa.Array:
     )
 
 
+def numpy_of(values: pa.Array) -> np.ndarray:
+    """A numeric Arrow array without nulls as a numpy view (``to_numpy`` imports pandas).
+
+    Example:
+        >>> numpy_of(numbers(np.array([5, 6, 7], dtype=np.int32)).slice(1)).tolist()
+        [6, 7]
+    """
+    dtype = np.dtype(values.type.to_pandas_dtype())
+    data = values.buffers()[1]
+    return np.frombuffer(
+        data, dtype=dtype, count=len(values), offset=values.offset * dtype.itemsize
+    )
+
+
 def chunk_batch(
     samples: Sequence[Mapping[str, Any]],
     dtype: np.dtype,

@@ -31,7 +31,7 @@ import orjson
 import pyarrow as pa
 
 from chute.cache.layout import Layout
-from chute.cache.schema import chunk_batch
+from chute.cache.schema import chunk_batch, numpy_of
 from chute.cache.stages import ChunkStage
 from chute.errors import RejectTally, SampleError
 from chute.recipe.outcome import judge
@@ -117,9 +117,8 @@ class ChunkJob:
         for stage in self.stages:
             extra.update(stage.columns(samples))
             files.update(stage.files(k, samples))
-        arrow = serialize(
-            chunk_batch(samples, np.dtype(self.dtype), np.asarray(self.file_starts), extra)
-        )
+        columns = chunk_batch(samples, np.dtype(self.dtype), np.asarray(self.file_starts), extra)
+        arrow = serialize(columns)
         entries: dict[str, Any] = {}
         if rejects:
             blob = b"".join(rejects)
@@ -130,7 +129,7 @@ class ChunkJob:
             entries[suffix] = file_entry(layout.extra(k, suffix).name, data)
         layout.publish(layout.chunk(k), arrow)
         entries["arrow"] = file_entry(layout.chunk(k).name, arrow)
-        record = self._record(k, lo, hi, samples, tally, flags, entries)
+        record = self._record(k, lo, hi, samples, columns, tally, flags, entries)
         layout.publish(layout.record(k), orjson.dumps(record, option=orjson.OPT_SORT_KEYS) + b"\n")
         return record
 
@@ -163,12 +162,15 @@ class ChunkJob:
         lo: int,
         hi: int,
         samples: list[dict[str, Any]],
+        columns: pa.RecordBatch,
         tally: RejectTally,
         flags: list[bool],
         files: dict[str, Any],
     ) -> dict[str, Any]:
         lengths = np.fromiter((s["length"] for s in samples), dtype=np.int64, count=len(samples))
-        trained = sum(int((s["labels"] != -100).sum()) for s in samples)
+        # trained tokens from the trained runs the chunk stores (one pass, not one per sample)
+        runs = numpy_of(columns.column("label_spans").flatten())
+        trained = int((runs[1::2].astype(np.int64) - runs[0::2]).sum())
         return {
             "chunk": k,
             "records": [lo, hi],
