@@ -277,8 +277,13 @@ with RayEngine(address) as engine:
     try:
         engine.run_chunks(job, [0, 1], on_done=lambda k, r: None)
     except ChuteError as exc:
-        running = [p.pid for p in psutil.Process(holder).children(recursive=True)
-                   if " ".join(p.cmdline()).startswith("ray::chute chunk ")]
+        running = []
+        for p in psutil.Process(holder).children(recursive=True):
+            try:
+                if " ".join(p.cmdline()).startswith("ray::chute chunk "):
+                    running.append(p.pid)
+            except psutil.Error:  # a process that ended meanwhile
+                pass
         print(json.dumps([exc.chunk, running, time.monotonic() - t0]), file=results, flush=True)
 """
 
