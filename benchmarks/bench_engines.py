@@ -205,17 +205,21 @@ def main() -> int:
     digests = {r["digest"] for v in runs.values() for r in v}
     best = {name: min(v, key=lambda x: x["seconds"]) for name, v in runs.items()}
     rate = {name: round(n / b["seconds"]) for name, b in best.items()}
+    # what every run reports; the full run adds the comparisons of its fixed sides
+    measured = {
+        "workers": args.workers,
+        "uptime": uptime,
+        "byte_identical": len(digests) == 1,
+        "best": best,
+        "records_per_s": rate,
+        "all_runs_seconds": {k: [r["seconds"] for r in v] for k, v in runs.items()},
+    }
     if args.sides:
         save(
             f"engines_{n}",
             {
                 "data": f"{n:,} records: alpaca + ShareGPT from ../shared/data",
-                "workers": args.workers,
-                "uptime": uptime,
-                "byte_identical": len(digests) == 1,
-                "best": best,
-                "records_per_s": rate,
-                "all_runs_seconds": {k: [r["seconds"] for r in v] for k, v in runs.items()},
+                **measured,
                 "ratios_vs_local": {
                     k: round(v / rate["local"], 3) for k, v in rate.items() if "local" in rate
                 },
@@ -229,12 +233,7 @@ def main() -> int:
             "tokenizer": "Qwen3 tokenizer.json",
             "max_length": MAX_LENGTH,
             "chunk_size": 10_000,
-            "workers": args.workers,
-            "uptime": uptime,
-            "byte_identical": len(digests) == 1,
-            "best": best,
-            "records_per_s": rate,
-            "all_runs_seconds": {k: [r["seconds"] for r in v] for k, v in runs.items()},
+            **measured,
             "ray_running_vs_local": round(rate["ray_running"] / rate["local"], 3),
             "ray_own_vs_local": round(rate["ray_own"] / rate["local"], 3),
             "scaling_vs_1_cpu": {
