@@ -2,7 +2,8 @@
 
 One Ray cluster serves the module (it runs in a holder process: see ``ray_helpers``); every
 build is a real driver process connecting to it with ``--address``, so a driver can be
-SIGKILLed and a worker killed by its PID. Every launch has a hard timeout.
+SIGKILLed. A worker dies by its own hand (the test stage's ``die_once_in``), in a chosen chunk:
+no test races to catch a worker mid-chunk. Every launch has a hard timeout.
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ pytestmark = pytest.mark.timeout(300)
 
 LAUNCH_TIMEOUT = 120
 CHUNKS = 30
-SLEEP = 0.15  # seconds each chunk takes in the slow stage (kills land inside it)
+SLEEP = 0.15  # seconds each chunk takes in the slow stage (a killed driver's chunks still run)
 # the CLI, with the test's slow stage registered (workers unpickle it from tests/)
 CLI = [
     sys.executable,
@@ -111,22 +112,6 @@ def _until(ready: Callable[[], Any], what: str, proc: subprocess.Popen | None = 
     return value
 
 
-def _running_chunk(cluster: RayCluster, marks: Path, first: int = 0) -> tuple[int, int] | None:
-    """``(pid, chunk)`` of a worker inside chunk ``first`` or later, surely for a while yet.
-
-    Its slow stage marked the chunk less than a third of its sleep ago: the worker sleeps on,
-    and the chunk is not committed before it wakes.
-    """
-    for pid, chunk in cluster.chunk_workers().items():
-        try:
-            age = time.time() - (marks / f"{chunk}.{pid}").stat().st_mtime
-        except FileNotFoundError:
-            continue
-        if chunk >= first and age < SLEEP / 3:
-            return pid, chunk
-    return None
-
-
 def _ray_args(job: dict[str, Any], cluster: RayCluster, out: Path) -> list[str]:
     return [str(job["cfg"]), "--out", str(out), "--engine", "ray", "--address", cluster.address]
 
@@ -156,17 +141,22 @@ def test_a_killed_worker_is_retried_and_the_cache_is_the_same(
     out = job["root"] / "killed-worker"
     shutil.rmtree(job["markers"])
     job["markers"].mkdir()
-    proc = _launch(cluster, [*_ray_args(job, cluster, out), "--json", "-q"])
-    running = lambda: _running_chunk(cluster, job["markers"], first=2)  # noqa: E731
-    pid, chunk = _until(running, "a worker running chunk 2 or later", proc)
-    os.kill(pid, signal.SIGKILL)
-    rc, stdout, stderr = _finish(proc)
+    # the worker running chunk 7 SIGKILLs itself (as the OOM killer would), once
+    chunk = 7
+    args = [*_ray_args(job, cluster, out), "--json", "-q", f"stages.slow.die_once_in={chunk}"]
+    rc, stdout, stderr = _finish(_launch(cluster, args))
     assert rc == 0, stderr
     assert stdout.startswith("{"), stdout
     assert orjson.loads(stdout)["chunks_built"] == CHUNKS
     started = markers(job["markers"])
-    assert pid in started[chunk] and len(started[chunk]) == 2  # Ray ran it again elsewhere
-    assert tree_digest(out) == tree_digest(job["root"] / "reference")
+    assert len(started[chunk]) == 2  # Ray ran it again, in another process
+    assert all(len(pids) == 1 for k, pids in started.items() if k != chunk)
+    # the same cache; its stored config differs by the test stage's option only
+    got, want = tree_digest(out), tree_digest(job["root"] / "reference")
+    assert got.pop("config.yaml") != want.pop("config.yaml") and got == want
+    stored = yaml.safe_load((out / "config.yaml").read_text())
+    reference = yaml.safe_load((job["root"] / "reference" / "config.yaml").read_text())
+    assert stored["stages"]["slow"].pop("die_once_in") == chunk and stored == reference
 
 
 def test_sigkilled_driver_then_the_same_command_resumes(job: dict, cluster: RayCluster) -> None:
