@@ -32,6 +32,7 @@ import pyarrow as pa
 
 from chute.cache.fingerprint import digest
 from chute.cache.layout import CACHE_FORMAT, FORMAT_VERSION, Layout
+from chute.cache.schema import integers
 from chute.cache.stages import ChunkStage
 from chute.errors import CacheError, RejectTally
 
@@ -139,28 +140,7 @@ def finalize(
 
 
 def _column(layout: Layout, k: int, record: dict[str, Any], name: str) -> np.ndarray:
-    return _integers(_chunk(layout, k, record).column(name)).astype(np.int32, copy=False)
-
-
-def _integers(column: Any) -> np.ndarray:
-    """An integer Arrow column as numpy, read from its buffers.
-
-    ``to_numpy()`` would do, but pyarrow imports pandas for it where pandas is installed: 0.2 s
-    of the single-process end of every ``chute preprocess``.
-    """
-    parts = []
-    for chunk in getattr(column, "chunks", [column]):  # a ChunkedArray or an Array
-        if chunk.null_count or not pa.types.is_integer(chunk.type):
-            parts.append(chunk.to_numpy(zero_copy_only=False))
-            continue
-        dtype = np.dtype(
-            f"{'i' if pa.types.is_signed_integer(chunk.type) else 'u'}{chunk.type.byte_width}"
-        )
-        data = chunk.buffers()[1]
-        parts.append(
-            np.frombuffer(data, dtype=dtype, count=len(chunk), offset=chunk.offset * dtype.itemsize)
-        )
-    return np.concatenate(parts) if len(parts) != 1 else parts[0]
+    return integers(_chunk(layout, k, record).column(name)).astype(np.int32, copy=False)
 
 
 def _write_npy(layout: Layout, path: Path, total: int, parts: Iterator[np.ndarray]) -> None:

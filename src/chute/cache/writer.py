@@ -31,7 +31,7 @@ import orjson
 import pyarrow as pa
 
 from chute.cache.layout import Layout
-from chute.cache.schema import chunk_batch, numpy_of
+from chute.cache.schema import chunk_batch, integers
 from chute.cache.stages import ChunkStage
 from chute.errors import RejectTally, SampleError
 from chute.recipe.outcome import judge
@@ -167,9 +167,9 @@ class ChunkJob:
         flags: list[bool],
         files: dict[str, Any],
     ) -> dict[str, Any]:
-        lengths = np.fromiter((s["length"] for s in samples), dtype=np.int64, count=len(samples))
-        # trained tokens from the trained runs the chunk stores (one pass, not one per sample)
-        runs = numpy_of(columns.column("label_spans").flatten())
+        # counts from the chunk's columns (one pass each, not one per sample)
+        lengths = integers(columns.column("length")).astype(np.int64)
+        runs = integers(columns.column("label_spans").flatten())
         trained = int((runs[1::2].astype(np.int64) - runs[0::2]).sum())
         return {
             "chunk": k,
