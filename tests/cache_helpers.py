@@ -89,9 +89,7 @@ class SlowStage(ChunkStage):
 
     It adds no column and no file, and its fingerprint has no options, so caches built with it
     compare byte for byte. ``fail_chunk`` raises in that chunk, as a bug would; ``die_once_in``
-    SIGKILLs the worker in that chunk the first time it runs (as the OOM killer would);
-    ``linger`` is how long a cancelled chunk goes on before it ends (as one cancelled mid-write
-    would).
+    SIGKILLs the worker in that chunk the first time it runs (as the OOM killer would).
     Registered as ``slow`` by ``register_slow_stage`` (config: ``stages: {slow: {markers: DIR}}``).
     """
 
@@ -102,15 +100,10 @@ class SlowStage(ChunkStage):
         markers: str,
         sleep: float = 0.1,
         fail_chunk: int | None = None,
-        linger: float = 0.0,
         die_once_in: int | None = None,
     ):
         super().__init__(
-            markers=markers,
-            sleep=sleep,
-            fail_chunk=fail_chunk,
-            linger=linger,
-            die_once_in=die_once_in,
+            markers=markers, sleep=sleep, fail_chunk=fail_chunk, die_once_in=die_once_in
         )
 
     def fingerprint(self) -> dict[str, Any]:
@@ -123,13 +116,7 @@ class SlowStage(ChunkStage):
             if not died.exists():
                 died.touch()
                 os.kill(os.getpid(), signal.SIGKILL)
-        deadline = time.monotonic() + self.options["sleep"]
-        try:
-            while time.monotonic() < deadline:  # short sleeps: a cancellation lands between them
-                time.sleep(0.01)
-        except KeyboardInterrupt:  # how Ray cancels a running task
-            time.sleep(self.options["linger"])
-            raise
+        time.sleep(self.options["sleep"])
         if chunk == self.options["fail_chunk"]:
             raise RuntimeError(f"the slow stage fails in chunk {chunk}")  # as a bug would
         return {}

@@ -80,7 +80,7 @@ class Engine(abc.ABC):
         """``fn(item)`` for every item as independent tasks (``limit`` at once), in order.
 
         Results are yielded as they complete, in the items' order (a consumer can show
-        progress); stopping early cancels what is left.
+        progress); stopping early starts nothing more (tasks already running finish).
         """
 
     def describe(self) -> str:

@@ -63,7 +63,7 @@ log = logging.getLogger("chute.cache")
 R = TypeVar("R")
 _POLL_SECONDS = 0.25
 _RESIZE_SECONDS = 10.0
-_STOP_SECONDS = 60.0  # the longest a failed run waits for its cancelled tasks to end
+_DRAIN_SECONDS = 600.0  # the longest a failed run waits for its running tasks to finish
 _HELD: dict[str, Any] = {}  # in a Ray worker process: the job of the build it serves
 
 
@@ -232,7 +232,7 @@ class RayEngine(Engine):
                     progress(now - shown)
                     shown = now
         finally:
-            _stop(ray, list(running))
+            _drain(ray, list(running))
             if counter is not None:
                 ray.kill(counter)
 
@@ -277,7 +277,7 @@ class RayEngine(Engine):
                     yield done.pop(given)
                     given += 1
         finally:
-            _stop(ray, list(running))
+            _drain(ray, list(running))
 
     def _task_result(self, ray: Any, ref: Any, name: str) -> Any:
         try:
@@ -289,21 +289,21 @@ class RayEngine(Engine):
             raise CacheError(f"a {name} task failed: {_lost(exc, self.max_retries)}") from None
 
 
-def _stop(ray: Any, refs: list[Any]) -> None:
-    """Cancel ``refs`` and wait until their tasks have ended.
+def _drain(ray: Any, refs: list[Any]) -> None:
+    """Wait until the tasks of ``refs`` have finished; they are not cancelled.
 
-    As the local pool does, a failed run returns only once none of its tasks still runs: a
-    cancelled chunk could otherwise still be writing while the same command, run again at
-    once in this process, builds that chunk anew (and a cancellation Ray delivers late must
-    not land in the next run's task on the same worker).
+    As the local pool does, a failed run returns only once none of its tasks still runs (a
+    chunk still writing could meet the same command, run again at once, building it anew);
+    tasks are submitted only as the window frees, so nothing is queued. Cancelling instead was
+    tried: Ray 2.60's ``ray.cancel`` of running tasks can crash the driver (a CHECK failure in
+    ``TaskManager::CompletePendingTask`` when a cancelled task's reply arrives), seen in CI.
     """
     if not refs:
         return
-    for ref in refs:
-        ray.cancel(ref)
-    _, left = ray.wait(refs, num_returns=len(refs), timeout=_STOP_SECONDS)
+    log.info("waiting for %d running Ray task(s) to finish", len(refs))
+    _, left = ray.wait(refs, num_returns=len(refs), timeout=_DRAIN_SECONDS)
     if left:
-        log.warning("%d cancelled Ray task(s) still running after %.0f s", len(left), _STOP_SECONDS)
+        log.warning("%d Ray task(s) still running after %.0f s", len(left), _DRAIN_SECONDS)
 
 
 def _lost(exc: BaseException, retries: int) -> str:
