@@ -77,9 +77,9 @@ class Encoded:
     total: int | None = None
 
 
-def _labels(ids: list[int], ranges: list[tuple[int, int]]) -> tuple[np.ndarray, np.ndarray]:
-    arr = np.array(ids, dtype=np.int32)
-    labels = np.full(len(ids), IGNORE, dtype=np.int32)
+def _labels(ids: np.ndarray, ranges: list[tuple[int, int]]) -> tuple[np.ndarray, np.ndarray]:
+    arr = np.asarray(ids, dtype=np.int32)
+    labels = np.full(len(arr), IGNORE, dtype=np.int32)
     for first, end in ranges:
         labels[first:end] = arr[first:end]
     return arr, labels
@@ -95,7 +95,7 @@ def _encode_piece(
         return empty, empty
     local = [(max(a, lo) - lo, min(b, hi) - lo) for a, b in spans if a < hi and b > lo]
     if tok.supports_offsets:
-        return _labels(*tok.encode_spans(piece, local))
+        return _labels(*tok.encode_spans_array(piece, local))
     # No offsets (slow transformers tokenizers): encode the piece cut at span edges. Tokens
     # cannot merge across a cut, so ids may differ from whole-text encoding at those edges.
     cuts = sorted({0, len(piece), *(x for s in local for x in s)})
@@ -173,7 +173,7 @@ def encode(
     media_tokens: dict[str, str],
     slots: list[MediaSlot] | None = None,
     guard: tuple[str, ...] = (),
-    pre: tuple[list[int], list[tuple[int, int]]] | None = None,
+    pre: tuple[np.ndarray, list[tuple[int, int]]] | None = None,
     need: int | None = None,
     keep: tuple[int, int] | None = None,
 ) -> Encoded:
@@ -186,7 +186,7 @@ def encode(
         slots: the expansion of each media part of ``rendered.media``.
         guard: media tokens that are special tokens of the tokenizer: a text-only sample that
             contains one literally is rejected (the model would look for an image there).
-        pre: for a sample without media, ``tokenizer.encode_spans(text, spans)`` already done
+        pre: for a sample without media, ``tokenizer.encode_spans_array(text, spans)`` done
             (``Recipe.batch`` encodes many texts back to back first).
         need: only the first ``need`` tokens matter (``max_length + 1`` when the rest would be
             cut): encoding may stop there, so a huge record costs what is kept.

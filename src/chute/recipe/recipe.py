@@ -384,7 +384,7 @@ class Recipe:
         fast = tok.supports_offsets
         # back to back for ordinary texts; a long one is encoded on its own, in pieces
         encoded = [
-            tok.encode_spans(r.text, r.spans)
+            tok.encode_spans_array(r.text, r.spans)
             if fast and not r.media and len(r.text) < MIN_PREFIX_CHARS
             else None
             for _, _, r, _, _ in pending

@@ -52,8 +52,10 @@ _SHORT = 16
 _SHORT_KEPT = 4096
 # more spans than this are looked up at once, with numpy
 _MANY_SPANS = 16
-# a part of more tokens than this is searched with numpy, a shorter one walked in Python
+# a token this many bytes or more from the nearer end of its part is searched with numpy, a
+# nearer one found by walking the token lengths in Python
 _WALK = 256
+_NEVER = "\x00chute: never a special token\x00"
 
 
 def import_tiktoken() -> Any:
@@ -76,18 +78,23 @@ class FastBPE:
     def __init__(self, tables: BPETables):
         tiktoken = import_tiktoken()
         self.tables = tables
+        top = max([*tables.ranks.values(), *(t.id for t in tables.added)], default=0)
         self.encoding = tiktoken.Encoding(
             "chute-compiled",
             pat_str=tables.pattern,
             mergeable_ranks=tables.ranks,
-            special_tokens={},
+            # tiktoken hands ids over in a native buffer only through its special-token search;
+            # this one token, never allowed, keeps that search to a scan for NUL bytes
+            special_tokens={_NEVER: top + 1},
         )
-        self._ordinary: Callable[[str], list[int]] = self.encoding._core_bpe.encode_ordinary
+        core = self.encoding._core_bpe
+        self._ordinary: Callable[[str], list[int]] = core.encode_ordinary
+        self._buffer: Callable[[str], np.ndarray] = _buffer_encoder(core)
         self._form = tables.normal_form
         self._ids = {t.content: t.id for t in tables.added}
+        self._added_ids = {t.content: np.array([t.id], dtype=np.uint32) for t in tables.added}
         self._split_raw = _splitter([t for t in tables.added if not t.normalized])
         self._split_norm = _splitter([t for t in tables.added if t.normalized])
-        top = max([*tables.ranks.values(), *self._ids.values()], default=0)
         lengths = np.zeros(top + 1, dtype=np.int64)
         for token, i in tables.ranks.items():
             lengths[i] = len(token)
@@ -97,12 +104,12 @@ class FastBPE:
         self._length_list: list[int] = lengths.tolist()
         # short parts between added tokens repeat in every conversation ("\n", "user\n"):
         # their ids are kept, which saves a call into tiktoken per part
-        self._short: dict[str, list[int]] = {}
+        self._short: dict[str, np.ndarray] = {}
 
     def encode(self, text: str) -> list[int] | None:
         """The ids of ``text`` (added tokens included), or ``None`` for ``tokenizers`` to do."""
         found = self._encode(text)
-        return None if found is None else found[0]
+        return None if found is None else found[0].tolist()
 
     def encode_spans(
         self, text: str, spans: Sequence[tuple[int, int]]
@@ -112,6 +119,13 @@ class FastBPE:
         The ranges are ``[first, end)`` per span ``[a, b)``, as ``HFTokenizer.encode_spans``
         gives them (``(0, 0)`` for an empty span). ``None``: for ``tokenizers`` to do.
         """
+        found = self.encode_spans_array(text, spans)
+        return None if found is None else (found[0].tolist(), found[1])
+
+    def encode_spans_array(
+        self, text: str, spans: Sequence[tuple[int, int]]
+    ) -> tuple[np.ndarray, list[tuple[int, int]]] | None:
+        """``encode_spans`` with the ids as an ``int32`` array (no Python list in between)."""
         found = self._encode(text)
         if found is None:
             return None
@@ -130,53 +144,59 @@ class FastBPE:
                 out.append((first, self._token_of(b - 1, ids, parts, chars, starts) + 1))
         return ids, out
 
-    def _encode(self, text: str) -> tuple[list[int], list[str], list[int]] | None:
+    def _encode(self, text: str) -> tuple[np.ndarray, list[str], list[int]] | None:
         """``(ids, parts, starts)``, or ``None`` for ``tokenizers`` to do.
 
-        ``parts`` is the text cut at added tokens (odd items); part ``k`` starts at character
-        ``starts[2k]`` and token ``starts[2k + 1]``.
+        ``ids`` is an ``int32`` array; ``parts`` is the text cut at added tokens (odd items);
+        part ``k`` starts at character ``starts[2k]`` and token ``starts[2k + 1]``.
         """
         form = self._form
         if form is not None and not text.isascii() and not unicodedata.is_normalized(form, text):  # type: ignore[arg-type]
             return None  # normalizing moves offsets: tokenizers keeps them right
         parts = [text] if self._split_raw is None else self._split_raw(text)
-        ids: list[int] = []
+        pieces: list[np.ndarray] = []
+        keep = pieces.append
         starts: list[int] = []
         mark = starts.append
-        added = self._ids
+        added = self._added_ids
         short = self._short
-        pieces = self._pieces
+        encode = self._pieces
         char = 0
+        count = 0
         last = len(parts) - 1
         try:
             for k in range(0, last + 1, 2):  # a text part, then the added token after it
                 part = parts[k]
                 mark(char)
-                mark(len(ids))
+                mark(count)
                 if part:
-                    size = len(part)
-                    if size > _SHORT:
-                        ids += pieces(part)
+                    kept = short.get(part) if len(part) <= _SHORT else None
+                    if kept is None:
+                        got = encode(part)
+                        if len(part) <= _SHORT and len(short) < _SHORT_KEPT:
+                            short[part] = got
                     else:
-                        got = short.get(part)
-                        if got is None:
-                            got = pieces(part)
-                            if len(short) < _SHORT_KEPT:
-                                short[part] = got
-                        ids += got
-                    char += size
+                        got = kept
+                    keep(got)
+                    count += len(got)
+                    char += len(part)
                 if k < last:
                     token = parts[k + 1]
                     mark(char)
-                    mark(len(ids))
-                    ids.append(added[token])
+                    mark(count)
+                    keep(added[token])
+                    count += 1
                     char += len(token)
         except UnicodeEncodeError:
             return None  # lone surrogates: tokenizers refuses them, as before
-        return ids, parts, starts
+        if not pieces:
+            return np.empty(0, dtype=np.int32), parts, starts
+        # one copy (kept pieces are shared); every id is below 2**31, so uint32 reads as int32
+        ids = np.concatenate(pieces) if len(pieces) > 1 else pieces[0].copy()
+        return ids.view(np.int32), parts, starts
 
     def _token_ranges(
-        self, text: str, ids: list[int], spans: Sequence[tuple[int, int]]
+        self, text: str, ids: np.ndarray, spans: Sequence[tuple[int, int]]
     ) -> list[tuple[int, int]]:
         """``encode_spans``'s ranges for many spans at once (e.g. one per character).
 
@@ -184,7 +204,7 @@ class FastBPE:
         in the cumulative byte lengths of all tokens (added tokens included: their bytes are
         the text's, and every part of the text starts a token).
         """
-        ends = np.cumsum(self._lengths[np.asarray(ids, dtype=np.int64)])
+        ends = np.cumsum(self._lengths[ids])
         if text.isascii():
             at = np.arange(len(text) + 1)
         else:
@@ -205,7 +225,7 @@ class FastBPE:
         return list(zip(first.tolist(), end.tolist(), strict=True))
 
     def _token_of(
-        self, c: int, ids: list[int], parts: list[str], chars: list[int], starts: list[int]
+        self, c: int, ids: np.ndarray, parts: list[str], chars: list[int], starts: list[int]
     ) -> int:
         """The token holding character ``c``'s first byte (the first token covering ``c``)."""
         j = bisect_right(chars, c) - 1  # the part holding c (empty parts precede their successor)
@@ -215,45 +235,56 @@ class FastBPE:
         end = starts[2 * j + 3] if 2 * j + 3 < len(starts) else len(ids)
         part = parts[j]
         offset = c - begin
-        if part.isascii():
-            size = len(part)
-        else:
-            offset = len(part[:offset].encode("utf-8"))
-            size = len(part.encode("utf-8"))
-        if end - first > _WALK:
-            ends = np.cumsum(self._lengths[ids[first:end]])
-            return first + int(np.searchsorted(ends, offset, side="right"))
-        # a span starts just after a role header and ends just before an end-of-turn token:
-        # walk the byte lengths from the nearer end of the part
         lengths = self._length_list
-        if 2 * offset < size:
-            at, k = 0, first
-            while True:
-                at += lengths[ids[k]]  # the end of token k
-                if at > offset:
+        # a span starts just after a role header and ends just before an end-of-turn token:
+        # walk the byte lengths from the nearer end of the part. A token holds at least one
+        # byte, so the walk over d bytes meets at most d + 1 tokens.
+        if 2 * offset < len(part):
+            before = offset if part.isascii() else len(part[:offset].encode("utf-8"))
+            if before < _WALK:
+                at, k = 0, first
+                for i in ids[first : min(end, first + before + 1)].tolist():
+                    at += lengths[i]  # the end of token k
+                    if at > before:
+                        return k
+                    k += 1
+            return first + int(
+                np.searchsorted(np.cumsum(self._lengths[ids[first:end]]), before, "right")
+            )
+        after = len(part) - offset if part.isascii() else len(part[offset:].encode("utf-8"))
+        if after < _WALK:
+            back, k = 0, end - 1
+            for i in reversed(ids[max(first, end - after - 1) : end].tolist()):
+                back += lengths[i]  # from the start of token k to the part's end
+                if back >= after:
                     return k
-                k += 1
-        at, k = size, end - 1
-        while True:
-            at -= lengths[ids[k]]  # the start of token k
-            if at <= offset:
-                return k
-            k -= 1
+                k -= 1
+        ends = np.cumsum(self._lengths[ids[first:end]])
+        return first + int(np.searchsorted(ends, int(ends[-1]) - after, "right"))
 
-    def _pieces(self, text: str) -> list[int]:
-        """Ids of text holding no ``normalized: false`` added token."""
+    def _pieces(self, text: str) -> np.ndarray:
+        """Ids (``uint32``) of text holding no ``normalized: false`` added token."""
         if self._split_norm is None:
-            return self._ordinary(text)
+            return self._buffer(text)
         parts = self._split_norm(text)
         if len(parts) == 1:
-            return self._ordinary(text)
-        ids: list[int] = []
-        for k, part in enumerate(parts):
-            if k & 1:
-                ids.append(self._ids[part])
-            elif part:
-                ids += self._ordinary(part)
-        return ids
+            return self._buffer(text)
+        pieces = [
+            self._added_ids[part] if k & 1 else self._buffer(part)
+            for k, part in enumerate(parts)
+            if part
+        ]
+        return np.concatenate(pieces)
+
+
+def _buffer_encoder(core: Any) -> Callable[[str], np.ndarray]:
+    """``text -> uint32 ids`` from tiktoken's core, without a Python int per id where it can."""
+    to_buffer = getattr(core, "encode_to_tiktoken_buffer", None)
+    if to_buffer is None:  # an older tiktoken: through a list
+        ordinary = core.encode_ordinary
+        return lambda text: np.array(ordinary(text), dtype=np.uint32)
+    nothing_allowed: set[str] = set()
+    return lambda text: np.frombuffer(to_buffer(text, nothing_allowed), dtype=np.uint32)
 
 
 def _splitter(tokens: list[AddedToken]) -> Callable[[str], list[str]] | None:

@@ -25,6 +25,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 from tokenizers import Tokenizer as _RustTokenizer
 
 from chute.errors import ConfigError
@@ -145,6 +146,17 @@ class HFTokenizer(Tokenizer):
                 return self._checked(text, found[0], found[1], spans)
         enc = self._tok.encode(text, add_special_tokens=False)
         return enc.ids, hf_spans(enc, spans)
+
+    def encode_spans_array(
+        self, text: str, spans: Sequence[tuple[int, int]]
+    ) -> tuple[np.ndarray, list[tuple[int, int]]]:
+        fast = self._fast
+        if fast is not None and not self._checks_left:
+            found = fast.encode_spans_array(text, spans)
+            if found is not None:
+                return found
+        ids, ranges = self.encode_spans(text, spans)  # checked, or by tokenizers
+        return np.array(ids, dtype=np.int32), ranges
 
     def _checked(
         self,

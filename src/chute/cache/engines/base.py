@@ -31,6 +31,7 @@ from collections.abc import Callable, Iterator, Sequence
 from types import TracebackType
 from typing import Any, ClassVar, TypeVar
 
+from chute._internal.collector import fewer_collections
 from chute.cache.writer import BATCH_RECORDS, ChunkJob
 from chute.errors import ChunkFailed, ChuteError, as_sample_error
 
@@ -121,7 +122,8 @@ def run_chunk(job: ChunkJob, k: int, progress: Progress | None = None) -> dict[s
             progress(n)
 
     try:
-        return job.run(k, count)
+        with fewer_collections():
+            return job.run(k, count)
     except Exception as exc:
         if getattr(exc, "chunk", None) is not None:
             raise  # already names its chunk
