@@ -8,6 +8,7 @@ import pickle
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 from tokenizers import (
     AddedToken,
@@ -388,3 +389,18 @@ def test_many_spans_at_once_find_the_tokens_one_span_at_a_time_finds() -> None:
         one_by_one = [fast.encode_spans(text, [s])[1][0] for s in spans]
         assert many == one_by_one == slow.encode_spans(text, spans)[1], text
         assert ids == slow.encode(text)
+
+
+def test_ids_as_an_array_are_the_ids_of_the_list_api_and_may_be_written() -> None:
+    """``encode_spans_array`` (tiktoken's native buffer) gives what ``encode_spans`` gives."""
+    fast, slow = fresh(_rust()), fresh(_rust(), "hf")
+    fast._checks_left = 0  # past the first texts, which are checked through the list API
+    for text in [*TEXTS, "", "<s>", "a" * 700 + "<s>" + "你好" * 200]:
+        spans = [(0, len(text)), (len(text) // 3, len(text) - 1)]
+        for tok in (fast, slow):
+            ids, ranges = tok.encode_spans_array(text, spans)
+            assert ids.dtype == np.int32 and ids.flags.writeable
+            assert (ids.tolist(), ranges) == slow.encode_spans(text, spans), text
+    kept = fast.encode_spans_array("\n", [])[0]  # short parts are kept: a copy goes out
+    kept[:] = 0
+    assert fast.encode("\n") == slow.encode("\n")

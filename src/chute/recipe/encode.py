@@ -75,6 +75,8 @@ class Encoded:
     # whole encoding's length
     offset: int = 0
     total: int | None = None
+    # the position of the first trained token where encoding knew it (else read from labels)
+    first: int | None = None
 
 
 def _labels(ids: np.ndarray, ranges: list[tuple[int, int]]) -> tuple[np.ndarray, np.ndarray]:
@@ -204,7 +206,9 @@ def encode(
                 _literal_media_token(text, {"": token}, 0)
         if pre is not None:
             ids, labels = _labels(*pre)
-            return Encoded(ids, labels, [])
+            n = len(ids)
+            first = min((a for a, b in pre[1] if min(b, n) > a), default=n)
+            return Encoded(ids, labels, [], first=first)
         ids, labels, n, complete = _encode_stream(tokenizer, text, spans, 0, len(text), need, keep)
         if keep is not None:
             return Encoded(ids, labels, [], offset=keep[0], total=n if complete else None)
@@ -324,7 +328,8 @@ def fit_length(
                 f"samples",
             )
         return enc
-    outcome = overflow_outcome(n, first_trained(enc.labels), max_length, overflow)
+    first = enc.first if enc.first is not None else first_trained(enc.labels)
+    outcome = overflow_outcome(n, first, max_length, overflow)
     if outcome == TOO_LONG:
         raise SampleError(
             "too_long",

@@ -94,6 +94,7 @@ def train_after_prompt(enc: Encoded, prompt_ids: list[int]) -> Encoded:
     first = n if same.all() else int(np.argmin(same))
     enc.labels[:first] = IGNORE
     enc.labels[first:] = ids[first:]
+    enc.first = None  # labels changed: read from them again
     return enc
 
 
@@ -109,6 +110,7 @@ def share_prompt(chosen: Encoded, rejected: Encoded) -> tuple[Encoded, Encoded]:
     first = min(starts)
     for e in (chosen, rejected):
         e.labels[first:] = np.where(e.labels[first:] == IGNORE, e.ids[first:], e.labels[first:])
+        e.first = None  # labels changed: read from them again
     return chosen, rejected
 
 

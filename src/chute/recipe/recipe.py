@@ -382,6 +382,7 @@ class Recipe:
             out.append(None)
         tok = self.tokenizer
         fast = tok.supports_offsets
+        media, need = self.media, self._need
         # back to back for ordinary texts; a long one is encoded on its own, in pieces
         encoded = [
             tok.encode_spans_array(r.text, r.spans)
@@ -392,9 +393,7 @@ class Recipe:
         for (k, conv, rendered, slots, where), pre in zip(pending, encoded, strict=True):
             path, line, index, window = where
             try:
-                enc = encode(
-                    rendered, tok, self.media.tokens, slots, self.media.guard, pre, self._need
-                )
+                enc = encode(rendered, tok, media.tokens, slots, media.guard, pre, need)
                 sample = self._finish(self._fit(conv, enc, path), path, line, index)
                 out[k] = sample if window is None else self._window(sample, window)
             except SampleError as exc:
