@@ -121,17 +121,19 @@ def convert_chat(data: Any, spec: ResolvedSpec) -> Conversation:
 
 
 def _message(item: Any, i: int, list_field: str, spec: ResolvedSpec) -> Message:
-    where = f"{list_field}[{i}]" if list_field else f"[{i}]"
+    # a hot path: the field names for messages are only spelled out when a message is bad
     if not isinstance(item, dict):
         raise SampleError(
-            "wrong_type", f"expected a message object, got {_json_type(item)}", field=where
+            "wrong_type",
+            f"expected a message object, got {_json_type(item)}",
+            field=_where(list_field, i),
         )
     raw_role, role_key = lookup(item, spec.role_keys)
     if role_key is None:
         raise SampleError(
             "missing_field",
             f"message {i} has no {' or '.join(repr(k) for k in spec.role_keys)} key",
-            field=f"{where}.{spec.role_keys[0]}",
+            field=f"{_where(list_field, i)}.{spec.role_keys[0]}",
         )
     role = spec.roles.get(raw_role) if isinstance(raw_role, str) else None
     if role is None:
@@ -140,14 +142,13 @@ def _message(item: Any, i: int, list_field: str, spec: ResolvedSpec) -> Message:
             "unknown_role",
             f"role {raw_role!r} is not one of {', '.join(known)}; map it with "
             f"{spell('tags')} (user_tag, assistant_tag, ...)",
-            field=f"{where}.{role_key}",
+            field=f"{_where(list_field, i)}.{role_key}",
         )
     content, content_key = lookup(item, spec.content_keys)
-    content_field = f"{where}.{content_key or spec.content_keys[0]}"
     tool_calls = None
     if role == "function_call":
         role = "assistant"
-        tool_calls = _calls_from_text(content, content_field)
+        tool_calls = _calls_from_text(content, _content_field(list_field, i, content_key, spec))
         content = ""
     elif content_key is None or content is None:
         if role == "assistant" and item.get("tool_calls"):
@@ -156,31 +157,49 @@ def _message(item: Any, i: int, list_field: str, spec: ResolvedSpec) -> Message:
             raise SampleError(
                 "missing_field",
                 f"message {i} has no {' or '.join(repr(k) for k in spec.content_keys)} text",
-                field=content_field,
+                field=_content_field(list_field, i, content_key, spec),
             )
     if type(content) is not str:
+        where = _content_field(list_field, i, content_key, spec)
         if isinstance(content, list):
-            content = _parts(content, content_field)
+            content = _parts(content, where)
         else:
             raise SampleError(
                 "wrong_type",
                 f"expected text or a list of content parts, got {_json_type(content)}",
-                field=content_field,
+                field=where,
             )
+    if (
+        tool_calls is None
+        and len(item) == 2
+        and role_key != content_key
+        and role_key in item
+        and content_key in item
+    ):
+        return Message(role, content)  # a role and a text, nothing else (most messages)
     if role == "assistant" and tool_calls is None and item.get("tool_calls"):
-        tool_calls = _normalise_calls(item["tool_calls"], f"{where}.tool_calls")
-    loss = _loss(item, where)
+        tool_calls = _normalise_calls(item["tool_calls"], f"{_where(list_field, i)}.tool_calls")
+    loss = _loss(item, list_field, i)
     reasoning = item.get("reasoning_content") if role == "assistant" else None
     if reasoning is not None and not isinstance(reasoning, str):
         raise SampleError(
             "wrong_type",
             f"expected a string, got {_json_type(reasoning)}",
-            field=f"{where}.reasoning_content",
+            field=f"{_where(list_field, i)}.reasoning_content",
         )
     return Message(role, content, loss=loss, tool_calls=tool_calls, reasoning=reasoning)
 
 
-def _loss(item: dict[str, Any], where: str) -> bool | None:
+def _where(list_field: str, i: int) -> str:
+    """The field of message ``i`` for error messages: ``conversations[3]``."""
+    return f"{list_field}[{i}]" if list_field else f"[{i}]"
+
+
+def _content_field(list_field: str, i: int, key: str | None, spec: ResolvedSpec) -> str:
+    return f"{_where(list_field, i)}.{key or spec.content_keys[0]}"
+
+
+def _loss(item: dict[str, Any], list_field: str, i: int) -> bool | None:
     for key in ("loss", "loss_weight", "weight"):
         if key in item:
             value = item[key]
@@ -193,7 +212,7 @@ def _loss(item: dict[str, Any], where: str) -> bool | None:
             raise SampleError(
                 "wrong_type",
                 f"expected a boolean or a number, got {_json_type(value)}",
-                field=f"{where}.{key}",
+                field=f"{_where(list_field, i)}.{key}",
             )
     return None
 

@@ -135,10 +135,22 @@ class JsonlSource(FileSource):
             file_no, local = self.locate(i)
             reader, entries = self._readers[file_no], self.files[file_no].entries
             stop = min(len(entries), local + (j - i))
+            f = self.files[file_no]
+            make = TextLine if f.kind == "text" else Record
+            first = int(self._starts[file_no])
+            array = f.kind == "json_array"
             for lo in range(local, stop, _BLOCK_RECORDS):
                 block = np.asarray(entries[lo : min(stop, lo + _BLOCK_RECORDS)])
-                for k, raw in enumerate(reader.read_many(block["start"], block["end"])):
-                    yield self._record(file_no, lo + k, raw, int(block["line"][k]))
+                lines = block["line"].tolist()  # one conversion per block, not per record
+                raws = reader.read_many(block["start"], block["end"])
+                for k, (raw, line) in enumerate(zip(raws, lines, strict=True), lo):
+                    yield make(
+                        raw,
+                        path=f.path,
+                        line=line,
+                        index=first + k,
+                        element=k + 1 if array else None,
+                    )
             i += stop - local
 
     def _record(self, file_no: int, local: int, raw: builtins.bytes, line: int) -> Record:
