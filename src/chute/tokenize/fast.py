@@ -89,10 +89,10 @@ class FastBPE:
         )
         core = self.encoding._core_bpe
         self._ordinary: Callable[[str], list[int]] = core.encode_ordinary
-        self._buffer: Callable[[str], np.ndarray] = _buffer_encoder(core)
+        self._buffer: Callable[[str], memoryview] = _buffer_encoder(core)
         self._form = tables.normal_form
         self._ids = {t.content: t.id for t in tables.added}
-        self._added_ids = {t.content: np.array([t.id], dtype=np.uint32) for t in tables.added}
+        self._added_ids = {t.content: _ids_view([t.id]) for t in tables.added}
         self._split_raw = _splitter([t for t in tables.added if not t.normalized])
         self._split_norm = _splitter([t for t in tables.added if t.normalized])
         lengths = np.zeros(top + 1, dtype=np.int64)
@@ -104,7 +104,7 @@ class FastBPE:
         self._length_list: list[int] = lengths.tolist()
         # short parts between added tokens repeat in every conversation ("\n", "user\n"):
         # their ids are kept, which saves a call into tiktoken per part
-        self._short: dict[str, np.ndarray] = {}
+        self._short: dict[str, memoryview] = {}
 
     def encode(self, text: str) -> list[int] | None:
         """The ids of ``text`` (added tokens included), or ``None`` for ``tokenizers`` to do."""
@@ -154,7 +154,7 @@ class FastBPE:
         if form is not None and not text.isascii() and not unicodedata.is_normalized(form, text):  # type: ignore[arg-type]
             return None  # normalizing moves offsets: tokenizers keeps them right
         parts = [text] if self._split_raw is None else self._split_raw(text)
-        pieces: list[np.ndarray] = []
+        pieces: list[memoryview] = []  # uint32 ids, joined into one array at the end
         keep = pieces.append
         starts: list[int] = []
         mark = starts.append
@@ -178,7 +178,7 @@ class FastBPE:
                     else:
                         got = kept
                     keep(got)
-                    count += len(got)
+                    count += got.nbytes >> 2  # uint32 ids
                     char += len(part)
                 if k < last:
                     token = parts[k + 1]
@@ -189,11 +189,8 @@ class FastBPE:
                     char += len(token)
         except UnicodeEncodeError:
             return None  # lone surrogates: tokenizers refuses them, as before
-        if not pieces:
-            return np.empty(0, dtype=np.int32), parts, starts
-        # one copy (kept pieces are shared); every id is below 2**31, so uint32 reads as int32
-        ids = np.concatenate(pieces) if len(pieces) > 1 else pieces[0].copy()
-        return ids.view(np.int32), parts, starts
+        # one writable copy (kept pieces are shared); every id is below 2**31: uint32 is int32
+        return np.frombuffer(bytearray().join(pieces), dtype=np.int32), parts, starts
 
     def _token_ranges(
         self, text: str, ids: np.ndarray, spans: Sequence[tuple[int, int]]
@@ -262,7 +259,7 @@ class FastBPE:
         ends = np.cumsum(self._lengths[ids[first:end]])
         return first + int(np.searchsorted(ends, int(ends[-1]) - after, "right"))
 
-    def _pieces(self, text: str) -> np.ndarray:
+    def _pieces(self, text: str) -> memoryview:
         """Ids (``uint32``) of text holding no ``normalized: false`` added token."""
         if self._split_norm is None:
             return self._buffer(text)
@@ -274,17 +271,24 @@ class FastBPE:
             for k, part in enumerate(parts)
             if part
         ]
-        return np.concatenate(pieces)
+        return _ids_view(np.frombuffer(bytearray().join(pieces), dtype=np.uint32))
 
 
-def _buffer_encoder(core: Any) -> Callable[[str], np.ndarray]:
-    """``text -> uint32 ids`` from tiktoken's core, without a Python int per id where it can."""
+def _buffer_encoder(core: Any) -> Callable[[str], memoryview]:
+    """``text -> uint32 ids`` from tiktoken's core, without a Python int per id where it can.
+
+    The ids stay in tiktoken's own buffer (``nbytes >> 2`` counts them: its ``len`` is in bytes).
+    """
     to_buffer = getattr(core, "encode_to_tiktoken_buffer", None)
     if to_buffer is None:  # an older tiktoken: through a list
         ordinary = core.encode_ordinary
-        return lambda text: np.array(ordinary(text), dtype=np.uint32)
+        return lambda text: _ids_view(ordinary(text))
     nothing_allowed: set[str] = set()
-    return lambda text: np.frombuffer(to_buffer(text, nothing_allowed), dtype=np.uint32)
+    return lambda text: memoryview(to_buffer(text, nothing_allowed))
+
+
+def _ids_view(ids: Any) -> memoryview:
+    return memoryview(np.asarray(ids, dtype=np.uint32).data)
 
 
 def _splitter(tokens: list[AddedToken]) -> Callable[[str], list[str]] | None:
