@@ -206,8 +206,10 @@ def encode(
                 _literal_media_token(text, {"": token}, 0)
         if pre is not None:
             ids, labels = _labels(*pre)
-            n = len(ids)
-            first = min((a for a, b in pre[1] if min(b, n) > a), default=n)
+            first = len(ids)  # the first trained token: the earliest start of a non-empty range
+            for a, b in pre[1]:
+                if a < first and a < b:
+                    first = a
             return Encoded(ids, labels, [], first=first)
         ids, labels, n, complete = _encode_stream(tokenizer, text, spans, 0, len(text), need, keep)
         if keep is not None:
