@@ -88,10 +88,8 @@ class FastBPE:
             special_tokens={_NEVER: top + 1},
         )
         core = self.encoding._core_bpe
-        self._ordinary: Callable[[str], list[int]] = core.encode_ordinary
         self._buffer: Callable[[str], memoryview] = _buffer_encoder(core)
         self._form = tables.normal_form
-        self._ids = {t.content: t.id for t in tables.added}
         self._added_ids = {t.content: _ids_view([t.id]) for t in tables.added}
         self._split_raw = _splitter([t for t in tables.added if not t.normalized])
         self._split_norm = _splitter([t for t in tables.added if t.normalized])
