@@ -251,8 +251,8 @@ def test_a_difference_on_user_data_turns_the_fast_path_off(
     real = FastBPE._encode
 
     def wrong(self: FastBPE, text: str) -> Any:
-        ids, parts, starts = real(self, text)
-        return (ids[::-1] if "fox" in text else ids), parts, starts
+        ids, *where = real(self, text)
+        return ((ids[::-1] if "fox" in text else ids), *where)
 
     monkeypatch.setattr(FastBPE, "_encode", wrong)
     assert tok.encode_spans("hello", [(0, 2)]) == slow.encode_spans("hello", [(0, 2)])

@@ -13,8 +13,9 @@ character one of its bytes belongs to) and ``char_to_token`` (the first token co
 the first token covering character ``c`` is the token holding ``c``'s first byte. Where ``c``
 starts a part of the text cut at added tokens (as a template's trained spans almost always do:
 after ``<|im_start|>assistant\n``, through ``<|im_end|>``) or lies in an added token, that is
-known from the cut alone; elsewhere a binary search of ``c``'s byte position in the cumulative
-byte lengths of that part's tokens finds it::
+known from the cut alone; elsewhere a walk over the byte lengths of that part's tokens from its
+nearer end finds it (a span starts a token or two after a role header), or, for a character
+far from both ends, a binary search of its byte position in their cumulative lengths::
 
     text    :  H  i     你            (你 is 3 bytes: e4 bd a0)
     bytes   :  0  1  2  3  4  5
@@ -38,6 +39,7 @@ import re
 import unicodedata
 from bisect import bisect_right
 from collections.abc import Callable, Sequence
+from itertools import accumulate
 from typing import Any
 
 import numpy as np
@@ -127,68 +129,52 @@ class FastBPE:
         found = self._encode(text)
         if found is None:
             return None
-        ids, parts, starts = found
+        ids, parts, chars, tokens = found
         n = len(text)
         if len(spans) > _MANY_SPANS:
             return ids, self._token_ranges(text, ids, spans)
-        chars = starts[0::2]
         out = []
         for a, b in spans:
             b = min(b, n)
             if a >= b:
                 out.append((0, 0))
             else:
-                first = self._token_of(a, ids, parts, chars, starts)
-                out.append((first, self._token_of(b - 1, ids, parts, chars, starts) + 1))
+                first = self._token_of(a, ids, parts, chars, tokens)
+                out.append((first, self._token_of(b - 1, ids, parts, chars, tokens) + 1))
         return ids, out
 
-    def _encode(self, text: str) -> tuple[np.ndarray, list[str], list[int]] | None:
-        """``(ids, parts, starts)``, or ``None`` for ``tokenizers`` to do.
+    def _encode(self, text: str) -> tuple[np.ndarray, list[str], list[int], list[int]] | None:
+        """``(ids, parts, chars, tokens)``, or ``None`` for ``tokenizers`` to do.
 
         ``ids`` is an ``int32`` array; ``parts`` is the text cut at added tokens (odd items);
-        part ``k`` starts at character ``starts[2k]`` and token ``starts[2k + 1]``.
+        part ``k`` starts at character ``chars[k]`` and token ``tokens[k]`` (both lists end with
+        the totals).
         """
         form = self._form
         if form is not None and not text.isascii() and not unicodedata.is_normalized(form, text):  # type: ignore[arg-type]
             return None  # normalizing moves offsets: tokenizers keeps them right
         parts = [text] if self._split_raw is None else self._split_raw(text)
-        pieces: list[memoryview] = []  # uint32 ids, joined into one array at the end
-        keep = pieces.append
-        starts: list[int] = []
-        mark = starts.append
         added = self._added_ids
-        short = self._short
-        encode = self._pieces
-        char = 0
-        count = 0
-        last = len(parts) - 1
-        try:
-            for k in range(0, last + 1, 2):  # a text part, then the added token after it
-                part = parts[k]
-                mark(char)
-                mark(count)
-                if part:
-                    kept = short.get(part) if len(part) <= _SHORT else None
-                    if kept is None:
-                        got = encode(part)
-                        if len(part) <= _SHORT and len(short) < _SHORT_KEPT:
-                            short[part] = got
-                    else:
-                        got = kept
-                    keep(got)
-                    count += got.nbytes >> 2  # uint32 ids
-                    char += len(part)
-                if k < last:
-                    token = parts[k + 1]
-                    mark(char)
-                    mark(count)
-                    keep(added[token])
-                    count += 1
-                    char += len(token)
+        text_ids = self._text_ids
+        try:  # a text part, then the added token after it, and so on: each one's uint32 ids
+            pieces = [added[part] if k & 1 else text_ids(part) for k, part in enumerate(parts)]
         except UnicodeEncodeError:
             return None  # lone surrogates: tokenizers refuses them, as before
+        chars = list(accumulate(map(len, parts), initial=0))
+        tokens = list(accumulate([piece.nbytes >> 2 for piece in pieces], initial=0))
         # one writable copy (kept pieces are shared); every id is below 2**31: uint32 is int32
-        return np.frombuffer(bytearray().join(pieces), dtype=np.int32), parts, starts
+        return np.frombuffer(bytearray().join(pieces), dtype=np.int32), parts, chars, tokens
+
+    def _text_ids(self, part: str) -> memoryview:
+        """Ids of a part between added tokens; a short one's are kept (up to ``_SHORT_KEPT``)."""
+        if len(part) > _SHORT:
+            return self._pieces(part)
+        got = self._short.get(part)
+        if got is None:
+            got = self._pieces(part)
+            if len(self._short) < _SHORT_KEPT:
+                self._short[part] = got
+        return got
 
     def _token_ranges(
         self, text: str, ids: np.ndarray, spans: Sequence[tuple[int, int]]
@@ -220,14 +206,13 @@ class FastBPE:
         return list(zip(first.tolist(), end.tolist(), strict=True))
 
     def _token_of(
-        self, c: int, ids: np.ndarray, parts: list[str], chars: list[int], starts: list[int]
+        self, c: int, ids: np.ndarray, parts: list[str], chars: list[int], tokens: list[int]
     ) -> int:
         """The token holding character ``c``'s first byte (the first token covering ``c``)."""
         j = bisect_right(chars, c) - 1  # the part holding c (empty parts precede their successor)
-        begin, first = chars[j], starts[2 * j + 1]
+        begin, first, end = chars[j], tokens[j], tokens[j + 1]
         if c == begin or j & 1:
             return first  # a part's first character, or inside an added token
-        end = starts[2 * j + 3] if 2 * j + 3 < len(starts) else len(ids)
         part = parts[j]
         offset = c - begin
         lengths = self._length_list
