@@ -9,7 +9,6 @@ parseable.
 from __future__ import annotations
 
 import importlib
-from importlib import metadata
 
 import typer
 
@@ -32,6 +31,8 @@ for _name in _COMMANDS:
 
 def version() -> str:
     """The installed chute's version."""
+    from importlib import metadata  # here: importing it costs every command 25 ms
+
     try:
         return metadata.version("chute")
     except metadata.PackageNotFoundError:  # running from a source tree
