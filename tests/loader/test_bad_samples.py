@@ -17,6 +17,7 @@ from chute import (
     SourceChanged,
     World,
 )
+from chute.loader.watchdog import Watchdog
 from chute.testing import BROKEN_KINDS
 
 pytestmark = pytest.mark.filterwarnings("ignore:This DataLoader will create:UserWarning")
@@ -235,3 +236,23 @@ def test_a_hang_the_watchdog_cannot_see_fails_the_batch_with_a_clear_error(id_so
     ):
         run(loader)
     assert time.monotonic() - t0 < 30
+
+
+def test_a_new_loader_is_not_timed_from_an_earlier_loader_s_sample() -> None:
+    """Each loader's watchdog counts samples from 0; the one watching thread per process must
+    not take a new loader's sample 3 for the sample 3 it saw an earlier loader start long ago
+    (that skipped a valid sample as sample_timeout, at random, in a long test session)."""
+    earlier = Watchdog(1.0)
+    with earlier.guarding():
+        for _ in range(3):
+            with earlier:
+                pass
+        time.sleep(0.4)  # the watching thread sees sample 3 of this watchdog
+    time.sleep(1.2)  # longer ago than the limit
+    later = Watchdog(1.0)
+    with later.guarding():
+        for _ in range(2):
+            with later:
+                pass
+        with later:
+            time.sleep(0.6)  # sample 3, within the limit (the thread looks in meanwhile)

@@ -161,15 +161,18 @@ def _ensure_thread() -> None:
 
 def _watch(main_ident: int | None) -> None:
     pid = os.getpid()
-    seen, since = -1, 0.0  # the sample generation last seen, and when it was first seen
+    # the sample last seen (its watchdog and generation: each loader's watchdog counts from 0,
+    # so a generation alone could be an earlier loader's, first seen minutes ago), and when
+    seen_dog: Watchdog | None = None
+    seen, since = -1, 0.0
     while pid == _THREAD_PID and main_ident is not None:
         dog = _CURRENT
         time.sleep(min(0.25, max(0.01, dog.seconds / 8)) if dog is not None else 0.25)
         if dog is None or dog is not _CURRENT or not dog.active:
             continue
         generation, now = dog._generation, time.monotonic()
-        if generation != seen:
-            seen, since = generation, now
+        if dog is not seen_dog or generation != seen:
+            seen_dog, seen, since = dog, generation, now
         elif dog._in_sample and dog._fired != generation and now - since > dog.seconds:
             dog._fired = generation
             signal.pthread_kill(main_ident, WATCHDOG_SIGNAL)
