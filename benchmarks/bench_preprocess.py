@@ -1,7 +1,7 @@
 """Offline preprocessing: ``chute preprocess`` vs the XTuner-style ``datasets.map`` path.
 
 Usage: ``.venv/bin/python benchmarks/bench_preprocess.py [--records 200000] [--rounds 2]
-[--sides chute,chute_before,chute_hf,xtuner] [--before REV] [--scaling] [--quick]`` (needs the ``bench`` extra:
+[--sides chute,chute_before,chute_hf,xtuner] [--before REV] [--scaling] [--quick] [--name NAME]`` (needs the ``bench`` extra:
 ``datasets``).
 
 Data: real instruction data from ../shared/data, repeated to ``--records`` records, written as
@@ -299,6 +299,7 @@ def main() -> int:
     ap.add_argument("--before", default=BEFORE, help="the commit chute_before runs")
     ap.add_argument("--scaling", action="store_true", help="also chute with 1 worker")
     ap.add_argument("--quick", action="store_true", help="20k records, 1 round (smoke test)")
+    ap.add_argument("--name", help="the result file's name (default: preprocess[_sides])")
     ap.add_argument("--child", nargs=4, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
@@ -358,7 +359,7 @@ def main() -> int:
     if "chute_vs_chute_1worker" in ratios:  # throughput of 2 workers over 1 (ideal: 2)
         ratios["scaling"] = ratios.pop("chute_vs_chute_1worker")
     save(
-        "preprocess" if args.sides == SIDES else "preprocess_sides",
+        args.name or ("preprocess" if args.sides == SIDES else "preprocess_sides"),
         {
             "data": f"{n:,} records: alpaca_en_demo + alpaca_zh_demo (alpaca) and "
             "dummy_conversation (ShareGPT) from ../shared/data, repeated, 4:1, as JSONL",

@@ -3,8 +3,9 @@
 Building a chunk allocates millions of short-lived containers (records, messages, id lists,
 sample dicts), none of them in reference cycles, which reference counting frees. With the
 default threshold (a young-generation pass every 700 net allocations) the collector still runs
-~800 times per 30,000 records and rescans the long-lived objects of the process (the tokenizer's
-tables, the sources' indexes) in its older passes: 6-8% of a preprocess worker's time. Inside
+~1,200 times per 40,000 records and rescans the long-lived objects of the process (the
+tokenizer's tables, the sources' indexes) in its older passes: about 9% of a preprocess
+worker's time (``benchmarks/profile_preprocess.py``, its ``gc`` part). Inside
 the block the objects that exist already are frozen (never scanned: they live as long as the
 process) and a young pass runs every ``young`` allocations; cycles are still collected, later.
 
