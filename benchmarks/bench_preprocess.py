@@ -26,7 +26,7 @@ truncation, the same 2 processes, each side in a fresh interpreter (imports coun
   ``AutoTokenizer`` over the same files, as in XTuner.
 
 chute's modules are compiled to bytecode before the runs, as ``pip install`` does for every
-side's packages. Rounds alternate chute and the baseline; the fastest of each is kept. Then training-time
+side's packages; before each run the previous one's files are flushed to disk (``sync``). Rounds alternate chute and the baseline; the fastest of each is kept. Then training-time
 reads: random-access samples/s from the chute cache (``cache[i]``: ``input_ids`` and
 ``labels`` arrays) vs ``datasets.load_from_disk(...)[i]`` on the baseline's output (python
 lists, the default format; and ``with_format("numpy")``), and bytes on disk per token.
@@ -230,6 +230,16 @@ def run_chute(
     }
 
 
+def settle() -> None:
+    """Let the previous run's writes reach the disk before the next run is timed.
+
+    The XTuner-style side writes ~160 MB (its Arrow output and ``datasets``' cache); without
+    this the kernel flushes them during the next run, on the same two cores.
+    """
+    os.sync()
+    time.sleep(1.0)
+
+
 def compile_chute(trees: list[Path]) -> None:
     """Compile each chute tree's modules to bytecode, as ``pip install`` does.
 
@@ -338,6 +348,7 @@ def main() -> int:
             for name in sides:
                 out = work / f"{name}{r}"
                 out.parent.mkdir(exist_ok=True)
+                settle()
                 if name == "chute":
                     runs[name].append(run_chute([alpaca, sharegpt], out, args.workers))
                 elif name == "chute_before":
