@@ -8,6 +8,7 @@ they are parsed.
 
 from __future__ import annotations
 
+import importlib
 import json
 import subprocess
 import sys
@@ -23,6 +24,9 @@ from chute.recipe.validate import validate_source
 from chute.recipe.windows import split_sample
 from chute.sources.record import Record, TextLine
 from chute.tokenize import load_tokenizer
+
+# the module (``chute.recipe.encode`` the attribute is the function of that name)
+encode_module = importlib.import_module("chute.recipe.encode")
 
 pytestmark = pytest.mark.shared_data
 
@@ -168,3 +172,52 @@ def test_text_lines_are_measured_without_parsing() -> None:
 
 def test_load_tokenizer_once_for_the_module(qwen) -> None:
     assert load_tokenizer(qwen).vocab_size > 150_000
+
+
+@pytest.mark.parametrize("backend", ["auto", "hf"])
+def test_later_windows_reencode_only_their_pieces_and_equal_cutting_the_whole_sample(
+    shared_data, qwen, backend, monkeypatch
+) -> None:
+    source = JsonlSource(shared_data / "llama-factory" / "wiki_demo.txt")
+    docs = sorted(source, key=lambda r: len(r.data["text"]))[-2:]  # the two longest
+    recipe = Recipe(
+        tokenizer=qwen, tokenizer_backend=backend, max_length=1024, overflow="split", stride=8
+    )
+    wanted = {r.index: split_sample(recipe.process(r.data), 1024, 8) for r in docs}
+    encoded: list[int] = []  # characters handed to the tokenizer
+    searches: list[int] = []  # searches for a place to cut the text (the costly part)
+    tok = recipe.tokenizer
+    encode_spans = tok.encode_spans_array
+    monkeypatch.setattr(
+        tok, "encode_spans_array", lambda t, s: encoded.append(len(t)) or encode_spans(t, s)
+    )
+    search = encode_module.safe_prefix_end
+    monkeypatch.setattr(
+        encode_module, "safe_prefix_end", lambda *a, **k: searches.append(1) or search(*a, **k)
+    )
+    order = [(r, k) for r in docs for k in range(len(wanted[r.index]))]
+    np.random.default_rng(0).shuffle(order)
+    seen: set[int] = set()
+    for record, k in order:
+        encoded.clear()
+        searches.clear()
+        got = recipe(record.with_window(k))
+        want = wanted[record.index][k]
+        assert got["input_ids"].tolist() == want["input_ids"].tolist(), (record.index, k)
+        assert got["labels"].tolist() == want["labels"].tolist(), (record.index, k)
+        assert (got["window"], got["windows"]) == (k, len(wanted[record.index]))
+        text = len(recipe.render(record).text)
+        if record.index not in seen:  # the first window seen encodes the whole document
+            assert sum(encoded) == text and searches
+            seen.add(record.index)
+            continue
+        chars, tokens, _ = next(
+            v for key, v in recipe._restarts._known.items() if key[1] == record.index
+        )
+        assert not searches  # later ones re-encode the pieces the first one was cut into
+        if len(chars) > 1 and (k + 1) * 1016 + 8 <= tokens[1]:
+            assert sum(encoded) == chars[1], (record.index, k)  # inside the first piece: it alone
+        assert sum(encoded) <= text
+    assert len(recipe._restarts) == 2
+    # one document was cut, so some windows re-encoded only part of it
+    assert any(len(v[0]) > 1 for v in recipe._restarts._known.values())

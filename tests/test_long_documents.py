@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import importlib
 import json
+import pickle
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +20,9 @@ from chute.sample.rejects import reject_entry
 from chute.sources.record import Record, TextLine
 from chute.testing import check_resume
 from recipe_helpers import tiny_tokenizer
+
+# the module (``chute.recipe.encode`` the attribute is the function of that name)
+encode_module = importlib.import_module("chute.recipe.encode")
 
 WORDS = [
     "the",
@@ -331,3 +336,58 @@ def test_elastic_resume_over_windows(docs: Path) -> None:
     consumed, delivered = check_elastic(make, old_world_size=2, new_world_size=3, steps=2)
     valid = make(World(0, 1)).source.lengths.valid_ids().tolist()
     assert sorted([*consumed.tolist(), *delivered.tolist()]) == valid
+
+
+def test_windows_built_one_by_one_start_from_cuts_and_equal_the_whole_sample_cut(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    rng = np.random.default_rng(3)
+    texts = [
+        " ".join(WORDS[k] for k in rng.integers(0, len(WORDS), n)) for n in (21_000, 9_000, 60)
+    ]
+    recipe = split_recipe(max_length=512, stride=3)
+    wanted = [split_sample(recipe.process({"text": t}), 512, 3) for t in texts]
+    assert [len(w) > 1 for w in wanted] == [True, True, False]
+    assert len(texts[0]) > 100_000  # cut into pieces (chute.tokenize.prefix)
+    order = [(d, k) for d, windows in enumerate(wanted) for k in range(len(windows))]
+    rng.shuffle(order)
+    searches: list[int] = []  # searches for a place to cut a long text (the costly part)
+    search = encode_module.safe_prefix_end
+    monkeypatch.setattr(
+        encode_module, "safe_prefix_end", lambda *a, **k: searches.append(1) or search(*a, **k)
+    )
+    seen: set[int] = set()
+    for d, k in order:
+        searches.clear()
+        got = recipe.process({"text": texts[d]}, window=k)
+        assert got["input_ids"].tolist() == wanted[d][k]["input_ids"].tolist(), (d, k)
+        assert got["labels"].tolist() == wanted[d][k]["labels"].tolist(), (d, k)
+        assert (got["window"], got["windows"]) == (k, len(wanted[d]))
+        # the first window seen of a document encodes it all (cutting the long one in pieces);
+        # later ones re-encode the pieces holding them, without searching for cuts
+        if d in seen:
+            assert not searches, (d, k)
+        elif d == 0:
+            assert searches
+        seen.add(d)
+    restarts = recipe._restarts
+    assert len(restarts) == 3
+    # the long document's cuts: more than the start, so a later window skips what is before it
+    chars, tokens, total = max(restarts._known.values(), key=lambda known: known[2])
+    assert len(chars) > 1 and chars[0] == tokens[0] == 0
+    assert tokens == sorted(tokens) and tokens[-1] < total
+    assert total == len(recipe.process({"text": texts[0]})["input_ids"])
+    # a copy sent to another process (a DataLoader worker) starts empty
+    assert len(pickle.loads(pickle.dumps(restarts))) == 0
+
+
+def test_a_changed_document_is_encoded_again() -> None:
+    recipe = split_recipe(max_length=64)
+    text = " ".join(WORDS * 2000)
+    record = Record.from_data({"text": text}, path="d.jsonl", line=1, index=0)
+    first = recipe(record.with_window(5))
+    changed = Record.from_data({"text": text[::-1]}, path="d.jsonl", line=1, index=0)
+    want = split_sample(recipe.process(changed.data), 64, 0)[5]
+    got = recipe(changed.with_window(5))
+    assert got["input_ids"].tolist() == want["input_ids"].tolist()
+    assert got["input_ids"].tolist() != first["input_ids"].tolist()

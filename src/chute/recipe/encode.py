@@ -55,7 +55,15 @@ from chute.templates.base import Rendered
 from chute.tokenize.base import Tokenizer
 from chute.tokenize.prefix import safe_prefix_end
 
-__all__ = ["Encoded", "MediaSlot", "encode", "fit_length"]
+__all__ = [
+    "Encoded",
+    "MediaSlot",
+    "check_guard",
+    "encode",
+    "encode_piece",
+    "encode_stream",
+    "fit_length",
+]
 
 IGNORE = -100
 
@@ -87,7 +95,7 @@ def _labels(ids: np.ndarray, ranges: list[tuple[int, int]]) -> tuple[np.ndarray,
     return arr, labels
 
 
-def _encode_piece(
+def encode_piece(
     tok: Tokenizer, text: str, spans: list[tuple[int, int]], lo: int, hi: int
 ) -> tuple[np.ndarray, np.ndarray]:
     """Ids and labels of ``text[lo:hi]``; ``spans`` are in whole-text coordinates."""
@@ -116,7 +124,7 @@ def _encode_piece(
 PIECE_TOKENS = 8192
 
 
-def _encode_stream(
+def encode_stream(
     tok: Tokenizer,
     text: str,
     spans: list[tuple[int, int]],
@@ -124,8 +132,9 @@ def _encode_stream(
     hi: int,
     need: int | None = None,
     keep: tuple[int, int] | None = None,
+    marks: list[tuple[int, int]] | None = None,
 ) -> tuple[np.ndarray, np.ndarray, int, bool]:
-    """``_encode_piece`` of ``text[lo:hi]`` for a text of any size, in bounded memory.
+    """``encode_piece`` of ``text[lo:hi]`` for a text of any size, in bounded memory.
 
     Args:
         tok: the tokenizer.
@@ -135,6 +144,9 @@ def _encode_stream(
         hi: where it ends.
         need: stop once this many tokens are known (the caller keeps no more).
         keep: keep only tokens ``[a, b)`` of the piece; the others are counted, not kept.
+        marks: if given, ``(character, tokens before it)`` of each place the text was cut is
+            appended (``lo`` first): encoding may start again at any of them with the same
+            tokens after it (``chute.recipe.restarts``).
 
     Returns:
         ``(ids, labels, tokens, complete)``: the kept tokens, how many tokens were encoded, and
@@ -146,10 +158,12 @@ def _encode_stream(
     n = 0
     pos = lo
     while pos < hi:
+        if marks is not None:
+            marks.append((pos, n))
         budget = PIECE_TOKENS if stop_at is None else max(1, min(PIECE_TOKENS, stop_at - n))
         cut = safe_prefix_end(tok, text, budget, pos, hi)
         end = hi if cut is None else cut
-        ids, labels = _encode_piece(tok, text, spans, pos, end)
+        ids, labels = encode_piece(tok, text, spans, pos, end)
         if keep is not None:
             a, b = max(keep[0] - n, 0), max(min(keep[1] - n, len(ids)), 0)
             id_parts.append(ids[a:b])
@@ -178,6 +192,7 @@ def encode(
     pre: tuple[np.ndarray, list[tuple[int, int]]] | None = None,
     need: int | None = None,
     keep: tuple[int, int] | None = None,
+    marks: list[tuple[int, int]] | None = None,
 ) -> Encoded:
     """Encode ``rendered``; expand its media tokens into ``slots`` (one per media part, in order).
 
@@ -194,6 +209,7 @@ def encode(
             cut): encoding may stop there, so a huge record costs what is kept.
         keep: a sample without media: keep only tokens ``[a, b)`` (a window of a long
             document); ``Encoded.offset`` is ``a`` and ``Encoded.total`` the whole count.
+        marks: a sample without media encoded in pieces: where it was cut (``encode_stream``).
 
     Raises:
         SampleError: ``image_placeholder_mismatch`` when the text's media tokens do not match
@@ -201,9 +217,7 @@ def encode(
     """
     text, spans = rendered.text, rendered.spans
     if not rendered.media:
-        for token in guard:
-            if token in text:
-                _literal_media_token(text, {"": token}, 0)
+        check_guard(text, guard)
         if pre is not None:
             ids, labels = _labels(*pre)
             first = len(ids)  # the first trained token: the earliest start of a non-empty range
@@ -211,7 +225,9 @@ def encode(
                 if a < first and a < b:
                     first = a
             return Encoded(ids, labels, [], first=first)
-        ids, labels, n, complete = _encode_stream(tokenizer, text, spans, 0, len(text), need, keep)
+        ids, labels, n, complete = encode_stream(
+            tokenizer, text, spans, 0, len(text), need, keep, marks
+        )
         if keep is not None:
             return Encoded(ids, labels, [], offset=keep[0], total=n if complete else None)
         return Encoded(ids, labels, [], complete=complete)
@@ -230,7 +246,7 @@ def encode(
     complete = True
     for m, slot in zip(found, slots, strict=True):
         rest = None if need is None else need - n
-        ids, labels, _, complete = _encode_stream(tokenizer, text, spans, pos, m.start(), rest)
+        ids, labels, _, complete = encode_stream(tokenizer, text, spans, pos, m.start(), rest)
         id_parts.append(ids)
         label_parts.append(labels)
         n += len(ids)
@@ -245,13 +261,20 @@ def encode(
     else:
         rest = None if need is None else need - n
         if rest is None or rest > 0:
-            ids, labels, _, complete = _encode_stream(tokenizer, text, spans, pos, len(text), rest)
+            ids, labels, _, complete = encode_stream(tokenizer, text, spans, pos, len(text), rest)
             id_parts.append(ids)
             label_parts.append(labels)
             n += len(ids)
         else:
             complete = pos >= len(text)
     return Encoded(np.concatenate(id_parts), np.concatenate(label_parts), media, complete=complete)
+
+
+def check_guard(text: str, guard: tuple[str, ...]) -> None:
+    """Reject a text-only sample holding a media token that is a special token (``guard``)."""
+    for token in guard:
+        if token in text:
+            _literal_media_token(text, {"": token}, 0)
 
 
 def _count(enc: Encoded) -> str:

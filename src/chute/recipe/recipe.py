@@ -56,6 +56,7 @@ from chute.recipe.preference import (
     share_prompt,
     train_after_prompt,
 )
+from chute.recipe.restarts import RestartPoints
 from chute.recipe.truncate import TRUNCATION, check_policies, drop_exchanges
 from chute.recipe.windows import (
     IGNORE,
@@ -275,6 +276,8 @@ class Recipe:
             special=dict(self.tokenizer.special),
         )
         self.train_on = train_on
+        # where this process's long documents can be encoded from again (windows, issue 21)
+        self._restarts = RestartPoints()
 
     # -- the pipeline ----------------------------------------------------------------------
 
@@ -452,8 +455,10 @@ class Recipe:
     ) -> dict[str, Any]:
         """Window ``window`` of a long document, encoding only up to its end (issue 21).
 
-        Only the window's tokens are kept (memory follows the window, not the document); the
-        tokens after it are counted, not kept, to say how many windows the document has.
+        Only the window's tokens are kept (memory follows the window, not the document). The
+        first window of a document this process builds encodes it all (the tokens after the
+        window are counted, to say how many windows it has) and keeps where it was cut; later
+        ones start from the last cut before them (``chute.recipe.restarts``).
         """
         if self.overflow != "split" or self.max_length is None:
             raise ConfigError(
@@ -468,12 +473,12 @@ class Recipe:
             )
             return self._window(sample, window)
         start = window * (self.max_length - self.stride)
-        enc = encode(
+        enc = self._restarts.window(
             rendered,
             self.tokenizer,
-            self.media.tokens,
-            guard=self.media.guard,
-            keep=(start, start + self.max_length),
+            self.media.guard,
+            (start, start + self.max_length),
+            (path, index),
         )
         total = enc.total if enc.total is not None else start + len(enc.ids)
         if not len(enc.ids) or (window and total <= self.max_length):
