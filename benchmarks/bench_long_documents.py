@@ -13,7 +13,11 @@ Measured, on the same lengths (one lengths pass, all cores, cached):
 * packed efficiency (real tokens / row tokens, one epoch, ``plan="packed"``) of the windows, and
   the packing bound; the plan's build time;
 * windows per second delivered by the Loader, from the JSONL (each window re-encodes its whole
-  document) and from a token cache (``chute preprocess``, each document tokenized once).
+  document) and from a token cache (``chute preprocess``, each document tokenized once);
+* a whole epoch of windows from the JSONL over the first ``--epoch-docs`` documents, the Loader
+  as it is (a later window of a document re-encodes only the pieces its first encoding was cut
+  into: ``chute.recipe.restarts``) against every window encoding its whole document (what it
+  did before; the recipe's ``RestartPoints`` given no room), interleaved, ``--epoch-rounds``.
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ from _common import DATA_DIR, SHARED_DATA, save
 from chute import Loader, Recipe, World
 from chute.lengths import lengths_of, split_lengths
 from chute.plan import PackedPlanner, packing_bound
+from chute.recipe.restarts import RestartPoints
 from chute.sources import JsonlSource
 
 WORDS = (  # common English words, about one Qwen3 token each
@@ -78,17 +83,65 @@ def windows_per_second(loader: Loader, batches: int) -> tuple[float, int]:
     return seen / (time.perf_counter() - t0), seen
 
 
+def epoch_part(
+    corpus: Path, tok: Path, m: int, docs: int, rounds: int, cache_dir: Path
+) -> dict[str, Any]:
+    """A whole epoch of windows from the JSONL, with and without the restart points."""
+    subset = corpus.with_name(f"{corpus.stem}_first{docs}.jsonl")
+    with open(corpus, "rb") as f, open(subset, "wb") as out:
+        out.writelines(line for _, line in zip(range(docs), f, strict=False))
+    source = JsonlSource(subset, cache_dir=cache_dir)
+
+    def run(restarts: bool) -> tuple[float, int, int]:
+        recipe = Recipe(tokenizer=tok, format="text", max_length=m, overflow="split", stride=1)
+        if not restarts:  # what it did before: every window encodes its whole document
+            recipe._restarts = RestartPoints(capacity=0)
+        loader = Loader(source, recipe, batch_size=8, plan="packed", world=World(0, 1), seed=0)
+        windows = checksum = 0
+        t0 = time.perf_counter()
+        for batch in loader:
+            windows += int((batch["row_sample_ids"] >= 0).sum())
+            checksum += int(batch["input_ids"].sum()) + int(batch["labels"].sum())
+        return time.perf_counter() - t0, windows, checksum
+
+    run(True)  # the lengths pass (cached) and warm-up, outside the timing
+    times: dict[str, list[float]] = {"restarts": [], "whole_document": []}
+    counts = set()
+    for _ in range(rounds):
+        for name in times:
+            seconds, windows, checksum = run(name == "restarts")
+            times[name].append(round(seconds, 2))
+            counts.add((windows, checksum))
+    assert len(counts) == 1, counts  # both sides deliver the same batches (ids and labels)
+    windows, _ = counts.pop()
+    best = {name: min(v) for name, v in times.items()}
+    return {
+        "docs": docs,
+        "windows": windows,
+        "seconds": times,
+        "windows_per_s": {name: round(windows / t, 1) for name, t in best.items()},
+        "ratio": round(best["whole_document"] / best["restarts"], 2),
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--docs", type=int, default=1000)
     parser.add_argument("--max-length", type=int, default=4096)
     parser.add_argument("--batches", type=int, default=20, help="loader batches timed")
+    parser.add_argument("--epoch-docs", type=int, default=60, help="documents of the epoch part")
+    parser.add_argument("--epoch-rounds", type=int, default=1)
+    parser.add_argument("--only-epoch", action="store_true", help="only the epoch part")
     args = parser.parse_args()
     tok = SHARED_DATA / "tokenizers" / "qwen3" / "tokenizer.json"
     corpus = write_corpus(DATA_DIR / f"long_docs_{args.docs}.jsonl", args.docs)
     cache_dir = Path(os.environ.get("CHUTE_CACHE_DIR") or tempfile.mkdtemp())
     source = JsonlSource(corpus, cache_dir=cache_dir)
     m = args.max_length
+    if args.only_epoch:
+        epoch = epoch_part(corpus, tok, m, args.epoch_docs, args.epoch_rounds, cache_dir)
+        save("long_documents_epoch", {"docs": args.docs, "max_length": m, "epoch": epoch})
+        return
     whole = Recipe(tokenizer=tok, format="text", max_length=m, overflow="split")
     t0 = time.perf_counter()
     full = lengths_of(source, whole, cache_dir=cache_dir)  # per window; documents' own lengths:
@@ -161,6 +214,7 @@ def main() -> None:
         "preprocess_seconds": round(preprocess_seconds, 1),
         "num_workers": 0,
     }
+    result["epoch"] = epoch_part(corpus, tok, m, args.epoch_docs, args.epoch_rounds, cache_dir)
     save("long_documents", result)
 
 
