@@ -37,6 +37,7 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 from bisect import bisect_left, bisect_right
 from collections import OrderedDict
@@ -100,18 +101,24 @@ class RestartPoints:
         """
         text = rendered.text
         key = (*record, len(text), hash(text))
-        if key not in self._known:
+        known = self._known.get(key)
+        if known is None:
             marks: list[tuple[int, int]] = []
             enc = encode(rendered, tokenizer, {}, guard=guard, keep=keep, marks=marks)
             if enc.total is not None:
                 self.remember(key, marks, enc.total)
             return enc
-        self._known.move_to_end(key)
+        with contextlib.suppress(KeyError):  # another thread may have just forgotten it
+            self._known.move_to_end(key)
         check_guard(text, guard)
-        return self._from_pieces(key, rendered, tokenizer, keep)
+        return self._from_pieces(known, rendered, tokenizer, keep)
 
+    @staticmethod
     def _from_pieces(
-        self, key: Hashable, rendered: Rendered, tokenizer: Tokenizer, keep: tuple[int, int]
+        known: tuple[list[int], list[int], int],
+        rendered: Rendered,
+        tokenizer: Tokenizer,
+        keep: tuple[int, int],
     ) -> Encoded:
         """The window from the pieces of the first encoding that hold it, encoded again alike.
 
@@ -119,7 +126,7 @@ class RestartPoints:
         pieces give the same tokens. No cut is searched for here (that search is the costly
         part of encoding a long text in pieces).
         """
-        chars, tokens, total = self._known[key]
+        chars, tokens, total = known
         text = rendered.text
         first = bisect_right(tokens, keep[0]) - 1  # the piece holding the window's first token
         last = bisect_left(tokens, keep[1])  # the cut at or after its end (or the text's end)
