@@ -43,22 +43,30 @@ CASES = {
 }
 
 
-@pytest.fixture(scope="module", params=["qwen3", "llama3.2"])
+@pytest.fixture(
+    scope="module",
+    params=[("qwen3", "auto"), ("qwen3", "hf"), ("llama3.2", "auto"), ("llama3.2", "hf")],
+    ids=lambda p: "-".join(p),
+)
 def real_tokenizer(request, shared_data):  # type: ignore[no-untyped-def]
-    return load_tokenizer(shared_data / "tokenizers" / request.param)
+    name, backend = request.param
+    tok = load_tokenizer(shared_data / "tokenizers" / name, backend=backend)
+    # auto: the cut is searched with tiktoken's encodings (prefix._cut_in_window_fast)
+    assert tok.engine == ("tiktoken" if backend == "auto" else "tokenizers")
+    return tok
 
 
 @pytest.mark.shared_data
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_the_prefix_is_exactly_the_first_tokens(real_tokenizer, name: str) -> None:
     text, expect_cut = CASES[name]
-    full = real_tokenizer.encode(text)
+    full = real_tokenizer.rust.encode(text, add_special_tokens=False).ids  # tokenizers' own
     for need in (1000, 2049):
         cut = safe_prefix_end(real_tokenizer, text, need)
         if cut is None:
             assert not expect_cut, f"{name}: no safe cut found for need={need}"
             continue
-        head = real_tokenizer.encode(text[:cut])
+        head = real_tokenizer.rust.encode(text[:cut], add_special_tokens=False).ids
         assert len(head) >= need
         assert head == full[: len(head)]
         assert cut < len(text) // 2  # and it is a prefix, not the text

@@ -45,6 +45,7 @@ Example:
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from typing import Any
 
 __all__ = ["MIN_PREFIX_CHARS", "safe_prefix_end"]
@@ -90,6 +91,8 @@ def safe_prefix_end(
         inner = safe_prefix_end(tokenizer, view, need)  # type: ignore[arg-type]
         return None if inner is None else start + inner
     normalizer = rust.normalizer
+    # on the tiktoken fast path its own encodings check a cut (4-5x faster than tokenizers')
+    fast = getattr(tokenizer, "engine", None) == "tiktoken"
     window = max(4096, need * _CHARS_PER_TOKEN)
     # Past this, a window that still holds no safe cut is one huge pre-token (a run of one
     # character, CJK without punctuation, a whitespace run): searching on would cost as much as
@@ -97,7 +100,10 @@ def safe_prefix_end(
     limit = max(window, need * _MAX_CHARS_PER_TOKEN)
     first = True
     while window * 2 < len(text) and window <= limit:
-        found = _cut_in_window(rust, normalizer, text, window, need)
+        if fast:
+            found = _cut_in_window_fast(tokenizer, rust, normalizer, text, window, need)
+        else:
+            found = _cut_in_window(rust, normalizer, text, window, need)
         if found == "normalization":
             return None
         if isinstance(found, int):
@@ -147,6 +153,50 @@ def _cut_in_window(
         if rust.encode(longer, add_special_tokens=False).ids[:i] != head:
             return None
         return cut
+    return None
+
+
+def _cut_in_window_fast(
+    tokenizer: Any, rust: Any, normalizer: Any, text: str, window: int, need: int
+) -> int | str | None:
+    """``_cut_in_window`` with the tokenizer's own (fast) encodings and the pre-tokenizer's split.
+
+    The same conditions, found another way: candidates are pre-token starts of the window as
+    the pre-tokenizer splits it (its regex alone, no BPE), leaving two pre-tokens after them
+    inside the window; a candidate is taken when ``encode(text[:cut])`` holds at least ``need``
+    tokens and is exactly the first tokens of the encoding of a window twice as long. A
+    candidate inside an added token fails that check (the added token is one token in the
+    whole encoding). At most ``_MAX_CANDIDATES`` encodings of a head are tried.
+    """
+    piece = text[:window]
+    longer = text[: window * 2]
+    if normalizer is not None and normalizer.normalize_str(longer) != longer:
+        return "normalization"
+    pre = rust.pre_tokenizer
+    if pre is None:
+        return None
+    ids = tokenizer.encode(longer)
+    if len(ids) <= need:
+        return None
+    chars_per_token = len(longer) / len(ids)
+    guess = len(tokenizer.decode(ids[:need]))  # where token `need` starts (a byte-level
+    # decode gives the text back; a character cut in two counts as one: off by one at most)
+    # split only as far as the candidates go: the window's start is a true pre-token start, so
+    # every start the split finds is one, but near where it stops (dropped with the last two)
+    end = min(len(piece), guess + max(4096, guess // 4))
+    starts = [span[0] for _, span in pre.pre_tokenize_str(piece[:end])][1:-2]
+    k = bisect_left(starts, guess)
+    for _ in range(_MAX_CANDIDATES):
+        if k >= len(starts):
+            return None  # the window holds too few tokens before its last pre-tokens
+        cut = starts[k]
+        head = tokenizer.encode(text[:cut])
+        if len(head) < need:  # too early: move on by about the tokens missing
+            k = max(k + 1, bisect_left(starts, cut + int((need - len(head)) * chars_per_token)))
+            continue
+        if ids[: len(head)] == head:
+            return cut
+        k += 1
     return None
 
 
