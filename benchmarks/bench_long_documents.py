@@ -17,13 +17,17 @@ Measured, on the same lengths (one lengths pass, all cores, cached):
 * a whole epoch of windows from the JSONL over the first ``--epoch-docs`` documents, the Loader
   as it is (a later window of a document re-encodes only the pieces its first encoding was cut
   into: ``chute.recipe.restarts``) against every window encoding its whole document (what it
-  did before; the recipe's ``RestartPoints`` given no room), interleaved, ``--epoch-rounds``.
+  did before; the recipe's ``RestartPoints`` given no room), interleaved, ``--epoch-rounds``;
+* with ``--before REV``: ``chute preprocess`` (split, 2 workers) of the first ``--epoch-docs``
+  documents by this chute and by chute at ``REV`` (a temporary git worktree), interleaved, best
+  of ``--epoch-rounds`` (results: ``long_documents_preprocess.json``).
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import subprocess
 import sys
 import tempfile
 import time
@@ -83,14 +87,62 @@ def windows_per_second(loader: Loader, batches: int) -> tuple[float, int]:
     return seen / (time.perf_counter() - t0), seen
 
 
+def first_docs(corpus: Path, docs: int) -> Path:
+    subset = corpus.with_name(f"{corpus.stem}_first{docs}.jsonl")
+    with open(corpus, "rb") as f, open(subset, "wb") as out:
+        out.writelines(line for _, line in zip(range(docs), f, strict=False))
+    return subset
+
+
+def preprocess_part(docs: Path, tok: Path, m: int, before: str, rounds: int) -> dict[str, Any]:
+    """``chute preprocess`` of ``docs`` (split) by this chute and by chute at ``before``."""
+    from bench_preprocess import CLI, REPO, compile_chute, settle
+
+    work = Path(tempfile.mkdtemp(prefix="bench-long-preprocess-"))
+    tree = work / "before-tree"
+    git = ["git", "-C", str(REPO), "worktree"]
+    subprocess.run([*git, "add", "-q", "--detach", str(tree), before], check=True)
+    recipe = {"tokenizer": str(tok), "format": "text", "max_length": m, "overflow": "split"}
+    config = work / "chute.yaml"
+    config.write_text(orjson.dumps({"sources": [str(docs)], "recipe": recipe}).decode())
+    sides = {"chute": REPO / "src", "chute_before": tree / "src"}
+    try:
+        compile_chute(list(sides.values()))
+        times: dict[str, list[float]] = {name: [] for name in sides}
+        reports = {}
+        for r in range(rounds):
+            for name, src in sides.items():
+                out = work / f"{name}{r}"
+                settle()
+                t0 = time.perf_counter()
+                done = subprocess.run(
+                    [sys.executable, "-c", CLI, "preprocess", str(config), "--out", str(out),
+                     "--workers", "2", "--json", "--quiet"],
+                    capture_output=True, text=True, check=True,
+                    env={**os.environ, "PYTHONPATH": str(src)},
+                )  # fmt: skip
+                times[name].append(round(time.perf_counter() - t0, 2))
+                reports[name] = orjson.loads(done.stdout)
+    finally:
+        subprocess.run([*git, "remove", "--force", str(tree)], check=False)
+    same = {k: reports["chute"][k] == reports["chute_before"][k] for k in ("samples", "tokens")}
+    assert all(same.values()), same  # the same windows and tokens
+    best = {name: min(v) for name, v in times.items()}
+    return {
+        "before": before,
+        "samples": reports["chute"]["samples"],
+        "tokens": reports["chute"]["tokens"],
+        "seconds": times,
+        "tokens_per_s": {name: round(reports["chute"]["tokens"] / t) for name, t in best.items()},
+        "ratio": round(best["chute_before"] / best["chute"], 2),
+    }
+
+
 def epoch_part(
     corpus: Path, tok: Path, m: int, docs: int, rounds: int, cache_dir: Path
 ) -> dict[str, Any]:
     """A whole epoch of windows from the JSONL, with and without the restart points."""
-    subset = corpus.with_name(f"{corpus.stem}_first{docs}.jsonl")
-    with open(corpus, "rb") as f, open(subset, "wb") as out:
-        out.writelines(line for _, line in zip(range(docs), f, strict=False))
-    source = JsonlSource(subset, cache_dir=cache_dir)
+    source = JsonlSource(first_docs(corpus, docs), cache_dir=cache_dir)
 
     def run(restarts: bool) -> tuple[float, int, int]:
         recipe = Recipe(tokenizer=tok, format="text", max_length=m, overflow="split", stride=1)
@@ -132,12 +184,18 @@ def main() -> None:
     parser.add_argument("--epoch-docs", type=int, default=60, help="documents of the epoch part")
     parser.add_argument("--epoch-rounds", type=int, default=1)
     parser.add_argument("--only-epoch", action="store_true", help="only the epoch part")
+    parser.add_argument("--before", help="only: preprocess by this chute and by chute at REV")
     args = parser.parse_args()
     tok = SHARED_DATA / "tokenizers" / "qwen3" / "tokenizer.json"
     corpus = write_corpus(DATA_DIR / f"long_docs_{args.docs}.jsonl", args.docs)
     cache_dir = Path(os.environ.get("CHUTE_CACHE_DIR") or tempfile.mkdtemp())
     source = JsonlSource(corpus, cache_dir=cache_dir)
     m = args.max_length
+    if args.before:
+        docs = first_docs(corpus, args.epoch_docs)
+        found = preprocess_part(docs, tok, m, args.before, args.epoch_rounds)
+        save("long_documents_preprocess", {"docs": args.epoch_docs, "max_length": m, **found})
+        return
     if args.only_epoch:
         epoch = epoch_part(corpus, tok, m, args.epoch_docs, args.epoch_rounds, cache_dir)
         save("long_documents_epoch", {"docs": args.docs, "max_length": m, "epoch": epoch})
