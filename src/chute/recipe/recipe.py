@@ -458,7 +458,7 @@ class Recipe:
         Only the window's tokens are kept (memory follows the window, not the document). The
         first window of a document this process builds encodes it all (the tokens after the
         window are counted, to say how many windows it has) and keeps where it was cut; later
-        ones start from the last cut before them (``chute.recipe.restarts``).
+        ones re-encode only the pieces that hold them (``chute.recipe.restarts``).
         """
         if self.overflow != "split" or self.max_length is None:
             raise ConfigError(

@@ -7,12 +7,16 @@ document, so a document of W windows cost W whole encodings (a 100k-token docume
 across (``chute.tokenize.prefix``), and each cut is a place encoding can begin again with
 exactly the tokens that follow it in the whole encoding. ``RestartPoints`` keeps, per document
 this process has encoded, those cuts (``(character, tokens before it)``) and the document's
-token count; a later window of the same document is encoded from the last cut at or before its
-first token up to its end: at most one piece (``PIECE_TOKENS``) more than the window::
+token count; a later window of the same document re-encodes the pieces that hold it, each on
+its own as the first encoding did (so with the same tokens), and no cut is searched for::
 
     document  |---- piece 0 ----|---- piece 1 ----|---- piece 2 ----|--|
     cuts      0                 c1                c2                c3
-    window k                         [=====]                              encoded: c1 .. end of k
+    window k                         [=====]                             encoded: c1 .. c2
+
+A piece is about ``PIECE_TOKENS`` (8,192) tokens, but the last one runs to the text's end and
+can be a few times that (a cut is searched for only where the text goes on for twice the search
+window); a window costs at most the two pieces it touches.
 
 A document is known by its record (path, index) and its rendered text's length and hash, so a
 record that changed is encoded whole again. Texts too short to be cut
