@@ -90,3 +90,19 @@ def test_short_texts_and_other_backends_are_encoded_whole(tmp_path) -> None:
     assert cut is not None and tok.encode(long)[: len(tok.encode(long[:cut]))] == tok.encode(
         long[:cut]
     )
+
+
+@pytest.mark.shared_data
+@pytest.mark.parametrize("name", ["qwen3", "llama3.2"])
+def test_the_split_alone_finds_the_pre_tokenizer_s_starts(shared_data, name: str) -> None:
+    from tokenizers import pre_tokenizers
+
+    from chute.tokenize.prefix import _splitting_part
+
+    pre = load_tokenizer(shared_data / "tokenizers" / name, backend="hf").rust.pre_tokenizer
+    split = _splitting_part(pre)
+    assert isinstance(split, pre_tokenizers.Split)  # the faster part was found
+    for text, _ in CASES.values():
+        piece = text[:20_000]
+        whole = [span for _, span in pre.pre_tokenize_str(piece)]
+        assert [span for _, span in split.pre_tokenize_str(piece)] == whole
