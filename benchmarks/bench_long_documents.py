@@ -20,7 +20,12 @@ Measured, on the same lengths (one lengths pass, all cores, cached):
   did before; the recipe's ``RestartPoints`` given no room), interleaved, ``--epoch-rounds``;
 * with ``--before REV``: ``chute preprocess`` (split, 2 workers) of the first ``--epoch-docs``
   documents by this chute and by chute at ``REV`` (a temporary git worktree), interleaved, best
-  of ``--epoch-rounds`` (results: ``long_documents_preprocess.json``).
+  of ``--epoch-rounds`` (results: ``long_documents_preprocess.json``);
+* with ``--search-share``: the share of encoding a long document (the 5 longest of the first
+  200, whole, ``overflow="split"``, one process) spent searching where to cut it
+  (``chute.tokenize.prefix.safe_prefix_end``), per engine (results:
+  ``long_documents_search.json``, or ``--name``; runs against an older chute with
+  ``PYTHONPATH=<its src>``).
 """
 
 from __future__ import annotations
@@ -42,7 +47,6 @@ from _common import DATA_DIR, SHARED_DATA, save
 from chute import Loader, Recipe, World
 from chute.lengths import lengths_of, split_lengths
 from chute.plan import PackedPlanner, packing_bound
-from chute.recipe.restarts import RestartPoints
 from chute.sources import JsonlSource
 
 WORDS = (  # common English words, about one Qwen3 token each
@@ -85,6 +89,50 @@ def windows_per_second(loader: Loader, batches: int) -> tuple[float, int]:
             break
         seen += int((batch["row_sample_ids"] >= 0).sum())
     return seen / (time.perf_counter() - t0), seen
+
+
+def search_share(corpus: Path, tok: Path, m: int) -> dict[str, Any]:
+    """Time in ``safe_prefix_end`` (outermost calls) over encoding whole long documents."""
+    import importlib
+
+    encode_module = importlib.import_module("chute.recipe.encode")  # the module, not the function
+    with open(first_docs(corpus, 200), "rb") as f:
+        docs = sorted((orjson.loads(line) for line in f), key=lambda d: -len(d["text"]))[:5]
+    search = encode_module.safe_prefix_end
+    spent = [0.0]
+
+    def timed(*args: Any, **kwargs: Any) -> Any:
+        t0 = time.perf_counter()
+        try:
+            return search(*args, **kwargs)
+        finally:
+            spent[0] += time.perf_counter() - t0
+
+    found: dict[str, Any] = {"docs": len(docs), "chars": [len(d["text"]) for d in docs]}
+    encode_module.safe_prefix_end = timed  # encode_stream calls it from the module
+    try:
+        for backend in ("auto", "hf"):
+            recipe = Recipe(tokenizer=tok, tokenizer_backend=backend, format="text",
+                            max_length=m, overflow="split")  # fmt: skip
+            recipe.process(docs[-1])  # warm: the first texts' checks against tokenizers
+            best = None
+            for _ in range(3):
+                spent[0] = 0.0
+                t0 = time.perf_counter()
+                tokens = sum(len(recipe.process(d)["input_ids"]) for d in docs)
+                total = time.perf_counter() - t0
+                if best is None or total < best[0]:
+                    best = (total, spent[0], tokens)
+            assert best is not None
+            found[recipe.tokenizer.engine] = {
+                "seconds": round(best[0], 3),
+                "search_seconds": round(best[1], 3),
+                "search_share": round(best[1] / best[0], 3),
+                "tokens": best[2],
+            }
+    finally:
+        encode_module.safe_prefix_end = search
+    return found
 
 
 def first_docs(corpus: Path, docs: int) -> Path:
@@ -147,6 +195,8 @@ def epoch_part(
     def run(restarts: bool) -> tuple[float, int, int]:
         recipe = Recipe(tokenizer=tok, format="text", max_length=m, overflow="split", stride=1)
         if not restarts:  # what it did before: every window encodes its whole document
+            from chute.recipe.restarts import RestartPoints
+
             recipe._restarts = RestartPoints(capacity=0)
         loader = Loader(source, recipe, batch_size=8, plan="packed", world=World(0, 1), seed=0)
         windows = checksum = 0
@@ -185,12 +235,18 @@ def main() -> None:
     parser.add_argument("--epoch-rounds", type=int, default=1)
     parser.add_argument("--only-epoch", action="store_true", help="only the epoch part")
     parser.add_argument("--before", help="only: preprocess by this chute and by chute at REV")
+    parser.add_argument("--search-share", action="store_true", help="only: the cut search's share")
+    parser.add_argument("--name", help="the result file's name for --search-share")
     args = parser.parse_args()
     tok = SHARED_DATA / "tokenizers" / "qwen3" / "tokenizer.json"
     corpus = write_corpus(DATA_DIR / f"long_docs_{args.docs}.jsonl", args.docs)
     cache_dir = Path(os.environ.get("CHUTE_CACHE_DIR") or tempfile.mkdtemp())
     source = JsonlSource(corpus, cache_dir=cache_dir)
     m = args.max_length
+    if args.search_share:
+        found = search_share(corpus, tok, m)
+        save(args.name or "long_documents_search", {"max_length": m, **found})
+        return
     if args.before:
         docs = first_docs(corpus, args.epoch_docs)
         found = preprocess_part(docs, tok, m, args.before, args.epoch_rounds)
