@@ -106,3 +106,15 @@ def test_the_split_alone_finds_the_pre_tokenizer_s_starts(shared_data, name: str
         piece = text[:20_000]
         whole = [span for _, span in pre.pre_tokenize_str(piece)]
         assert [span for _, span in split.pre_tokenize_str(piece)] == whole
+
+
+def test_a_unicode_form_is_not_run_on_ascii_but_other_normalizers_are() -> None:
+    from tokenizers import normalizers
+
+    from chute.tokenize.prefix import _changes
+
+    nfc = normalizers.NFC()
+    assert not _changes(nfc, "plain ascii " * 100)
+    assert _changes(nfc, "e\u0301")  # composes to é
+    assert not _changes(None, "anything")
+    assert _changes(normalizers.Lowercase(), "ASCII BUT UPPER")  # not a Unicode form: run

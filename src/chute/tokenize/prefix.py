@@ -122,7 +122,7 @@ def _cut_in_window(
     """The cut found in ``text[:window]``, ``None`` to try a larger window, or why to give up."""
     piece = text[:window]
     longer = text[: window * 2]
-    if normalizer is not None and normalizer.normalize_str(longer) != longer:
+    if _changes(normalizer, longer):
         return "normalization"  # offsets would move: keep exact by encoding everything
     enc = rust.encode(piece, add_special_tokens=False)
     words = enc.word_ids
@@ -171,7 +171,7 @@ def _cut_in_window_fast(
     """
     piece = text[:window]
     longer = text[: window * 2]
-    if normalizer is not None and normalizer.normalize_str(longer) != longer:
+    if _changes(normalizer, longer):
         return "normalization"
     pre = _splitting_part(rust.pre_tokenizer)
     if pre is None:
@@ -199,6 +199,23 @@ def _cut_in_window_fast(
             return cut
         k += 1
     return None
+
+
+_UNICODE_FORMS = {"NFC", "NFD", "NFKC", "NFKD"}
+
+
+def _changes(normalizer: Any, text: str) -> bool:
+    """Whether ``normalizer`` changes ``text`` (a Unicode form leaves ASCII as it is: not run)."""
+    if normalizer is None:
+        return False
+    if text.isascii():
+        try:
+            kind = json.loads(normalizer.__getstate__()).get("type")
+        except (AttributeError, TypeError, ValueError):
+            kind = None
+        if kind in _UNICODE_FORMS:
+            return False
+    return bool(normalizer.normalize_str(text) != text)
 
 
 def _splitting_part(pre: Any) -> Any:
