@@ -1,6 +1,7 @@
 """Where a ``chute preprocess`` worker's time goes, per record, on the preprocess benchmark's data.
 
-Usage: ``.venv/bin/python benchmarks/profile_preprocess.py [--chunks 0,4,8,9]`` (results:
+Usage: ``.venv/bin/python benchmarks/profile_preprocess.py [--chunks 0,4,8,9] [--parts formats]``
+(``--parts``: only those, the others keep their last result; results:
 ``benchmarks/results/profile_preprocess.json``). Data, tokenizer and recipe as in
 ``bench_preprocess.py`` (100,000 records: alpaca + ShareGPT from ../shared/data, Qwen3 on the
 tiktoken fast path, ChatML, ``max_length`` 2048, chunks of 10,000 records).
@@ -23,6 +24,9 @@ Parts, all in this one process (one core):
   before it exits (the ``chute`` program skips that, see ``chute.cli.main``).
 * **ids**: for the alpaca records' rendered texts, tiktoken's ids as a Python list turned into
   an ``int32`` array, against its native buffer read as one (best of 7).
+* **formats**: reading 40,000 parsed alpaca records into conversations (``format="auto"``,
+  detection included), the short way plain records take against the full reading of every
+  column (``chute.formats.alpaca._read_all``), best of 5.
 """
 
 from __future__ import annotations
@@ -44,7 +48,7 @@ from typing import Any
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import save
+from _common import RESULTS_DIR, save
 from bench_preprocess import MAX_LENGTH, REPO, TOKENIZER, compile_chute, make_data
 from chute._internal.collector import fewer_collections
 from chute.cache.config import load_config
@@ -217,25 +221,63 @@ def start_part(job: ChunkJob) -> dict[str, Any]:
     }
 
 
+def formats_part(job: ChunkJob) -> dict[str, Any]:
+    import orjson
+
+    from chute.formats import FormatReader, FormatSpec
+    from chute.formats import alpaca as alpaca_format
+
+    with open(job.source.files[0].path, "rb") as f:
+        data = [orjson.loads(line) for _, line in zip(range(40_000), f, strict=False)]
+    best: dict[str, float] = {}
+    short_way = alpaca_format._plain_record
+    for name in ("short_way", "full_reading"):
+        # the full reading: the short way never answers
+        alpaca_format._plain_record = short_way if name == "short_way" else (lambda d, s: None)
+        try:
+            reader = FormatReader(FormatSpec("auto"))
+            for _ in range(5):
+                t0 = time.perf_counter()
+                for record in data:
+                    reader(record)
+                seconds = time.perf_counter() - t0
+                best[name] = min(best.get(name, seconds), seconds)
+        finally:
+            alpaca_format._plain_record = short_way
+    return {
+        "records": len(data),
+        "us_per_record": {k: round(v / len(data) * 1e6, 2) for k, v in best.items()},
+    }
+
+
+PARTS = ("stages", "gc", "start", "ids", "formats")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--chunks", default="0,4,8,9", help="chunks of 10,000 records to build")
+    ap.add_argument(
+        "--parts", default=",".join(PARTS), help="parts to run; the others keep their last result"
+    )
     args = ap.parse_args()
     if not TOKENIZER.is_file():
         print(f"needs {TOKENIZER} (set CHUTE_SHARED_DATA)", file=sys.stderr)
         return 2
     chunks = [int(k) for k in args.chunks.split(",")]
     job = job_for()
-    save(
-        "profile_preprocess",
-        {
-            "chunks": chunks,
-            "stages": stages_part(job, chunks),
-            "gc": gc_part(job, chunks),
-            "start": start_part(job),
-            "ids": ids_part(job),
-        },
-    )
+    kept = RESULTS_DIR / "profile_preprocess.json"
+    found = json.loads(kept.read_text()) if kept.is_file() else {}
+    runs = {
+        "stages": lambda: stages_part(job, chunks),
+        "gc": lambda: gc_part(job, chunks),
+        "start": lambda: start_part(job),
+        "ids": lambda: ids_part(job),
+        "formats": lambda: formats_part(job),
+    }
+    parts = {name: found.get(name) for name in PARTS}
+    for name in args.parts.split(","):
+        parts[name] = runs[name]()
+    save("profile_preprocess", {"chunks": chunks, **parts})
     return 0
 
 
