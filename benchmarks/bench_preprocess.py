@@ -245,7 +245,7 @@ def compile_chute(trees: list[Path]) -> None:
 
     The peers' packages came with theirs from ``pip install``; without this, a machine that
     sets ``PYTHONDONTWRITEBYTECODE`` (this one does) would compile chute's ~140 modules in
-    every run (~0.1 s).
+    every run.
     """
     for tree in trees:
         compileall.compile_dir(str(tree), quiet=1)

@@ -71,7 +71,7 @@ def main() -> None:
 
     Run as the ``chute`` program, it ends the process as soon as the command is done: exit
     handlers run and output is flushed as in a normal exit, but the interpreter does not tear
-    itself down. That teardown frees a loaded tokenizer object by object (Qwen3's tables: ~0.1 s,
+    itself down. That teardown frees a loaded tokenizer object by object (Qwen3's tables: ~0.13 s,
     ``benchmarks/profile_preprocess.py``'s ``start`` part with and without it), time every
     command paid after its work. Called any other way (``python -c``, a test, a notebook), it
     exits as ``typer`` does, with ``SystemExit``.
