@@ -94,7 +94,10 @@ def _as_program() -> bool:
 
 
 def _leave(code: int) -> None:
-    """Exit with ``code`` after what a normal exit does but freeing memory (never returns)."""
+    """Exit with ``code`` after what a normal exit does but freeing memory.
+
+    Returns only when flushing the output failed (a closed pipe): the normal exit then reports it.
+    """
     atexit._run_exitfuncs()  # logging, multiprocessing and user handlers, as at a normal exit
     try:
         sys.stdout.flush()
