@@ -1,8 +1,8 @@
 """Offline preprocessing: ``chute preprocess`` vs the XTuner-style ``datasets.map`` path.
 
 Usage: ``.venv/bin/python benchmarks/bench_preprocess.py [--records 200000] [--rounds 2]
-[--sides chute,chute_before,chute_hf,xtuner] [--before REV] [--scaling] [--quick] [--name NAME]`` (needs the ``bench`` extra:
-``datasets``).
+[--sides chute,chute_before,chute_hf,xtuner] [--before REV] [--scaling] [--quick]
+[--name NAME]`` (needs the ``bench`` extra: ``datasets``).
 
 Data: real instruction data from ../shared/data, repeated to ``--records`` records, written as
 two JSONL files: LLaMA-Factory's ``alpaca_en_demo.json`` + ``alpaca_zh_demo.json`` (alpaca,
@@ -26,7 +26,8 @@ truncation, the same 2 processes, each side in a fresh interpreter (imports coun
   ``AutoTokenizer`` over the same files, as in XTuner.
 
 chute's modules are compiled to bytecode before the runs, as ``pip install`` does for every
-side's packages; before each run the previous one's files are flushed to disk (``sync``). Rounds alternate chute and the baseline; the fastest of each is kept. Then training-time
+side's packages; before each run the previous one's files are flushed to disk (``sync``).
+Rounds alternate chute and the baseline; the fastest of each is kept. Then training-time
 reads: random-access samples/s from the chute cache (``cache[i]``: ``input_ids`` and
 ``labels`` arrays) vs ``datasets.load_from_disk(...)[i]`` on the baseline's output (python
 lists, the default format; and ``with_format("numpy")``), and bytes on disk per token.

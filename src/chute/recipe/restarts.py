@@ -76,7 +76,7 @@ class RestartPoints:
         return (RestartPoints, (self.capacity,))  # a copy sent elsewhere starts empty
 
     def remember(self, key: Hashable, marks: list[tuple[int, int]], total: int) -> None:
-        """Keep ``marks`` (``(character, tokens before it)``, in order) of a ``total``-token text."""
+        """Keep a ``total``-token text's ``marks`` (``(character, tokens before it)``, in order)."""
         self._known[key] = ([c for c, _ in marks], [n for _, n in marks], total)
         self._known.move_to_end(key)
         while len(self._known) > self.capacity:
