@@ -109,7 +109,7 @@ def search_share(corpus: Path, tok: Path, m: int) -> dict[str, Any]:
             spent[0] += time.perf_counter() - t0
 
     found: dict[str, Any] = {"docs": len(docs), "chars": [len(d["text"]) for d in docs]}
-    encode_module.safe_prefix_end = timed  # encode_stream calls it from the module
+    encode_module.safe_prefix_end = timed  # encode's pieces call it from the module
     try:
         for backend in ("auto", "hf"):
             recipe = Recipe(tokenizer=tok, tokenizer_backend=backend, format="text",

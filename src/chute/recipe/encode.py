@@ -61,7 +61,6 @@ __all__ = [
     "check_guard",
     "encode",
     "encode_piece",
-    "encode_stream",
     "fit_length",
 ]
 
@@ -124,7 +123,7 @@ def encode_piece(
 PIECE_TOKENS = 8192
 
 
-def encode_stream(
+def _encode_stream(
     tok: Tokenizer,
     text: str,
     spans: list[tuple[int, int]],
@@ -209,7 +208,7 @@ def encode(
             cut): encoding may stop there, so a huge record costs what is kept.
         keep: a sample without media: keep only tokens ``[a, b)`` (a window of a long
             document); ``Encoded.offset`` is ``a`` and ``Encoded.total`` the whole count.
-        marks: a sample without media encoded in pieces: where it was cut (``encode_stream``).
+        marks: a sample without media encoded in pieces: where it was cut (``_encode_stream``).
 
     Raises:
         SampleError: ``image_placeholder_mismatch`` when the text's media tokens do not match
@@ -225,7 +224,7 @@ def encode(
                 if a < first and a < b:
                     first = a
             return Encoded(ids, labels, [], first=first)
-        ids, labels, n, complete = encode_stream(
+        ids, labels, n, complete = _encode_stream(
             tokenizer, text, spans, 0, len(text), need, keep, marks
         )
         if keep is not None:
@@ -246,7 +245,7 @@ def encode(
     complete = True
     for m, slot in zip(found, slots, strict=True):
         rest = None if need is None else need - n
-        ids, labels, _, complete = encode_stream(tokenizer, text, spans, pos, m.start(), rest)
+        ids, labels, _, complete = _encode_stream(tokenizer, text, spans, pos, m.start(), rest)
         id_parts.append(ids)
         label_parts.append(labels)
         n += len(ids)
@@ -261,7 +260,7 @@ def encode(
     else:
         rest = None if need is None else need - n
         if rest is None or rest > 0:
-            ids, labels, _, complete = encode_stream(tokenizer, text, spans, pos, len(text), rest)
+            ids, labels, _, complete = _encode_stream(tokenizer, text, spans, pos, len(text), rest)
             id_parts.append(ids)
             label_parts.append(labels)
             n += len(ids)
