@@ -32,11 +32,14 @@ def test_each_rule_has_its_model_familys_transform() -> None:
     qwen_vl = default_media_stage(image_tokens_rule("qwen-vl")).image
     assert qwen_vl.output_size == (448, 448) and qwen_vl.tokens_per_image == 256
     dynamic = default_media_stage(image_tokens_rule("qwen2-vl")).image
-    assert isinstance(dynamic, DynamicResolution) and dynamic.rule() == image_tokens_rule(
-        "qwen2-vl"
-    )
+    assert isinstance(dynamic, DynamicResolution) and dynamic.rule(
+        family="qwen2-vl"
+    ) == image_tokens_rule("qwen2-vl")
     qwen3 = default_media_stage(image_tokens_rule({"patch_size": 16})).image
     assert qwen3.normalize == "siglip" and qwen3.patch_size == 16
+    preset = default_media_stage(image_tokens_rule("qwen3-vl")).image
+    assert preset.rule(family="qwen3-vl") == image_tokens_rule("qwen3-vl")
+    assert preset.normalize == "siglip"
     with pytest.raises(
         ConfigError,
         match=r"media=MediaStage\(ImageTransform\(\.\.\., tokens_per_image=144\)\).*media=False",

@@ -124,7 +124,12 @@ def test_rules_from_recipe_arguments() -> None:
     assert image_tokens_rule("256") == FixedImageTokens(256)
     assert image_tokens_rule("llava-1.5").count(None) == (576, None)
     assert image_tokens_rule("qwen-vl") == FixedImageTokens(256)
-    assert image_tokens_rule("qwen2.5-vl") == DynamicImageTokens()
+    assert image_tokens_rule("qwen2.5-vl") == DynamicImageTokens(family="qwen2.5-vl")
+    assert image_tokens_rule("qwen3-vl") == DynamicImageTokens(
+        patch_size=16, min_pixels=65536, max_pixels=16777216, family="qwen3-vl"
+    )
+    with pytest.raises(ConfigError, match="image_tokens.family: expected one of qwen2-vl"):
+        DynamicImageTokens(family="llava")
     assert image_tokens_rule({"patch_size": 16}) == DynamicImageTokens(patch_size=16)
     with pytest.raises(ConfigError, match="image_tokens: unknown preset 'clip'"):
         image_tokens_rule("clip")

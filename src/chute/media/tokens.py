@@ -8,8 +8,12 @@ Two rules:
   count follows from the image's size, read from its header (``chute.media.sizes``).
 
 ``image_tokens_rule`` turns the ``Recipe(image_tokens=...)`` argument into a rule: an int, a
-preset name (``llava-1.5`` 576, ``qwen-vl`` 256, ``qwen2-vl`` / ``qwen2.5-vl`` dynamic), a
-mapping of ``DynamicImageTokens`` fields, or a rule object.
+preset name (``llava-1.5`` 576, ``qwen-vl`` 256, ``qwen2-vl`` / ``qwen2.5-vl`` / ``qwen3-vl``
+dynamic), a mapping of ``DynamicImageTokens`` fields, or a rule object.
+
+A dynamic preset also names its model ``family``: the family decides the rotary positions of the
+batches (Qwen2/2.5/3-VL's 3-D mRoPE, ``chute.media.positions``) and how a video is laid out in
+the text (Qwen3-VL writes a timestamp before each frame group), so it is never a hand-set flag.
 
 Example:
     >>> image_tokens_rule("qwen2-vl").count((640, 480))
@@ -30,7 +34,13 @@ from chute._internal.spelling import spell_value
 from chute.errors import ConfigError
 from chute.media.sizes import qwen2vl_grid
 
-__all__ = ["DynamicImageTokens", "FixedImageTokens", "image_token_counts", "image_tokens_rule"]
+__all__ = [
+    "MROPE_FAMILIES",
+    "DynamicImageTokens",
+    "FixedImageTokens",
+    "image_token_counts",
+    "image_tokens_rule",
+]
 
 
 @dataclass(frozen=True)
@@ -64,12 +74,16 @@ class DynamicImageTokens:
         merge_size: patches merged per side into one token (2).
         min_pixels: smallest resized area (Qwen2-VL processor default ``56*56``).
         max_pixels: largest resized area (Qwen2-VL processor default ``28*28*1280``).
+        family: the model family whose positions and video layout the batches follow:
+            ``qwen2-vl``, ``qwen2.5-vl``, ``qwen3-vl`` (``MROPE_FAMILIES``), or ``None`` (1-D
+            positions: a model that does not use mRoPE). The presets set it.
     """
 
     patch_size: int = 14
     merge_size: int = 2
     min_pixels: int = 56 * 56
     max_pixels: int = 28 * 28 * 1280
+    family: str | None = None
     needs_size = True
 
     def __post_init__(self) -> None:
@@ -79,6 +93,12 @@ class DynamicImageTokens:
                 raise ConfigError(
                     f"image_tokens.{name}: expected a positive integer, got {value!r}"
                 )
+        if self.family is not None and self.family not in MROPE_FAMILIES:
+            raise ConfigError(
+                f"image_tokens.family: expected one of {', '.join(MROPE_FAMILIES)} or None, got "
+                f"{self.family!r}",
+                param="image_tokens",
+            )
         factor = self.patch_size * self.merge_size
         if self.min_pixels > self.max_pixels or self.max_pixels < factor * factor:
             raise ConfigError(
@@ -103,14 +123,24 @@ class DynamicImageTokens:
         return gh * gw // (self.merge_size * self.merge_size), (1, gh, gw)
 
     def to_json(self) -> dict[str, Any]:
-        return {"rule": "dynamic", **asdict(self)}
+        out = {"rule": "dynamic", **asdict(self)}
+        if out["family"] is None:  # caches built before families stay valid
+            del out["family"]
+        return out
 
+
+# The model families whose batches carry 3-D rotary positions (see chute.media.positions).
+MROPE_FAMILIES = ("qwen2-vl", "qwen2.5-vl", "qwen3-vl")
 
 _PRESETS: dict[str, FixedImageTokens | DynamicImageTokens] = {
     "llava-1.5": FixedImageTokens(576),
     "qwen-vl": FixedImageTokens(256),
-    "qwen2-vl": DynamicImageTokens(),
-    "qwen2.5-vl": DynamicImageTokens(),
+    "qwen2-vl": DynamicImageTokens(family="qwen2-vl"),
+    "qwen2.5-vl": DynamicImageTokens(family="qwen2.5-vl"),
+    # Qwen3-VL's released processor: 16-pixel patches, 256 to 16,384 tokens' worth of pixels
+    "qwen3-vl": DynamicImageTokens(
+        patch_size=16, merge_size=2, min_pixels=65536, max_pixels=16777216, family="qwen3-vl"
+    ),
 }
 
 

@@ -314,13 +314,18 @@ class DynamicResolution:
         _check_rescale(self.rescale)
         _normalization(self.normalize)
 
-    def rule(self) -> DynamicImageTokens:
-        """The recipe's token rule that counts exactly what this transform produces."""
+    def rule(self, family: str | None = None) -> DynamicImageTokens:
+        """The recipe's token rule that counts exactly what this transform produces.
+
+        ``family``: the model family of the batches' positions (``qwen2-vl``, ``qwen2.5-vl``,
+        ``qwen3-vl``; see ``DynamicImageTokens``).
+        """
         return DynamicImageTokens(
             patch_size=self.patch_size,
             merge_size=self.merge_size,
             min_pixels=self.min_pixels,
             max_pixels=self.max_pixels,
+            family=family,
         )
 
     def target_size(self, width: int, height: int) -> tuple[int, int]:
