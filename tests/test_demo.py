@@ -73,3 +73,61 @@ def test_demo_cli_on_your_own_data(tmp_path: Path) -> None:
     )
     assert result.exit_code == 0, result.output
     assert "identical to what the uninterrupted run saw" in result.output
+
+
+def test_tiny_model_takes_dynamic_resolution_patches() -> None:
+    """Qwen2-VL's (patches, 1176) pixels become one feature per image token, as counted."""
+    import numpy as np
+    import torch
+    from PIL import Image
+
+    from chute.demo.model import TinyVLM
+    from chute.media import DynamicResolution
+
+    out = DynamicResolution()(Image.new("RGB", (300, 168), "red"))  # 264 patches, 66 tokens
+    torch.manual_seed(0)
+    model = TinyVLM(vocab_size=50, image_token_id=7, max_length=80, merge_size=2)
+    features = model.image_features(torch.from_numpy(np.asarray(out.pixels)))
+    assert tuple(features.shape) == (out.num_features, 96)
+    ids = torch.tensor([[1] + [7] * out.num_features + [2, 3]])
+    batch = {
+        "input_ids": ids,
+        "labels": ids,
+        "position_ids": torch.arange(ids.shape[1])[None],
+        "pixel_values": torch.from_numpy(np.asarray(out.pixels)),
+        "image_grid_thw": torch.tensor([out.grid_thw]),
+    }
+    with_image = model(batch)
+    text_only = model({k: v for k, v in batch.items() if k != "pixel_values"})
+    assert not torch.allclose(with_image, text_only)  # the image features took the slots
+
+
+@pytest.mark.shared_data
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("image_tokens", [None, "qwen2-vl"])
+def test_demo_cli_on_qwen_vl_data(
+    tmp_path: Path, shared_data: Path, image_tokens: str | None
+) -> None:
+    """LLaMA-Factory's multimodal demo with Qwen3's tokenizer: dynamic resolution trains."""
+    from typer.testing import CliRunner
+
+    from chute.cli import app
+
+    args = [
+        "demo",
+        "--data",
+        str(shared_data / "llama-factory" / "mllm_demo.json"),
+        "--tokenizer",
+        str(shared_data / "tokenizers" / "qwen3"),
+        "--out",
+        str(tmp_path / "run"),
+        "--steps",
+        "6",
+        "--workers",
+        "0",
+    ]
+    if image_tokens:
+        args += ["--image-tokens", image_tokens]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    assert "identical to what the uninterrupted run saw" in result.output

@@ -3,7 +3,14 @@
 It consumes exactly what a packed chute batch carries: ``input_ids``, ``labels`` (each packed
 sample's first label is -100), ``position_ids`` (restarting at 0 for every sample, which is
 how the model keeps samples apart: attention is causal *within* a sample only), and, for
-multimodal data, ``pixel_values`` whose features replace the image tokens in order.
+multimodal data, ``pixel_values`` whose features replace the image tokens in order, in either
+layout chute's media stages make:
+
+* ``(images, 3, H, W)``: fixed-size images (LLaVA, a fixed ``image_tokens``); each image is
+  pooled to a grid of ``tokens_per_image`` cells;
+* ``(patches, 3 * temporal_patch * patch**2)`` with ``image_grid_thw``: Qwen2-VL dynamic
+  resolution; every ``merge_size**2`` consecutive patches (one merge window) make one feature,
+  as many as the recipe counted image tokens.
 
 Example:
     >>> import torch
@@ -67,7 +74,9 @@ class TinyVLM(nn.Module):
             ids are folded into ``buckets`` rows (``id % buckets``) for the inputs and the
             targets alike. A toy, not a technique for real models.
         image_token_id: the id whose positions take image features (``None``: text only).
-        tokens_per_image: image features per image (a grid of patches of the image).
+        tokens_per_image: image features per fixed-size image (a grid of patches of the image).
+        merge_size: patches per side merged into one feature, for dynamic-resolution patches
+            (the recipe's ``DynamicImageTokens.merge_size``).
         max_length: the longest row (positions).
         dim, layers, heads: model size.
     """
@@ -78,6 +87,7 @@ class TinyVLM(nn.Module):
         image_token_id: int | None,
         tokens_per_image: int = 4,
         max_length: int = 256,
+        merge_size: int = 2,
         dim: int = 96,
         layers: int = 2,
         heads: int = 4,
@@ -87,6 +97,7 @@ class TinyVLM(nn.Module):
         self.image_token_id = image_token_id
         self.vocab = min(vocab_size, buckets)
         self.grid = _grid(tokens_per_image)
+        self.merge = merge_size * merge_size
         self.embed = nn.Embedding(self.vocab, dim)
         self.positions = nn.Embedding(max_length, dim)
         self.patch = nn.Linear(3 * 4, dim)  # each image feature: a 2x2 RGB cell of its patch
@@ -97,9 +108,30 @@ class TinyVLM(nn.Module):
                 nn.init.normal_(module.weight, std=0.02)
 
     def image_features(self, pixel_values: torch.Tensor) -> torch.Tensor:
-        """``(images, C, H, W)`` -> ``(images * tokens_per_image, dim)``, row-major patches."""
+        """Image pixels -> ``(features, dim)``, one feature per image token, in order.
+
+        ``(images, C, H, W)`` gives ``images * tokens_per_image`` features (row-major cells);
+        ``(patches, C * temporal_patch * patch**2)`` gives ``patches // merge_size**2``.
+        """
+        x = pixel_values.float()
+        if x.ndim == 2:  # dynamic resolution: each row one patch, merge windows consecutive
+            patches, width = x.shape
+            if patches % self.merge or width % 3:
+                raise ValueError(
+                    f"pixel_values of shape {tuple(x.shape)}: expected (patches, 3 * k) with "
+                    f"patches a multiple of merge_size**2 = {self.merge}; pass the model the "
+                    "recipe's merge_size"
+                )
+            # each patch: 4 features per colour channel (its pixels pooled in 4 runs)
+            cells = F.adaptive_avg_pool1d(x.view(patches, 3, width // 3), 4).reshape(-1, 12)
+            return self.patch(cells.view(-1, self.merge, 12).mean(dim=1))
+        if x.ndim != 4:
+            raise ValueError(
+                f"pixel_values of shape {tuple(x.shape)}: expected (images, 3, H, W) or "
+                "(patches, 3 * temporal_patch * patch**2)"
+            )
         gh, gw = self.grid
-        pooled = F.adaptive_avg_pool2d(pixel_values.float(), (2 * gh, 2 * gw))
+        pooled = F.adaptive_avg_pool2d(x, (2 * gh, 2 * gw))
         cells = pooled.unfold(2, 2, 2).unfold(3, 2, 2)  # (N, C, gh, gw, 2, 2)
         cells = cells.permute(0, 2, 3, 1, 4, 5).reshape(-1, 3 * 4)
         return self.patch(cells)

@@ -328,6 +328,7 @@ def _train_and_resume(
         _image_token_id(recipe),
         tokens_per_image=tokens_per_image,
         max_length=max_length,
+        merge_size=getattr(recipe.media.image_rule, "merge_size", 2),  # dynamic resolution's
     )
     say(
         f"{sum(p.numel() for p in model.parameters()):,} parameters; {len(loader)} packed batches "
