@@ -23,6 +23,23 @@ PROLOGUE = (
 )
 
 
+# A non-daemon thread that runs until chute has decided how to exit: it waits on an event set
+# right after ``_as_program`` (not on a time, which a loaded machine outlasts), so the decision
+# always sees it alive, and the interpreter's own exit then joins it.
+LIVE_THREAD = (
+    "import chute.cli\n"
+    "decided = threading.Event()\n"
+    "threading.Thread(target=decided.wait).start()\n"
+    "_as_program = chute.cli._as_program\n"
+    "def _deciding():\n"
+    "    try:\n"
+    "        return _as_program()\n"
+    "    finally:\n"
+    "        decided.set()\n"
+    "chute.cli._as_program = _deciding\n"
+)
+
+
 def _run(
     tmp_path: Path, argv0: str, *args: str, prologue: str = ""
 ) -> subprocess.CompletedProcess[str]:
@@ -67,8 +84,9 @@ def test_an_error_keeps_its_exit_code_and_message(tmp_path: Path, data: Path) ->
     ("argv0", "prologue"),
     [
         ("-c", ""),  # not the chute program (python -c, a test, a notebook)
-        ("chute", "threading.Thread(target=time.sleep, args=(0.5,)).start()\n"),  # a thread left
+        ("chute", LIVE_THREAD),  # a thread still running when the command is done
     ],
+    ids=["not-the-program", "a-thread-left"],
 )
 def test_otherwise_the_interpreter_exits_as_usual(
     tmp_path: Path, data: Path, argv0: str, prologue: str
