@@ -422,7 +422,7 @@ def load_config(
             raise ConfigError(f"{path}: no such file (a YAML preprocessing config)", param="config")
         try:
             data = yaml.safe_load(path.read_text(encoding="utf-8"))
-        except yaml.YAMLError as exc:
+        except (yaml.YAMLError, UnicodeDecodeError) as exc:  # not YAML, not UTF-8
             raise ConfigError(f"{path} is not valid YAML: {exc}", param="config") from None
         if data is None:
             raise ConfigError(f"{path} is empty; it needs sources and recipe", param="config")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import logging
 import sys
 from collections.abc import Callable, Iterator
@@ -17,7 +18,15 @@ from chute._internal.tables import table
 from chute.cli._options import FLAGS
 from chute.errors import ChuteError
 
-__all__ = ["emit_json", "fail", "handle_errors", "progress_bar", "shown", "table"]
+__all__ = [
+    "emit_json",
+    "fail",
+    "handle_errors",
+    "os_error_message",
+    "progress_bar",
+    "shown",
+    "table",
+]
 
 
 def emit_json(obj: Any) -> None:
@@ -63,9 +72,45 @@ def fail(message: str, code: int = 2) -> typer.Exit:
     return typer.Exit(code)
 
 
+# What to do about an operating-system error, by its kind (the OS's own words say what failed).
+_OS_HINTS: dict[type[OSError], str] = {
+    FileNotFoundError: "check the path, and that its folder exists and can hold files",
+    PermissionError: "check its permissions, or use a path you may read or write",
+    IsADirectoryError: "pass a file there, not a folder",
+    NotADirectoryError: "a part of the path is a file, not a folder: check the path",
+    FileExistsError: "remove it or choose another path",
+}
+_OS_HINTS_BY_ERRNO = {
+    errno.ENOSPC: "the disk is full: free space or write somewhere else",
+    errno.EROFS: "the file system is read-only: write somewhere else",
+}
+
+
+def os_error_message(exc: OSError) -> str:
+    """One line for an operating-system error: the path(s), the OS's reason, what to do.
+
+    Example:
+        >>> os_error_message(FileNotFoundError(2, "No such file or directory", "/proc/nope"))
+        '/proc/nope: No such file or directory (check the path, and that its folder exists and can hold files)'
+    """
+    reason = exc.strerror or str(exc) or type(exc).__name__
+    where = [str(name) for name in (exc.filename, exc.filename2) if name is not None]
+    text = f"{' -> '.join(where)}: {reason}" if where else reason
+    hint = _OS_HINTS_BY_ERRNO.get(exc.errno or 0) or next(
+        (h for kind, h in _OS_HINTS.items() if isinstance(exc, kind)), None
+    )
+    return f"{text} ({hint})" if hint else text
+
+
 @contextlib.contextmanager
 def handle_errors() -> Iterator[None]:
-    """Turn chute's errors into one clear line on stderr and exit code 2, not a traceback.
+    """Turn errors about the user's input into one clear line on stderr and exit code 2.
+
+    Not a traceback for: chute's own errors (``ChuteError``, ``MissingDependency`` included),
+    operating-system errors on the user's paths (``OSError``: a missing file, a folder that
+    cannot be created, no permission, a full disk), and files that are not UTF-8 text
+    (``UnicodeDecodeError``). Anything else is a bug in chute and keeps its traceback. A closed
+    output pipe (``chute ... | head``) is left to the normal exit.
 
     Inside, errors name parameters by their flags (``--media-root``, not ``media_root=``).
     """
@@ -74,6 +119,15 @@ def handle_errors() -> Iterator[None]:
             yield
     except ChuteError as exc:  # MissingDependency (torch, an extra) included
         raise fail(str(exc)) from None
+    except BrokenPipeError:
+        raise
+    except OSError as exc:
+        raise fail(os_error_message(exc)) from None
+    except UnicodeDecodeError as exc:
+        raise fail(
+            f"a file is not UTF-8 text: {exc.reason} at byte {exc.start} ({exc.encoding}); "
+            "save it as UTF-8"
+        ) from None
 
 
 def guarded(fn: Callable[..., Any]) -> Callable[..., Any]:

@@ -69,7 +69,7 @@ def is_mixture_config(data: Any) -> bool:
             return False
         try:
             data = yaml.safe_load(path.read_text(encoding="utf-8"))
-        except (OSError, yaml.YAMLError):
+        except (OSError, yaml.YAMLError, UnicodeDecodeError):
             return False
     return isinstance(data, Mapping) and "datasets" in data
 
@@ -200,7 +200,7 @@ class Mixture:
                 raise ConfigError(f"{path}: no such file (a mixture YAML)", param="config")
             try:
                 data = yaml.safe_load(path.read_text(encoding="utf-8"))
-            except yaml.YAMLError as exc:
+            except (yaml.YAMLError, UnicodeDecodeError) as exc:  # not YAML, not UTF-8
                 raise ConfigError(f"{path} is not valid YAML: {exc}", param="config") from None
             return cls.from_dict(data or {}, overrides)
         return cls.from_dict(config, overrides)
