@@ -38,6 +38,7 @@ from chute._internal.remote import (
 from chute.errors import SourceChanged, SourceError
 
 __all__ = [
+    "ETAG_NOTE",
     "RangeReader",
     "RemoteFile",
     "RemoteIdentity",
@@ -53,10 +54,11 @@ _EDGE_BYTES = 1 << 16
 
 @dataclass(frozen=True)
 class RemoteIdentity:
-    """What makes an object the same object: size, ETag and version (as the store gives them).
+    """What the store says about an object: size, ETag, version, LastModified.
 
     ``edge_hash`` (a hash of both ends, as for local files) is filled in only when the store
-    gives neither an ETag nor a version.
+    gives neither an ETag nor a version. Whether two objects hold the same bytes is decided by
+    ``to_json`` (what fingerprints, index headers and resume states store and compare).
     """
 
     size: int
@@ -66,7 +68,35 @@ class RemoteIdentity:
     edge_hash: str | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+        """The fields that identify the object's bytes: size and ETag, when the store has one.
+
+        LastModified and the version name an upload, not its bytes: uploading the same bytes
+        again (same size, same ETag) leaves the object what it was, and a loader state, a
+        partial build or a cache built from it goes on over it. A different ETag is a change
+        even where the bytes are the same (a multipart upload's ETag, ``...-N``, depends on
+        the part size; see ``ETAG_NOTE``). Without an ETag: the version; without either: the
+        hash of both ends and LastModified (as a local file's edge hash and mtime).
+
+        Example:
+            >>> RemoteIdentity(3, "9a0364b9", "v2", "2026-01-02 03:04:05+00:00").to_json()
+            {'size': 3, 'etag': '9a0364b9'}
+            >>> sorted(RemoteIdentity(3, None, None, "2026-01-02", "ab12").to_json())
+            ['edge_hash', 'mtime', 'size']
+        """
+        if self.etag is not None:
+            return {"size": self.size, "etag": self.etag}
+        if self.version is not None:
+            return {"size": self.size, "version": self.version}
+        return {"size": self.size, "mtime": self.mtime, "edge_hash": self.edge_hash}
+
+
+# Said wherever a different ETag refuses an object (a resume state, a cache's source check).
+ETAG_NOTE = (
+    "An object's ETag changes when its bytes do, and also when the same bytes are uploaded "
+    "another way (a multipart upload's ETag, ending in -N, depends on the part size), so a "
+    "different ETag counts as a changed object. If the bytes are the same, upload them again "
+    "as they were uploaded first (a single PUT, or the same part size)."
+)
 
 
 _ETAG_KEYS = ("ETag", "etag", "e_tag", "blob_id", "md5Hash", "content_md5")
@@ -149,7 +179,7 @@ class RemoteFile:
         if self._identity is None or refresh:
             ident = identity_from_info(self.info())
             if ident.etag is None and ident.version is None:
-                ident = RemoteIdentity(**{**ident.to_json(), "edge_hash": self._edge_hash(ident)})
+                ident = RemoteIdentity(**{**asdict(ident), "edge_hash": self._edge_hash(ident)})
             if refresh:
                 return ident
             self._identity = ident
@@ -242,13 +272,7 @@ class RemoteFile:
 
 
 def _same(a: RemoteIdentity, b: RemoteIdentity) -> bool:
-    if a.size != b.size:
-        return False
-    if a.etag is not None or b.etag is not None:
-        return a.etag == b.etag and (a.version is None or b.version in (None, a.version))
-    if a.version is not None:
-        return a.version == b.version
-    return a.edge_hash == b.edge_hash and a.mtime == b.mtime
+    return a.to_json() == b.to_json()
 
 
 class RangeReader(io.RawIOBase):

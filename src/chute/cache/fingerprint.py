@@ -32,7 +32,7 @@ from typing import Any
 import orjson
 
 from chute._internal.fields import diff_fields
-from chute._internal.objects import object_full_hash, object_identity
+from chute._internal.objects import ETAG_NOTE, object_full_hash, object_identity
 from chute._internal.remote import absolute
 from chute.cache.layout import CACHE_FORMAT, FORMAT_VERSION
 from chute.errors import FingerprintMismatch, SourceError
@@ -61,8 +61,8 @@ def sources_fingerprint(
 ) -> dict[str, Any]:
     """Identity of every file of a source, as the user named it (not an index copy).
 
-    Files in object storage are named by their URL, their identity being size, ETag and version
-    (``chute._internal.objects.RemoteIdentity``); never a credential.
+    Files in object storage are named by their URL, their identity being size and ETag
+    (``chute._internal.objects.RemoteIdentity.to_json``); never a credential.
 
     Args:
         source: the ``JsonlSource`` or ``ParquetSource``.
@@ -112,8 +112,9 @@ def source_changes(sources: dict[str, Any]) -> list[Diff]:
     """How the source files differ now from what a fingerprint recorded.
 
     Without ``full_hash``: size, mtime and the hash of both ends of each file (a remote
-    object: size, ETag, version). With it: size and the whole-file hash (a copy with a new
-    mtime but the same bytes is the same source).
+    object: size and ETag, see ``RemoteIdentity.to_json``). With it: size and the whole-file
+    hash (a copy with a new mtime, or an object uploaded again under another ETag, but the
+    same bytes is the same source).
     """
     out: list[Diff] = []
     for entry in sources.get("files", []):
@@ -176,4 +177,6 @@ def mismatch(
     )
     if fix:
         message += f"; {fix}"
+    if any(str(name).endswith("etag") for name, _, _ in diffs):
+        message += f"\n{ETAG_NOTE}"
     return FingerprintMismatch(message, [tuple(d) for d in diffs])

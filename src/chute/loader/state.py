@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from chute._internal.fields import diff_fields
+from chute._internal.objects import ETAG_NOTE
 from chute.errors import ConfigError, StateMismatch
 
 __all__ = [
@@ -31,8 +32,9 @@ _SHOWN = 8  # differences listed in a message before "... and N more"
 
 
 # Fingerprint fields that name where the data lies, not what it is: a state resumes on a copy of
-# the data at another path or with other mtimes (another cluster, a restored backup).
-_LOCATION_FIELDS = frozenset({"path", "mtime_ns"})
+# the data at another path or with other mtimes (another cluster, a restored backup; "mtime" is
+# the LastModified of an object whose store gives no ETag).
+_LOCATION_FIELDS = frozenset({"path", "mtime_ns", "mtime"})
 
 
 def content_identity(fingerprint: Any) -> Any:
@@ -74,11 +76,12 @@ def check_compatible(state: Mapping[str, Any], expected: Mapping[str, Any]) -> N
             lines = [f"  {path}: state {x!r}, this loader {y!r}" for path, x, y in diffs[:_SHOWN]]
             if len(diffs) > _SHOWN:
                 lines.append(f"  ... and {len(diffs) - _SHOWN} more")
+            note = f"\n{ETAG_NOTE}" if any(p.endswith(".etag") for p, _, _ in diffs) else ""
             raise StateMismatch(
                 f"cannot resume: the state was saved for a different {what}:\n"
                 + "\n".join(lines)
                 + f"\nResume with the {what} the state was saved with, or start this run "
-                f"without load_state_dict()."
+                f"without load_state_dict().{note}"
             )
 
 

@@ -11,7 +11,8 @@ The header holds the identity (size, mtime_ns, hash of both ends) of the file it
 index whose identity no longer matches the file is rebuilt, never trusted because it exists.
 Sidecars are written to a temporary file and renamed, so concurrent builders never corrupt one.
 A file in object storage (``s3://...``) is indexed the same way, its identity being the
-object's size, ETag and version (see ``chute.sources.remote``).
+object's size and ETag (``RemoteIdentity.to_json``: the same bytes uploaded again keep their
+index; see ``chute.sources.remote``).
 
 Example:
     >>> import tempfile, pathlib
@@ -235,7 +236,7 @@ def _build(
                 raise SourceError(f"{path}: index header too large ({len(blob)} bytes)")
             out.seek(0)
             out.write((MAGIC + struct.pack("<I", len(blob)) + blob).ljust(HEADER_SIZE, b"\0"))
-            if object_identity(data_path, options) != identity:
+            if object_identity(data_path, options).to_json() != identity.to_json():
                 raise SourceError(f"{path}: the file changed while it was being indexed; try again")
         loaded = _load(sidecar, identity)
         if loaded is None:

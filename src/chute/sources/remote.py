@@ -5,7 +5,7 @@ differs::
 
     index (once per object identity)                 records
     ────────────────────────────────                 ────────────────────────────────────
-    HEAD ──► identity (size, ETag, version)          source[i] ──► (start, end) from the index
+    HEAD ──► identity (size, ETag)                   source[i] ──► (start, end) from the index
     sidecar in the local index cache, keyed by             │
     the URL and checked against the identity               ▼
     miss: the object is scanned once with parallel   BlockCache: blocks of block_size,

@@ -324,7 +324,7 @@ class _JobSpec:
 
     A source pickles its indexes as paths in the driver's index cache, which other nodes do
     not have; the worker opens (or builds) them in its own, then checks that every file is the
-    one the driver planned for (size, mtime and edge hash; for a URL, size, ETag and version).
+    one the driver planned for (size, mtime and edge hash; for a URL, size and ETag).
     """
 
     job: ChunkJob
