@@ -91,3 +91,18 @@ def test_a_bug_keeps_its_traceback(monkeypatch: pytest.MonkeyPatch, tmp_path: Pa
     script.write_text("x = 1\n")
     result = runner.invoke(app, ["migrate", "xtuner", str(script)])
     assert isinstance(result.exception, KeyError)
+
+
+# -- --tokenizer DIR without tokenizer.json ----------------------------------------------------
+
+
+def test_a_tokenizer_folder_without_tokenizer_json_is_named(tmp_path: Path) -> None:
+    (tmp_path / "d.jsonl").write_text('{"text": "hello"}\n')
+    folder = tmp_path / "tok"
+    folder.mkdir()
+    (folder / "tokenizer_config.json").write_text('{"tokenizer_class": "Qwen2Tokenizer"}')
+    result = runner.invoke(app, ["validate", str(tmp_path / "d.jsonl"), "--tokenizer", str(folder)])
+    line = _one_line_error(result)
+    assert line.startswith(
+        f"error: --tokenizer: no tokenizer.json in {folder} (it holds tokenizer_config.json)"
+    )

@@ -290,11 +290,62 @@ def test_transformers_folder_loading(tmp_path: Path) -> None:
         tokenizer_config={"tokenizer_class": "PreTrainedTokenizerFast", "eos_token": "</s>"},
     )
     (folder / "tokenizer.json").rename(folder / "tok.json")
-    with pytest.raises(ConfigError, match="transformers cannot load"):
+    with pytest.raises(ConfigError, match=r"no tokenizer\.json in .*\(it holds tok\.json, "):
         load_tokenizer(folder)
     (folder / "tok.json").rename(folder / "tokenizer.json")
     tok = TransformersTokenizer.from_pretrained(folder)
     assert tok.encode(TEXT) == tiny_tokenizer().encode(TEXT) and tok.eos_token == "</s>"
+
+
+def test_a_folder_without_tokenizer_json_says_so_and_lists_it(tmp_path: Path) -> None:
+    """Not transformers' "install sentencepiece or tiktoken" when both are installed (issue 27)."""
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    with pytest.raises(ConfigError) as caught:
+        load_tokenizer(empty)
+    assert str(caught.value).startswith(
+        f"tokenizer: no tokenizer.json in {empty} (it holds nothing)"
+    )
+    assert "install sentencepiece" not in str(caught.value)
+    # configs alone are no tokenizer: refused, not loaded as a vocabulary of added tokens
+    configs = tmp_path / "configs"
+    configs.mkdir()
+    added = {str(i): {"content": f"<|t{i}|>", "special": True} for i in range(3)}
+    (configs / "tokenizer_config.json").write_text(
+        json.dumps({"tokenizer_class": "PreTrainedTokenizerFast", "added_tokens_decoder": added})
+    )
+    (configs / "special_tokens_map.json").write_text("{}")
+    with pytest.raises(
+        ConfigError,
+        match=r"no tokenizer\.json in .*configs \(it holds special_tokens_map\.json, "
+        r"tokenizer_config\.json\); pass a tokenizer\.json",
+    ):
+        load_tokenizer(configs)
+
+
+def test_a_vocabulary_transformers_cannot_read_is_one_line(tmp_path: Path) -> None:
+    pytest.importorskip("transformers")
+    pytest.importorskip("sentencepiece")
+    folder = tmp_path / "spm"
+    folder.mkdir()
+    (folder / "tokenizer.model").write_bytes(b"\x0a\x0b\x00\x01 not a model\nsecond line\n")
+    with pytest.raises(ConfigError) as caught:
+        load_tokenizer(folder)
+    text = str(caught.value)
+    assert text.startswith(f"tokenizer: no tokenizer.json in {folder} (it holds tokenizer.model)")
+    assert "transformers could not load tokenizer.model either" in text
+    assert "\n" not in text  # transformers' first line, not its whole story
+
+
+def test_a_sentencepiece_folder_without_the_extra_names_it(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    import chute.tokenize as tokenize
+
+    monkeypatch.setattr(tokenize, "_installed", lambda module: module != "sentencepiece")
+    (tmp_path / "tokenizer.model").write_bytes(b"\x0a\x0b")
+    with pytest.raises(ImportError, match=r"tokenizer\.model loads through sentencepiece: pip"):
+        load_tokenizer(tmp_path)
 
 
 def test_encode_spans_fast_path_equals_offsets() -> None:

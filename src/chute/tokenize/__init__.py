@@ -5,9 +5,10 @@
 * a chute ``Tokenizer`` (returned as is);
 * a ``tokenizers.Tokenizer`` object, a ``tokenizer.json`` path, or a folder holding one
   (``HFTokenizer``; special tokens and chat template from the configs beside it);
-* a ``transformers`` tokenizer object, or a folder without ``tokenizer.json``
-  (``TransformersTokenizer``, extra ``transformers``; a SentencePiece ``tokenizer.model`` with
-  its ``tokenizer_config.json``, extra ``sentencepiece``);
+* a ``transformers`` tokenizer object, or a folder without ``tokenizer.json`` that holds a
+  vocabulary (``TransformersTokenizer``, extra ``transformers``; a SentencePiece
+  ``tokenizer.model`` with its ``tokenizer_config.json``, extra ``sentencepiece``; a folder of
+  configs alone is refused, its files listed);
 * a tiktoken BPE file (``*.tiktoken``, Llama 3's ``tokenizer.model``) or a ``tiktoken.Encoding``
   (``TiktokenTokenizer``, extra ``tiktoken``).
 
@@ -28,8 +29,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from chute._internal.spelling import spell_set, spell_value
-from chute.errors import ConfigError
+from chute._internal.spelling import spell, spell_set, spell_value
+from chute.errors import ConfigError, MissingDependency
 from chute.tokenize.base import SPECIAL_NAMES, Tokenizer, read_tokenizer_config
 from chute.tokenize.engine import BACKENDS
 from chute.tokenize.hf import HFTokenizer
@@ -145,7 +146,7 @@ def _from_path(
         bpe = sorted(path.glob("*.tiktoken"))
         if len(bpe) == 1:
             return _tiktoken(bpe[0], special_tokens, pattern, tik_specials)
-        return TransformersTokenizer.from_pretrained(path, special_tokens)
+        return _from_folder_without_json(path, special_tokens)
     if path.name == "tokenizer_config.json":
         return _from_path(path.parent, special_tokens, pattern, tik_specials, backend)
     if path.suffix == ".json":
@@ -158,6 +159,58 @@ def _from_path(
         f"tokenizer_config.json (pip install 'chute[sentencepiece]')",
         param="tokenizer",
     )
+
+
+# What transformers builds a tokenizer from in a folder without tokenizer.json: SentencePiece
+# models, BPE vocabularies (vocab.json with merges.txt), WordPiece vocabularies (vocab.txt).
+_VOCAB_FILES = frozenset(
+    {"tokenizer.model", "spiece.model", "sentencepiece.bpe.model", "vocab.json", "vocab.txt"}
+)
+
+
+def _from_folder_without_json(
+    path: Path, special_tokens: Mapping[str, str | None] | None
+) -> Tokenizer:
+    """A folder without ``tokenizer.json``: through transformers, if it holds a vocabulary.
+
+    A folder with only configs (a ``tokenizer_config.json`` copied alone) is refused, not
+    loaded as a tokenizer of its added tokens alone; so is a folder transformers cannot read.
+    Both messages list what the folder holds.
+    """
+    names = sorted(p.name for p in path.iterdir())
+    vocab = [n for n in names if n in _VOCAB_FILES or n.endswith(".model")]
+    if not vocab:
+        raise ConfigError(_no_tokenizer_json(path, names), param="tokenizer")
+    if any(n.endswith(".model") for n in vocab) and not _installed("sentencepiece"):
+        raise MissingDependency(
+            f"{spell('tokenizer')}: {path} has no tokenizer.json, and its {', '.join(vocab)} "
+            f"loads through sentencepiece: pip install 'chute[sentencepiece]' (or pass a "
+            f"tokenizer.json)"
+        )
+    try:
+        return TransformersTokenizer.from_pretrained(path, special_tokens)
+    except ConfigError as exc:
+        reason = str(exc).partition(": ")[2] if exc.param else str(exc)
+        raise ConfigError(
+            f"{_no_tokenizer_json(path, names)}; transformers could not load {', '.join(vocab)} "
+            f"either: {reason}",
+            param="tokenizer",
+        ) from None
+
+
+def _no_tokenizer_json(path: Path, names: list[str]) -> str:
+    shown = ", ".join(names[:8]) + (f", and {len(names) - 8} more" if len(names) > 8 else "")
+    return (
+        f"no tokenizer.json in {path} (it holds {shown or 'nothing'}); pass a tokenizer.json "
+        f"(or the folder that holds one), a tiktoken BPE file, or a folder with a SentencePiece "
+        f"tokenizer.model and its tokenizer_config.json"
+    )
+
+
+def _installed(module: str) -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec(module) is not None
 
 
 def _tiktoken(

@@ -77,8 +77,10 @@ class TransformersTokenizer(Tokenizer):
         try:
             tok = AutoTokenizer.from_pretrained(os.fspath(path), local_files_only=True)
         except Exception as exc:
+            first = (str(exc).strip().splitlines() or [""])[0]  # its first line says what failed
             raise ConfigError(
-                f"transformers cannot load {path} ({type(exc).__name__}: {exc})", param="tokenizer"
+                f"transformers cannot load {path} ({type(exc).__name__}: {first})",
+                param="tokenizer",
             ) from None
         return cls(tok, special_tokens)
 
