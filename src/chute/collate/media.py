@@ -14,6 +14,10 @@ order of their image tokens in the flattened batch)::
     image_counts   [1, 0, 2]               image_grid_thw [[1, 12, 22], [1, 34, 46]]
                                            image_counts   [1, 1]
 
+LLaVA-NeXT / OneVision tiles (``AnyresTransform``, ``(tiles, 3, S, S)`` per image) are padded
+over the tiles into ``(images, most tiles, 3, S, S)`` with ``image_sizes`` and
+``batch_num_images`` (``chute.collate.tiles``).
+
 Batches without any image carry ``image_counts`` (zeros) but no ``pixel_values``. Batches with
 videos add ``pixel_values_videos`` / ``video_grid_thw`` / ``video_counts`` the same way; with
 audio, ``audio_values`` ``(clips, longest)`` zero-padded, ``audio_lengths`` and
@@ -38,6 +42,7 @@ from typing import Any
 import numpy as np
 
 from chute._internal.lazy_torch import require_torch
+from chute.collate.tiles import collate_tiles
 from chute.errors import ConfigError
 
 __all__ = ["MediaCollate", "collate_media"]
@@ -100,6 +105,9 @@ def collate_media(
                 )
             values = np.concatenate(arrays, axis=0)
             out[grid_key] = torch.tensor(grids, dtype=torch.int64).reshape(-1, 3)
+        elif values_key == "pixel_values" and arrays[0].ndim == 4:  # LLaVA-NeXT/OneVision tiles
+            values, tile_keys = collate_tiles(samples, arrays)
+            out.update(tile_keys)
         else:
             shapes = {a.shape for a in arrays}
             if len(shapes) > 1:
@@ -158,7 +166,12 @@ class MediaCollate:
         # layout: the packed plans' rows=..., passed on to a packing text collate; the media
         # keys keep sample order, which is the order of image tokens in the flattened rows
         batch = self.text(list(samples), **layout)  # type: ignore[arg-type]
-        media = collate_media(samples, dtype=self.dtype)
+        rows = layout.get("rows")
+        row_of = None if rows is None else np.repeat(np.arange(len(rows)), rows)
+        num_rows = None if rows is None else max(1, int(np.count_nonzero(rows)))
+        if row_of is not None:  # packed rows: count images per row (empty rows are dropped)
+            row_of = np.searchsorted(np.flatnonzero(np.asarray(rows)), row_of)
+        media = collate_media(samples, rows=row_of, num_rows=num_rows, dtype=self.dtype)
         for key, value in media.items():
             batch.setdefault(key, value)
         return batch

@@ -59,9 +59,16 @@ import numpy as np
 from chute._internal.lazy_torch import require_torch
 from chute.collate.padded import IGNORE_INDEX
 from chute.errors import ConfigError
+from chute.media.positions import MRopePositions
 from chute.plan.base import check_positive
 
-__all__ = ["PackedCollate", "hf_packed_inputs", "row_sample_ids"]
+__all__ = [
+    "PackedCollate",
+    "add_mrope",
+    "flatten_packed",
+    "hf_packed_inputs",
+    "row_sample_ids",
+]
 
 log = logging.getLogger("chute.collate")
 
@@ -81,6 +88,10 @@ class PackedCollate:
         pad_to_multiple_of: with ``pad_to_max_length=False``, round the width up to this.
         block_mask: also return ``block_attention_mask`` for SDPA.
         label_pad_id: the label of padding and of each sample's first token.
+        positions: a ``chute.media.positions.MRopePositions`` (Qwen2/2.5/3-VL): then
+            ``position_ids`` is ``(4, rows, width)``, a 1-D text row above the 3-D positions of
+            each sample (restarting per sample), and ``mm_token_type_ids`` (0 text, 1 image, 2
+            video) is added. The Loader sets it from the recipe's ``image_tokens`` family.
     """
 
     packed = True
@@ -94,8 +105,10 @@ class PackedCollate:
         pad_to_multiple_of: int | None = None,
         block_mask: bool = False,
         label_pad_id: int = IGNORE_INDEX,
+        positions: MRopePositions | None = None,
     ):
         self.max_length = check_positive("max_length", max_length)
+        self.positions = positions
         if isinstance(pad_id, bool) or not isinstance(pad_id, int | np.integer) or pad_id < 0:
             raise ConfigError(f"pad_id must be a token id (an int >= 0), got {pad_id!r}")
         self.pad_id = int(pad_id)
@@ -131,13 +144,17 @@ class PackedCollate:
             )
         sizes = sizes[sizes > 0]
         if not len(samples):
-            return self._tensors(*self._placeholder())
+            return self.placeholder()
         ids = [np.asarray(s["input_ids"]) for s in samples]
         labels = [np.asarray(s.get("labels", s["input_ids"])) for s in samples]
         lens = np.fromiter((len(x) for x in ids), dtype=np.int64, count=len(ids))
         row_of = np.repeat(np.arange(len(sizes)), sizes)
         lens = self._fit(lens, row_of, len(sizes))
-        return self._tensors(*self._layout(ids, labels, lens, row_of, len(sizes)))
+        layout, flat = self._layout(ids, labels, lens, row_of, len(sizes))
+        batch = self._tensors(*layout)
+        if self.positions is not None:
+            add_mrope(batch, self.positions, samples, lens, flat)
+        return batch
 
     def _fit(self, lens: np.ndarray, row_of: np.ndarray, num_rows: int) -> np.ndarray:
         """Cut samples so no row holds more than ``max_length`` tokens (a plan never needs it)."""
@@ -162,7 +179,8 @@ class PackedCollate:
         lens: np.ndarray,
         row_of: np.ndarray,
         num_rows: int,
-    ) -> _Layout:
+    ) -> tuple[_Layout, np.ndarray]:
+        """The batch arrays, and where each kept token went in the flattened rows."""
         row_fill = np.bincount(row_of, weights=lens, minlength=num_rows).astype(np.int64)
         width = self._width(int(row_fill.max()))
         starts = np.cumsum(lens) - lens  # each sample's first token in the concatenation
@@ -190,7 +208,7 @@ class PackedCollate:
         seg_lens = seg_lens[seg_lens > 0]
         cu = np.concatenate([[0], np.cumsum(seg_lens)]).astype(np.int32)
         shape = (num_rows, width)
-        return (
+        layout = (
             input_ids.reshape(shape),
             label_arr.reshape(shape),
             positions.reshape(shape),
@@ -198,6 +216,7 @@ class PackedCollate:
             int(seg_lens.max()),
             seg_lens,
         )
+        return layout, flat
 
     def _placeholder(self) -> _Layout:
         """One row of padding without loss, standing for a batch with no valid sample."""
@@ -238,13 +257,49 @@ class PackedCollate:
         return batch
 
     def placeholder(self) -> dict[str, Any]:
-        return self._tensors(*self._placeholder())
+        batch = self._tensors(*self._placeholder())
+        if self.positions is not None:
+            add_mrope(batch, self.positions, [], np.zeros(0, np.int64), np.zeros(0, np.int64))
+        return batch
 
     def __repr__(self) -> str:
         return (
             f"PackedCollate(max_length={self.max_length}, pad_id={self.pad_id}, "
-            f"pad_to_max_length={self.pad_to_max_length}, block_mask={self.block_mask})"
+            f"pad_to_max_length={self.pad_to_max_length}, block_mask={self.block_mask}"
+            + (f", positions={self.positions!r}" if self.positions is not None else "")
+            + ")"
         )
+
+
+def add_mrope(
+    batch: dict[str, Any],
+    rule: MRopePositions,
+    samples: Sequence[Mapping[str, Any]],
+    lens: np.ndarray,
+    flat: np.ndarray,
+) -> None:
+    """Each sample's 3-D positions (restarting per sample) under a leading text row.
+
+    ``position_ids`` becomes ``(4, rows, width)``: row 0 the 1-D positions of the batch (what
+    ``transformers``' Qwen-VL models read to keep packed samples apart), rows 1-3 time, height
+    and width of each sample's first ``lens`` tokens, placed at ``flat`` in the flattened rows;
+    the padding tail keeps its 1-D positions in all four. ``mm_token_type_ids`` (0 text, 1
+    image, 2 video) is added beside it.
+    """
+    torch = require_torch()
+    text = batch["position_ids"].numpy()
+    rows = np.repeat(text.reshape(1, -1), 4, axis=0)
+    types = np.zeros(text.size, dtype=np.int64)
+    if len(samples):
+        kept = lens.tolist()
+        rows[1:, flat] = np.concatenate(
+            [rule.positions(s)[:, :n] for s, n in zip(samples, kept, strict=True)], axis=1
+        )
+        types[flat] = np.concatenate(
+            [rule.token_types(s)[:n] for s, n in zip(samples, kept, strict=True)]
+        )
+    batch["position_ids"] = torch.from_numpy(rows.reshape(4, *text.shape))
+    batch["mm_token_type_ids"] = torch.from_numpy(types.reshape(text.shape))
 
 
 def row_sample_ids(sample_ids: Sequence[int], rows: Sequence[int]) -> np.ndarray:
@@ -275,18 +330,53 @@ def hf_packed_inputs(batch: Mapping[str, Any]) -> dict[str, Any]:
     (with the default ``use_cache=True`` a model makes a cache even in training mode, skips the
     packing check, and lets the samples of a row attend to each other).
 
+    Qwen-VL batches (``PackedCollate(positions=...)``): ``position_ids`` ``(4, rows, width)``
+    becomes ``(4, 1, rows * width)`` and ``mm_token_type_ids`` ``(1, rows * width)``; the media
+    keys (``pixel_values``, ``image_grid_thw``, ``pixel_values_videos``, ``video_grid_thw``,
+    ``second_per_grid_ts``, ``image_sizes``) pass through unchanged.
+
     Example:
         >>> out = model(**hf_packed_inputs(batch))  # doctest: +SKIP
     """
     max_seqlen = int(batch["max_seqlen"])
     cu = batch["cu_seqlens"]
-    return {
-        "input_ids": batch["input_ids"].reshape(1, -1),
-        "labels": batch["labels"].reshape(1, -1),
-        "position_ids": batch["position_ids"].reshape(1, -1),
-        "cu_seq_lens_q": cu,
-        "cu_seq_lens_k": cu,
-        "max_length_q": max_seqlen,
-        "max_length_k": max_seqlen,
-        "use_cache": False,
-    }
+    out = flatten_packed({k: v for k, v in batch.items() if k in _PACKED_INPUTS})
+    out.update(cu_seq_lens_q=cu, cu_seq_lens_k=cu, max_length_q=max_seqlen, max_length_k=max_seqlen)
+    return out
+
+
+# The keys of a packed batch that a model takes (the rest is chute's bookkeeping).
+_PACKED_INPUTS = frozenset(
+    (
+        "input_ids",
+        "labels",
+        "position_ids",
+        "mm_token_type_ids",
+        "pixel_values",
+        "image_grid_thw",
+        "pixel_values_videos",
+        "video_grid_thw",
+        "second_per_grid_ts",
+        "image_sizes",
+    )
+)
+
+
+def flatten_packed(inputs: Mapping[str, Any]) -> dict[str, Any]:
+    """The per-token keys of packed rows as one row (``(1, tokens)``), ``use_cache=False``.
+
+    ``position_ids`` of 3-D positions (``(k, rows, width)``) become ``(k, 1, rows * width)``;
+    every other key is passed on as it is.
+    """
+    out = dict(inputs)
+    for key in ("input_ids", "labels", "mm_token_type_ids"):
+        if key in out:
+            out[key] = out[key].reshape(1, -1)
+    positions = out.get("position_ids")
+    if positions is not None:
+        rows = positions.shape[0] if positions.ndim == 3 else None
+        out["position_ids"] = (
+            positions.reshape(1, -1) if rows is None else positions.reshape(rows, 1, -1)
+        )
+    out["use_cache"] = False
+    return out

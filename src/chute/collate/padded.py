@@ -32,6 +32,7 @@ import numpy as np
 
 from chute._internal.lazy_torch import require_torch
 from chute.errors import ConfigError
+from chute.media.positions import MRopePositions
 
 __all__ = ["IGNORE_INDEX", "Collate"]
 
@@ -50,6 +51,11 @@ class Collate:
         pad_id: the token id used for padding ``input_ids``.
         pad_to_multiple_of: round the padded length up to a multiple of this (e.g. 8).
         label_pad_id: the label of padding positions (-100: ignored by the loss).
+        positions: a ``chute.media.positions.MRopePositions`` (Qwen2/2.5/3-VL): then the batch
+            also carries ``position_ids`` ``(3, rows, width)`` (each sample's 3-D positions, 0
+            on padding, as the model's own ``get_rope_index`` gives them) and
+            ``mm_token_type_ids`` (0 text, 1 image, 2 video). The Loader sets it from the
+            recipe's ``image_tokens`` family.
     """
 
     def __init__(
@@ -57,6 +63,7 @@ class Collate:
         pad_id: int = 0,
         pad_to_multiple_of: int | None = None,
         label_pad_id: int = IGNORE_INDEX,
+        positions: MRopePositions | None = None,
     ):
         if isinstance(pad_id, bool) or not isinstance(pad_id, int | np.integer) or pad_id < 0:
             raise ConfigError(f"pad_id must be a token id (an int >= 0), got {pad_id!r}")
@@ -66,6 +73,7 @@ class Collate:
         self.pad_id = int(pad_id)
         self.pad_to_multiple_of = m
         self.label_pad_id = int(label_pad_id)
+        self.positions = positions
 
     def padded_length(self, longest: int) -> int:
         m = self.pad_to_multiple_of or 1
@@ -85,11 +93,20 @@ class Collate:
         input_ids[mask] = np.concatenate(ids)  # row-major: row by row, left to right
         label_arr = np.full((n, width), self.label_pad_id, dtype=np.int64)
         label_arr[mask] = np.concatenate(labels)
-        return {
+        batch = {
             "input_ids": torch.from_numpy(input_ids),
             "labels": torch.from_numpy(label_arr),
             "attention_mask": torch.from_numpy(mask.astype(np.int64)),
         }
+        if self.positions is not None:
+            rule = self.positions
+            positions = np.zeros((3, n, width), dtype=np.int64)
+            positions[:, mask] = np.concatenate([rule.positions(s) for s in samples], axis=1)
+            types = np.zeros((n, width), dtype=np.int64)
+            types[mask] = np.concatenate([rule.token_types(s) for s in samples])
+            batch["position_ids"] = torch.from_numpy(positions)
+            batch["mm_token_type_ids"] = torch.from_numpy(types)
+        return batch
 
     def placeholder(self) -> dict[str, Any]:
         """The one-row batch that stands for a batch with no valid sample."""
@@ -97,11 +114,15 @@ class Collate:
         width = self.padded_length(1)
         mask = np.zeros((1, width), dtype=np.int64)
         mask[0, 0] = 1
-        return {
+        batch = {
             "input_ids": torch.full((1, width), self.pad_id, dtype=torch.int64),
             "labels": torch.full((1, width), self.label_pad_id, dtype=torch.int64),
             "attention_mask": torch.from_numpy(mask),
         }
+        if self.positions is not None:
+            batch["position_ids"] = torch.zeros((3, 1, width), dtype=torch.int64)
+            batch["mm_token_type_ids"] = torch.zeros((1, width), dtype=torch.int64)
+        return batch
 
     def __repr__(self) -> str:
         return (

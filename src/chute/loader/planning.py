@@ -27,6 +27,7 @@ from chute.collate import Collate, KTOCollate, PackedPreferenceCollate, Preferen
 from chute.collate.packed import PackedCollate
 from chute.errors import ConfigError, ErrorBudgetExceeded
 from chute.lengths import Lengths, Pieces, lengths_of
+from chute.media.positions import MRopePositions, positions_rule
 from chute.plan import PLANNERS, LengthPlanner, PackedPlanner, Planner, make_planner
 from chute.sample.budget import ErrorBudget
 
@@ -36,6 +37,7 @@ __all__ = [
     "check_excluded",
     "check_packed_collate",
     "default_collate",
+    "positions_of",
     "resolve_plan",
     "split_source",
     "task_of",
@@ -112,7 +114,9 @@ def resolve_plan(
         if planner.lengths is None:
             planner = planner.with_lengths(lengths_of(source, recipe, local_rank=local_rank))
         lengths = planner.require_lengths()
-    collate = default_collate(planner, task, pad_id, pad_to_multiple_of)
+    collate = default_collate(
+        planner, task, pad_id, pad_to_multiple_of, positions_of(source, recipe)
+    )
     excluded = lengths.rejected if lengths is not None else {}
     return PlanSetup(planner, collate, lengths, excluded)
 
@@ -135,22 +139,64 @@ def task_of(source: Any, recipe: Any) -> str:
 
 
 def default_collate(
-    planner: Planner, task: str, pad_id: int, pad_to_multiple_of: int | None
+    planner: Planner,
+    task: str,
+    pad_id: int,
+    pad_to_multiple_of: int | None,
+    positions: MRopePositions | None = None,
 ) -> Any:
-    """The collate for the plan and the kind of samples (see ``chute.collate``)."""
+    """The collate for the plan and the kind of samples (see ``chute.collate``).
+
+    ``positions``: the 3-D positions of a Qwen-VL family (``positions_of``), else 1-D.
+    """
     if isinstance(planner, PackedPlanner):  # rows max_length wide, or as wide as the fullest
-        kind: Any = PackedPreferenceCollate if task == "preference" else PackedCollate
-        collate: Any = kind(
-            planner.max_length,
-            pad_id,
-            pad_to_max_length=pad_to_multiple_of is None,
-            pad_to_multiple_of=pad_to_multiple_of,
-        )
+        if task == "preference":
+            collate: Any = PackedPreferenceCollate(
+                planner.max_length,
+                pad_id,
+                pad_to_max_length=pad_to_multiple_of is None,
+                pad_to_multiple_of=pad_to_multiple_of,
+            )
+        else:
+            collate = PackedCollate(
+                planner.max_length,
+                pad_id,
+                pad_to_max_length=pad_to_multiple_of is None,
+                pad_to_multiple_of=pad_to_multiple_of,
+                positions=positions,
+            )
     elif task == "preference":
         collate = PreferenceCollate(pad_id, pad_to_multiple_of)
     else:
-        collate = Collate(pad_id, pad_to_multiple_of)
+        collate = Collate(pad_id, pad_to_multiple_of, positions=positions)
     return KTOCollate(collate) if task == "kto" else collate
+
+
+def positions_of(source: Any, recipe: Any) -> MRopePositions | None:
+    """The positions rule of the samples: the family of the recipe's image-token rule.
+
+    Over a token cache (no recipe runs) the rule the cache's recipe resolved, as its manifest
+    records it. ``None``: 1-D positions (no model family with 3-D positions).
+
+    Example:
+        >>> positions_of(None, recipe).family  # doctest: +SKIP
+        'qwen2-vl'
+    """
+    media = getattr(recipe, "media", None)
+    if media is not None:
+        return positions_rule(getattr(media, "image_rule", None))
+    manifest = getattr(source, "manifest", None)
+    if not isinstance(manifest, dict):
+        return None
+    recipe_print = manifest.get("fingerprint", {}).get("recipe", {})
+    rule = (
+        recipe_print.get("media", {}).get("image_tokens")
+        if isinstance(recipe_print, dict)
+        else None
+    )
+    if isinstance(rule, dict) and rule.get("rule") == "dynamic" and rule.get("family"):
+        return MRopePositions(rule["family"], spatial_merge_size=int(rule["merge_size"]))
+    return None
 
 
 def check_collate(collate: Any, pad_id: Any, pad_to_multiple_of: Any) -> None:

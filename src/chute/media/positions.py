@@ -1,0 +1,202 @@
+r"""3-D rotary positions (mRoPE) of Qwen2-VL, Qwen2.5-VL and Qwen3-VL samples, from their media.
+
+These models give every token three positions: time, height and width. A text token has the
+same number in all three; the tokens of an image or a video take their place in its grid. The
+model computes them itself (``get_rope_index`` in ``transformers``) only when it is given no
+``position_ids`` and the batch is not packed; a packed row needs them from the data loader,
+restarting per sample, or every image token gets a text position (silently: the loss still
+falls). ``MRopePositions`` computes one sample's positions as the model does, from the sample's
+media entries (each with its token ``span`` and ``grid_thw``), so they are the same whether the
+sample comes from the recipe or from a token cache::
+
+    tokens   : t  t  [image 2x2 after merging]  t  t       (4 text, 4 image tokens)
+    time     : 0  1   2  2  2  2                4  5
+    height   : 0  1   2  2  3  3                4  5
+    width    : 0  1   2  3  2  3                4  5
+               text resumes at 2 + max(grid_h, grid_w) = 4
+
+Per family (the ``family`` of ``Recipe(image_tokens="qwen2-vl" | "qwen2.5-vl" | "qwen3-vl")``):
+
+* ``qwen2-vl``: a video's temporal groups step time by 1.
+* ``qwen2.5-vl``: by ``tokens_per_second * second_per_grid_t`` (the video entry's seconds per
+  temporal group; 1.0 where unknown, as the model assumes), truncated to an integer in float32.
+* ``qwen3-vl``: each temporal group of a video is its own block (the text holds a timestamp
+  before each), with time 0 inside it; the entry's ``frame_spans`` give the blocks.
+
+After any vision block the text resumes at ``start + max(grid_h, grid_w) / merge``, as the
+pinned ``transformers`` computes it.
+
+Example:
+    >>> import numpy as np
+    >>> rule = MRopePositions("qwen2-vl")
+    >>> sample = {"input_ids": np.zeros(8), "images": [{"span": [2, 6], "grid_thw": [1, 4, 4]}]}
+    >>> rule.positions(sample).tolist()
+    [[0, 1, 2, 2, 2, 2, 4, 5], [0, 1, 2, 2, 3, 3, 4, 5], [0, 1, 2, 3, 2, 3, 4, 5]]
+    >>> rule.token_types(sample).tolist()
+    [0, 0, 1, 1, 1, 1, 0, 0]
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from chute.errors import ConfigError, SampleError
+from chute.media.tokens import MROPE_FAMILIES
+
+__all__ = ["MRopePositions", "positions_rule"]
+
+TEXT, IMAGE, VIDEO = 0, 1, 2
+_MISMATCH = {IMAGE: "image_token_mismatch", VIDEO: "video_token_mismatch"}
+
+# One vision block: (start, end, grid_t, grid_h, grid_w, time step, kind)
+_Block = tuple[int, int, int, int, int, float, int]
+
+
+@dataclass(frozen=True)
+class MRopePositions:
+    """One model family's rule for the 3-D positions of a sample.
+
+    Args:
+        family: ``qwen2-vl``, ``qwen2.5-vl`` or ``qwen3-vl``.
+        spatial_merge_size: patches merged per side into one token (``vision_config.
+            spatial_merge_size``: 2 in every released model).
+        tokens_per_second: Qwen2.5-VL's ``vision_config.tokens_per_second`` (2 in the released
+            checkpoints; ``transformers``' config class defaults to 4: set it to your
+            config's value).
+    """
+
+    family: str
+    spatial_merge_size: int = 2
+    tokens_per_second: float = 2.0
+
+    def __post_init__(self) -> None:
+        if self.family not in MROPE_FAMILIES:
+            raise ConfigError(
+                f"expected one of {', '.join(MROPE_FAMILIES)}, got {self.family!r}",
+                param="family",
+            )
+        merge = self.spatial_merge_size
+        if isinstance(merge, bool) or not isinstance(merge, int) or merge < 1:
+            raise ConfigError(
+                f"expected a positive integer, got {merge!r}", param="spatial_merge_size"
+            )
+        tps = self.tokens_per_second
+        if isinstance(tps, bool) or not isinstance(tps, int | float) or tps <= 0:
+            raise ConfigError(
+                f"expected a positive number, got {tps!r} (the model config's "
+                f"vision_config.tokens_per_second)",
+                param="tokens_per_second",
+            )
+
+    def positions(self, sample: Mapping[str, Any], key: str = "input_ids") -> np.ndarray:
+        """``(3, length)`` int64 positions of ``sample[key]`` (time, height, width rows).
+
+        Raises:
+            SampleError: ``image_token_mismatch`` / ``video_token_mismatch`` when a media span
+                does not hold its grid's tokens (a sample made by another rule).
+        """
+        n = len(sample[key])
+        out = np.empty((3, n), dtype=np.int64)
+        cursor, pos = 0, 0  # next token to place, next text position
+        for start, end, t, h, w, step, _ in self._blocks(sample, n):
+            gap = start - cursor
+            out[:, cursor:start] = np.arange(pos, pos + gap, dtype=np.int64)
+            pos += gap
+            # the model: (arange(t) * interval) in float32, truncated, then + the start
+            times = (np.arange(t, dtype=np.float32) * np.float32(step)).astype(np.int64)
+            block = out[:, start:end].reshape(3, t, h, w)
+            block[0] = (times + pos)[:, None, None]
+            block[1] = (np.arange(h, dtype=np.int64) + pos)[None, :, None]
+            block[2] = (np.arange(w, dtype=np.int64) + pos)[None, None, :]
+            pos += max(h, w)
+            cursor = end
+        out[:, cursor:] = np.arange(pos, pos + n - cursor, dtype=np.int64)
+        return out
+
+    def token_types(self, sample: Mapping[str, Any], key: str = "input_ids") -> np.ndarray:
+        """``(length,)`` int32 modality of each token: 0 text, 1 image, 2 video.
+
+        What ``transformers``' Qwen-VL processors return as ``mm_token_type_ids``.
+        """
+        out = np.zeros(len(sample[key]), dtype=np.int32)
+        for start, end, *_, kind in self._blocks(sample, len(out)):
+            out[start:end] = kind
+        return out
+
+    def _blocks(self, sample: Mapping[str, Any], n: int) -> list[_Block]:
+        """The sample's vision blocks in token order, each checked against its grid."""
+        merge = self.spatial_merge_size
+        blocks: list[_Block] = []
+        for item in sample.get("images") or ():
+            t, h, w = _grid(item, IMAGE)
+            blocks.append((*_span(item["span"]), t, h // merge, w // merge, 1.0, IMAGE))
+        for item in sample.get("videos") or ():
+            t, h, w = _grid(item, VIDEO)
+            if self.family == "qwen3-vl":
+                # each temporal group is a block of its own, after its timestamp text
+                frames = item.get("frame_spans") or ([item["span"]] if t == 1 else None)
+                if frames is None or len(frames) != t:
+                    raise SampleError(
+                        _MISMATCH[VIDEO],
+                        f"a Qwen3-VL video of {t} temporal groups needs one span per group "
+                        f"(frame_spans), got {frames!r}: was the sample made by another rule?",
+                    )
+                blocks.extend(
+                    (*_span(span), 1, h // merge, w // merge, 1.0, VIDEO) for span in frames
+                )
+                continue
+            step = 1.0
+            if self.family == "qwen2.5-vl":
+                seconds = item.get("second_per_grid_t")
+                step = float(self.tokens_per_second) * float(
+                    np.float32(1.0 if seconds is None else seconds)
+                )
+            blocks.append((*_span(item["span"]), t, h // merge, w // merge, step, VIDEO))
+        blocks.sort()
+        cursor = 0
+        for start, end, t, h, w, _, kind in blocks:
+            if start < cursor or end > n or end - start != t * h * w:
+                raise SampleError(
+                    _MISMATCH[kind],
+                    f"a media span [{start}, {end}) does not hold its grid of {t}x{h}x{w} "
+                    f"tokens inside {n} tokens after the previous one (ends at {cursor}): was "
+                    f"the sample made by another image-token rule?",
+                )
+            cursor = end
+        return blocks
+
+
+def _grid(item: Mapping[str, Any], kind: int) -> tuple[int, int, int]:
+    grid = item.get("grid_thw")
+    if grid is None or len(grid) != 3:
+        raise SampleError(
+            _MISMATCH[kind],
+            f"a media entry without a (t, h, w) grid ({item.get('source', item)!r}): mRoPE "
+            f"positions need the dynamic image-token rule of the model family",
+        )
+    t, h, w = (int(x) for x in grid)
+    return t, h, w
+
+
+def _span(span: Sequence[int]) -> tuple[int, int]:
+    return int(span[0]), int(span[1])
+
+
+def positions_rule(image_rule: Any) -> MRopePositions | None:
+    """The positions rule of a recipe's image-token rule: its family's, or ``None`` (1-D).
+
+    Example:
+        >>> from chute.media.tokens import image_tokens_rule
+        >>> positions_rule(image_tokens_rule("qwen2.5-vl")).family
+        'qwen2.5-vl'
+        >>> positions_rule(image_tokens_rule(576)) is None
+        True
+    """
+    family = getattr(image_rule, "family", None)
+    if family is None:
+        return None
+    return MRopePositions(family, spatial_merge_size=int(image_rule.merge_size))
