@@ -106,3 +106,32 @@ def test_a_tokenizer_folder_without_tokenizer_json_is_named(tmp_path: Path) -> N
     assert line.startswith(
         f"error: --tokenizer: no tokenizer.json in {folder} (it holds tokenizer_config.json)"
     )
+
+
+# -- --media-allowed-roots, which the unsafe_path hint names -----------------------------------
+
+
+def test_media_allowed_roots_is_a_flag_where_the_hint_names_it(tmp_path: Path) -> None:
+    from chute.demo.data import write_demo_tokenizer
+    from chute.demo.multimodal import write_multimodal_demo
+
+    made = write_multimodal_demo(tmp_path / "gen", records=20)
+    tok = write_demo_tokenizer(tmp_path / "tok", made.corpus) / "tokenizer.json"
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "red.png").write_bytes((made.root / "images" / "red_circle.png").read_bytes())
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "images").symlink_to(elsewhere)  # images -> elsewhere: outside the data's folder
+    (data / "d.jsonl").write_text(
+        '{"image": "images/red.png", "conversations": [{"from": "human", "value": '
+        '"<image>\\nWhat?"}, {"from": "gpt", "value": "A red circle."}]}\n'
+    )
+    args = ["validate", str(data / "d.jsonl"), "--tokenizer", str(tok), "--template", "chatml"]
+    args += ["--image-tokens", "4", "--json"]
+    refused = runner.invoke(app, args)
+    assert refused.exit_code == 1
+    assert "name the target's folder in --media-allowed-roots" in refused.output
+    allowed = runner.invoke(app, [*args, "--media-allowed-roots", str(elsewhere)])
+    assert allowed.exit_code == 0, allowed.output
+    assert '"valid": 1' in allowed.output

@@ -127,6 +127,15 @@ RECIPE_OPTIONS: tuple[_Flag, ...] = (
         "Folder (or URL: s3://bucket/images) for relative media paths (default: the data file's).",
     ),
     _Flag(
+        "media_allowed_roots",
+        list[str] | None,
+        None,
+        ("--media-allowed-roots",),
+        "A further folder media paths may resolve into through a symlink or an absolute path, "
+        "e.g. where an images -> /mnt/coco link points (repeatable). Default: none, only the "
+        "media root.",
+    ),
+    _Flag(
         "image_tokens",
         str | None,
         None,
@@ -292,6 +301,7 @@ class RecipeArgs:
     task: str = "sft"
     train_on: str = "assistant"
     media_root: str | None = None
+    media_allowed_roots: Sequence[str] | None = None
     image_tokens: str | None = None
     video_tokens: int | None = None
     audio_tokens: int | None = None
@@ -349,6 +359,7 @@ class RecipeArgs:
             "task": self.task,
             "train_on": self.train_on,
             "media_root": self.media_root,
+            "media_allowed_roots": list(self.media_allowed_roots or ()),
             "image_tokens": self.image_tokens or "auto",
             "video_tokens": self.video_tokens,
             "audio_tokens": self.audio_tokens,

@@ -172,8 +172,8 @@ class MediaPaths:
         raise SampleError(
             "unsafe_path",
             f"{source} resolves to {joined}, outside the media root {root}; media references "
-            f"must stay inside their root: set media_root= to the folder the dataset's paths "
-            f"are relative to, or name the target's folder in media_allowed_roots=",
+            f"must stay inside their root: set {spell('media_root')} to the folder the dataset's "
+            f"paths are relative to, or name the target's folder in {spell('media_allowed_roots')}",
         )
 
     def describe_root(self, data_path: str | None) -> str:
