@@ -126,6 +126,55 @@ def register_slow_stage() -> None:
     register_stage("slow", lambda options, recipe: SlowStage(**options))
 
 
+class GatedStage(ChunkStage):
+    """A stage that holds the build while the file ``gate`` exists: in chunks from ``from_chunk``
+    on, and in ``finish`` with ``in_finish`` (there the build holds the finalizing marker).
+
+    Each held step first touches ``<entered>/<chunk or "finish">.<pid>``, so a test knows the
+    build got there, and which process runs it, before it interrupts or kills it. It adds no
+    column and no file, and its fingerprint has no options: the same command with the gate
+    removed is the same build. Registered as ``gated`` by ``register_gated_stage``.
+    """
+
+    name = "gated"
+
+    def __init__(
+        self, gate: str, entered: str, from_chunk: int | None = None, in_finish: bool = False
+    ):
+        super().__init__(gate=gate, entered=entered, from_chunk=from_chunk, in_finish=in_finish)
+
+    def fingerprint(self) -> dict[str, Any]:
+        return {"name": self.name, "version": self.version}
+
+    def files(self, chunk: int, samples: list[dict[str, Any]]) -> dict[str, bytes]:
+        start = self.options["from_chunk"]
+        if start is not None and chunk >= start:
+            self._hold(str(chunk))
+        return {}
+
+    def finish(self, folder: Path, chunks: Any) -> None:
+        if self.options["in_finish"]:
+            self._hold("finish")
+
+    def _hold(self, step: str) -> None:
+        Path(self.options["entered"], f"{step}.{os.getpid()}").touch()
+        while Path(self.options["gate"]).exists():
+            time.sleep(0.02)
+
+
+def register_gated_stage() -> None:
+    register_stage("gated", lambda options, recipe: GatedStage(**options))
+
+
+def entered(folder: Path) -> dict[str, set[int]]:
+    """``{step: {pids}}`` of the steps a ``GatedStage`` held (``"3"``, ``"finish"``)."""
+    out: dict[str, set[int]] = {}
+    for path in folder.iterdir():
+        step, pid = path.name.split(".")
+        out.setdefault(step, set()).add(int(pid))
+    return out
+
+
 def markers(folder: Path) -> dict[int, set[int]]:
     """``{chunk: {pids that started it}}`` from a ``SlowStage``'s markers."""
     out: dict[int, set[int]] = {}

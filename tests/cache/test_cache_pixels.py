@@ -219,9 +219,9 @@ def test_finish_keeps_an_equal_store_and_replaces_a_stale_one(tmp_path: Path, da
 
 def test_waiting_ranks_leave_finalizing_to_a_live_heartbeat(tmp_path: Path) -> None:
     layout = workdir.Layout(tmp_path)
-    assert not workdir._finalizing_elsewhere(layout)
+    assert workdir._finalizer(layout) is None
     with workdir._heartbeat(layout.finalizing, every=0.05):
-        assert layout.finalizing.is_file() and workdir._finalizing_elsewhere(layout)
+        assert layout.finalizing.is_file() and workdir._finalizer(layout) == "live"
         first = layout.finalizing.stat().st_mtime_ns
         time.sleep(0.3)
         assert layout.finalizing.stat().st_mtime_ns > first  # still beating
@@ -229,7 +229,7 @@ def test_waiting_ranks_leave_finalizing_to_a_live_heartbeat(tmp_path: Path) -> N
     layout.finalizing.touch()
     old = time.time() - workdir._FINALIZE_GRACE - 1
     os.utime(layout.finalizing, (old, old))  # a rank that died while finalizing
-    assert not workdir._finalizing_elsewhere(layout)
+    assert workdir._finalizer(layout) == "gone"
 
 
 def test_cli_pixels_flags(tmp_path: Path, data: Path) -> None:

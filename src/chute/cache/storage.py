@@ -177,9 +177,13 @@ class Storage:
     def upload_tree(self, folder: Path, last: str = "manifest.json") -> None:
         """Make the files a stage wrote under ``folder`` visible (here they already are)."""
 
-    def touch(self, path: Path) -> None:
+    def touch(self, path: Path, data: bytes | None = None) -> None:
+        """Mark ``path`` as written now (a heartbeat), with ``data`` as its content if given."""
         with contextlib.suppress(OSError):
-            path.touch()
+            if data is None:
+                path.touch()
+            else:
+                self.publish(path, [data])
 
     def delete(self, path: Path) -> None:
         path.unlink(missing_ok=True)
@@ -348,9 +352,10 @@ class RemoteStorage(Storage):
         for p in files:
             self._call("write", p, lambda fs, remote, p=p: fs.put_file(str(p), remote))
 
-    def touch(self, path: Path) -> None:
+    def touch(self, path: Path, data: bytes | None = None) -> None:
+        blob = data if data is not None else str(time.time()).encode()
         with contextlib.suppress(RemoteError):
-            self._call("write", path, lambda fs, p: fs.pipe_file(p, str(time.time()).encode()))
+            self._call("write", path, lambda fs, p: fs.pipe_file(p, blob))
 
     def delete(self, path: Path) -> None:
         super().delete(path)

@@ -26,6 +26,7 @@ from typing import Any
 
 import orjson
 
+from chute._internal.owner import Owner
 from chute.cache.config import PreprocessConfig
 from chute.cache.finalize import finalize
 from chute.cache.fingerprint import differences, digest
@@ -174,9 +175,14 @@ def finish(
             now = time.monotonic()
             # Every chunk committed when this rank finished its own: it is the last finisher.
             # A rank that waited gives the last finisher time to write the manifest first.
-            if _finalizing_elsewhere(layout):
+            finalizer = _finalizer(layout)
+            if finalizer == "live":
                 all_seen_at = now  # a live rank is finalizing (a long stage): wait for it
-            elif first or (all_seen_at is not None and now - all_seen_at >= _FINALIZE_GRACE):
+            elif (
+                first
+                or finalizer == "gone"  # it died while finalizing: nothing to wait for
+                or (all_seen_at is not None and now - all_seen_at >= _FINALIZE_GRACE)
+            ):
                 with _heartbeat(layout.finalizing, storage=layout.storage):
                     return finalize(layout, plan, stages), True
             all_seen_at = all_seen_at or now
@@ -193,28 +199,41 @@ def _complete(layout: Layout, manifest: Any, build: str) -> bool:
     return all(layout.exists(p) for p in [*files, *layout.stage_files(manifest["fingerprint"])])
 
 
-def _finalizing_elsewhere(layout: Layout) -> bool:
-    """Whether another rank's heartbeat says it is finalizing now (touched within the grace)."""
+def _finalizer(layout: Layout) -> str | None:
+    """Who holds the finalizing marker: ``"live"``, ``"gone"``, or ``None`` when none does.
+
+    ``"gone"``: its owner is provably dead (a process of this machine that runs no more, see
+    ``Owner.gone``) or its heartbeat is older than the grace, the only evidence about a process
+    on another machine (or a marker of an older chute, which names no owner). Otherwise
+    ``"live"``: a rank finalizing now, maybe in a long stage.
+    """
     age = layout.storage.age(layout.finalizing)
-    return age is not None and age < _FINALIZE_GRACE
+    if age is None:
+        return None
+    if age >= _FINALIZE_GRACE:
+        return "gone"
+    owner = Owner.parse(layout.storage.read(layout.finalizing))
+    return "gone" if owner is not None and owner.gone() else "live"
 
 
 @contextlib.contextmanager
 def _heartbeat(
     path: Path, every: float = _HEARTBEAT_SECONDS, storage: Storage | None = None
 ) -> Iterator[None]:
-    """Touch ``path`` every ``every`` seconds while the block runs; remove it after.
+    """Write ``path`` every ``every`` seconds while the block runs; remove it after.
 
-    Waiting ranks read its mtime: a fresh one means "finalizing, wait"; a stale one (the rank
-    died) lets them take over after the grace period.
+    It names this process (``Owner``). Waiting ranks read it (``_finalizer``): a fresh one
+    means "finalizing, wait"; a stale one, or one whose owner is provably dead (a process of
+    their machine that runs no more), lets them take over.
     """
     store = storage if storage is not None else Storage(path.parent)
     stop = threading.Event()
-    store.touch(path)  # before the block: waiting ranks see it from the start
+    owner = Owner.here().to_bytes()
+    store.touch(path, owner)  # before the block: waiting ranks see it from the start
 
     def beat() -> None:
         while not stop.wait(every):
-            store.touch(path)
+            store.touch(path, owner)
 
     thread = threading.Thread(target=beat, name="chute-finalize-heartbeat", daemon=True)
     thread.start()
