@@ -131,9 +131,7 @@ def processor(family: str, hf_tokenizer: Any, monkeypatch: pytest.MonkeyPatch) -
     # the processor checks each part's class against transformers' registry, and the video
     # processor's base class is only registered with torchvision installed
     monkeypatch.setattr(ProcessorMixin, "check_argument_for_proper_class", lambda *a: None)
-    cls = (
-        transformers.Qwen3VLProcessor if family == "qwen3-vl" else transformers.Qwen2VLProcessor
-    )
+    cls = transformers.Qwen3VLProcessor if family == "qwen3-vl" else transformers.Qwen2VLProcessor
     return cls(
         image_processor=image_processor(family), tokenizer=hf_tokenizer, video_processor=None
     )
@@ -247,3 +245,39 @@ def test_padded_batches_carry_the_models_positions(data: dict[str, Any], family:
     inputs = {k: v for k, v in batch.items() if k not in ("sample_ids", "image_counts")}
     with torch.no_grad():
         assert torch.isfinite(model(**inputs).loss)
+
+
+def test_chute_trainer_passes_the_3d_positions(data: dict[str, Any], tmp_path: Path) -> None:
+    pytest.importorskip("accelerate")
+    from chute.integrations.hf_trainer import ChuteTrainer, TrainerView
+
+    r = recipe(data, "qwen2-vl")
+    model = _build_model("qwen2-vl", special_ids(r)).train()
+    loader = Loader(data["images"], r, batch_size=3, plan="packed", shuffle=False)
+    batch = next(iter(loader))
+    view = next(iter(TrainerView(loader)))
+    assert view["position_ids"].shape == (4, 1, batch["input_ids"].numel())
+    model.eval()
+    with torch.no_grad():
+        assert model(**view).loss.item() == pytest.approx(
+            model(**hf_packed_inputs(batch)).loss.item(), abs=1e-6
+        )
+    seen: list[Any] = []
+    original = model.forward
+
+    def forward(**kwargs: Any) -> Any:
+        seen.append(kwargs["position_ids"].shape)
+        return original(**kwargs)
+
+    model.forward = forward
+    args = transformers.TrainingArguments(
+        output_dir=str(tmp_path),
+        max_steps=2,
+        per_device_train_batch_size=3,
+        report_to=[],
+        use_cpu=True,
+        disable_tqdm=True,
+        save_strategy="no",
+    )
+    ChuteTrainer(model=model.train(), args=args, train_loader=loader).train()
+    assert len(seen) == 2 and all(shape[0] == 4 for shape in seen)

@@ -50,8 +50,11 @@ MODEL_INPUTS = (
     "pixel_values",
     "image_grid_thw",
     "image_sizes",
+    "batch_num_images",
     "pixel_values_videos",
     "video_grid_thw",
+    "second_per_grid_ts",
+    "mm_token_type_ids",
 )
 
 
@@ -79,12 +82,10 @@ def packed_inputs(inputs: dict[str, Any]) -> dict[str, Any]:
     cache whenever ``use_cache`` is on, even in training; otherwise the samples of a row would
     attend to each other. See ``chute.collate.packed.hf_packed_inputs`` and docs/padding.md.
     """
-    out = dict(inputs)
-    for key in ("input_ids", "labels", "position_ids"):
-        if key in out:
-            out[key] = out[key].reshape(1, -1)
-    out["use_cache"] = False
-    return out
+    from chute.collate.packed import flatten_packed
+
+    # Qwen-VL's (4, rows, width) position_ids become (4, 1, rows * width), as the model takes them
+    return flatten_packed(inputs)
 
 
 class TrainerView:
