@@ -281,3 +281,28 @@ def test_chute_trainer_passes_the_3d_positions(data: dict[str, Any], tmp_path: P
     )
     ChuteTrainer(model=model.train(), args=args, train_loader=loader).train()
     assert len(seen) == 2 and all(shape[0] == 4 for shape in seen)
+
+
+@pytest.mark.parametrize("plan", ["packed", "random"])
+def test_a_cache_gives_the_positions_of_the_recipe(
+    data: dict[str, Any], tmp_path: Path, plan: str
+) -> None:
+    from chute import open_cache, preprocess
+
+    out = tmp_path / "cache"
+    preprocess(
+        sources=[str(data["images"])],
+        recipe={"tokenizer": str(data["tokenizer"]), "image_tokens": "qwen2.5-vl"},
+        cache={"workers": 1},
+        out=out,
+        progress=False,
+    )
+    r = Recipe(tokenizer=data["tokenizer"], image_tokens="qwen2.5-vl")
+    options: dict[str, Any] = {"batch_size": 3, "plan": plan, "shuffle": False}
+    if plan == "packed":
+        options["plan_options"] = {"max_length": 1024}
+    direct = next(iter(Loader(data["images"], r, **options)))
+    cached = next(iter(Loader(open_cache(out), **options)))
+    assert direct["position_ids"].shape[0] == (4 if plan == "packed" else 3)
+    for key in ("input_ids", "position_ids", "mm_token_type_ids", "image_grid_thw"):
+        np.testing.assert_array_equal(cached[key].numpy(), direct[key].numpy())
