@@ -292,12 +292,11 @@ def add_mrope(
     types = np.zeros(text.size, dtype=np.int64)
     if len(samples):
         kept = lens.tolist()
+        layouts = [rule.layout(s) for s in samples]
         rows[1:, flat] = np.concatenate(
-            [rule.positions(s)[:, :n] for s, n in zip(samples, kept, strict=True)], axis=1
+            [p[:, :n] for (p, _), n in zip(layouts, kept, strict=True)], axis=1
         )
-        types[flat] = np.concatenate(
-            [rule.token_types(s)[:n] for s, n in zip(samples, kept, strict=True)]
-        )
+        types[flat] = np.concatenate([t[:n] for (_, t), n in zip(layouts, kept, strict=True)])
     batch["position_ids"] = torch.from_numpy(rows.reshape(4, *text.shape))
     batch["mm_token_type_ids"] = torch.from_numpy(types.reshape(text.shape))
 

@@ -100,10 +100,11 @@ class Collate:
         }
         if self.positions is not None:
             rule = self.positions
+            layouts = [rule.layout(s) for s in samples]
             positions = np.zeros((3, n, width), dtype=np.int64)
-            positions[:, mask] = np.concatenate([rule.positions(s) for s in samples], axis=1)
+            positions[:, mask] = np.concatenate([p for p, _ in layouts], axis=1)
             types = np.zeros((n, width), dtype=np.int64)
-            types[mask] = np.concatenate([rule.token_types(s) for s in samples])
+            types[mask] = np.concatenate([t for _, t in layouts])
             batch["position_ids"] = torch.from_numpy(positions)
             batch["mm_token_type_ids"] = torch.from_numpy(types)
         return batch

@@ -38,6 +38,7 @@ Example:
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -99,33 +100,36 @@ class MRopePositions:
             SampleError: ``image_token_mismatch`` / ``video_token_mismatch`` when a media span
                 does not hold its grid's tokens (a sample made by another rule).
         """
-        n = len(sample[key])
-        out = np.empty((3, n), dtype=np.int64)
-        cursor, pos = 0, 0  # next token to place, next text position
-        for start, end, t, h, w, step, _ in self._blocks(sample, n):
-            gap = start - cursor
-            out[:, cursor:start] = np.arange(pos, pos + gap, dtype=np.int64)
-            pos += gap
-            # the model: (arange(t) * interval) in float32, truncated, then + the start
-            times = (np.arange(t, dtype=np.float32) * np.float32(step)).astype(np.int64)
-            block = out[:, start:end].reshape(3, t, h, w)
-            block[0] = (times + pos)[:, None, None]
-            block[1] = (np.arange(h, dtype=np.int64) + pos)[None, :, None]
-            block[2] = (np.arange(w, dtype=np.int64) + pos)[None, None, :]
-            pos += max(h, w)
-            cursor = end
-        out[:, cursor:] = np.arange(pos, pos + n - cursor, dtype=np.int64)
-        return out
+        return self.layout(sample, key)[0]
 
     def token_types(self, sample: Mapping[str, Any], key: str = "input_ids") -> np.ndarray:
         """``(length,)`` int32 modality of each token: 0 text, 1 image, 2 video.
 
         What ``transformers``' Qwen-VL processors return as ``mm_token_type_ids``.
         """
-        out = np.zeros(len(sample[key]), dtype=np.int32)
-        for start, end, *_, kind in self._blocks(sample, len(out)):
-            out[start:end] = kind
-        return out
+        return self.layout(sample, key)[1]
+
+    def layout(
+        self, sample: Mapping[str, Any], key: str = "input_ids"
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """``(positions, token_types)`` of the sample in one pass (see the two methods)."""
+        n = len(sample[key])
+        blocks = self._blocks(sample, n)
+        index = np.arange(n, dtype=np.int64)
+        types = np.zeros(n, dtype=np.int32)
+        if not blocks:
+            return np.tile(index, (3, 1)), types
+        out = np.empty((3, n), dtype=np.int64)
+        cursor, shift = 0, 0  # next token to place; text positions lag tokens by ``shift``
+        for start, end, t, h, w, step, kind in blocks:
+            out[:, cursor:start] = index[cursor:start] - shift
+            out[:, start:end] = _grid_positions(t, h, w, step) + (start - shift)
+            types[start:end] = kind
+            # the text after the block resumes at its start + max(h, w)
+            shift += end - start - max(h, w)
+            cursor = end
+        out[:, cursor:] = index[cursor:] - shift
+        return out, types
 
     def _blocks(self, sample: Mapping[str, Any], n: int) -> list[_Block]:
         """The sample's vision blocks in token order, each checked against its grid."""
@@ -168,6 +172,21 @@ class MRopePositions:
                 )
             cursor = end
         return blocks
+
+
+@functools.lru_cache(maxsize=4096)
+def _grid_positions(t: int, h: int, w: int, step: float) -> np.ndarray:
+    """``(3, t*h*w)`` positions of a ``t x h x w`` block that starts at 0 (kept per shape).
+
+    The model: ``(arange(t) * step)`` in float32, truncated; heights and widths count by 1.
+    """
+    times = (np.arange(t, dtype=np.float32) * np.float32(step)).astype(np.int64)
+    grid = np.empty((3, t, h, w), dtype=np.int64)
+    grid[0] = times[:, None, None]
+    grid[1] = np.arange(h, dtype=np.int64)[None, :, None]
+    grid[2] = np.arange(w, dtype=np.int64)[None, None, :]
+    grid.setflags(write=False)
+    return grid.reshape(3, -1)
 
 
 def _grid(item: Mapping[str, Any], kind: int) -> tuple[int, int, int]:
