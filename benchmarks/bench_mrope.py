@@ -71,7 +71,6 @@ def main() -> None:
 
         t_recompute = fastest(recompute, args.rounds)
         t_stored = fastest(read_stored, args.rounds)
-        del mapped
 
     per_row = 4096
     rows: list[int] = []
