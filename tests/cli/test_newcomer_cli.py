@@ -135,3 +135,141 @@ def test_media_allowed_roots_is_a_flag_where_the_hint_names_it(tmp_path: Path) -
     allowed = runner.invoke(app, [*args, "--media-allowed-roots", str(elsewhere)])
     assert allowed.exit_code == 0, allowed.output
     assert '"valid": 1' in allowed.output
+
+
+# -- a mixture YAML, with dotted overrides, wherever data goes ---------------------------------
+
+
+@pytest.fixture
+def mixture(tmp_path: Path) -> Path:
+    """Two datasets (a: 60 demo records with 3 planted faults; b: 40 alpaca records + 1 broken)."""
+    import json
+
+    import yaml
+
+    from chute.demo.data import write_demo_dataset, write_demo_tokenizer
+
+    write_demo_dataset(tmp_path / "a.jsonl", 60)
+    tok = write_demo_tokenizer(tmp_path / "tok") / "tokenizer.json"
+    lines = [
+        json.dumps({"instruction": f"Say {i}", "output": f"{i} " * (i % 7 + 1)}) for i in range(40)
+    ]
+    (tmp_path / "b.jsonl").write_text("\n".join([*lines, "{broken"]) + "\n")
+    path = tmp_path / "mix.yaml"
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "recipe": {"tokenizer": str(tok), "template": "chatml", "max_length": 128},
+                "datasets": {
+                    "a": {"sources": [str(tmp_path / "a.jsonl")], "weight": 0.5},
+                    "b": {
+                        "sources": [str(tmp_path / "b.jsonl")],
+                        "format": "alpaca",
+                        "weight": 0.5,
+                    },
+                },
+            }
+        )
+    )
+    return path
+
+
+def test_validate_a_mixture_runs_each_datasets_recipe(mixture: Path, tmp_path: Path) -> None:
+    import orjson
+
+    rejects = tmp_path / "rejects.jsonl"
+    result = runner.invoke(app, ["validate", str(mixture), "--rejects", str(rejects)])
+    assert result.exit_code == 0, result.output
+    assert "check: mixture" in result.output and "bad_json" in result.output
+    out = runner.invoke(app, ["validate", str(mixture), "--json"])
+    report = orjson.loads(out.stdout)
+    assert report["records"] == 101 and report["rejected"] == 4
+    assert {n: r["rejected"] for n, r in report["datasets"].items()} == {"a": 3, "b": 1}
+    assert len(rejects.read_text().splitlines()) == 4
+    # an override reaches the dataset: b read as sharegpt rejects every record, and exits 1
+    broken = runner.invoke(app, ["validate", str(mixture), "datasets.b.format=sharegpt", "-q"])
+    assert broken.exit_code == 1
+    assert "error: dataset 'b': 41 of 41 records rejected" in broken.output
+
+
+def test_recipe_flags_with_a_mixture_say_to_override_its_keys(mixture: Path) -> None:
+    result = runner.invoke(app, ["validate", str(mixture), "--max-length", "64"])
+    line = _one_line_error(result)
+    assert "is a mixture: each dataset's recipe comes from it; leave out --max-length" in line
+    assert "recipe.max_length=4096" in line
+
+
+def test_inspect_a_mixture_record_with_its_datasets_recipe(mixture: Path) -> None:
+    import orjson
+
+    args = ["inspect", str(mixture), "datasets.b.system=Be brief.", "--dataset", "b", "-i", "3"]
+    result = runner.invoke(app, [*args, "--no-color"])
+    assert result.exit_code == 0, result.output
+    assert "record 3 of 41 of dataset b; format alpaca" in result.output
+    assert "Be brief." in result.output and "Say 3" in result.output
+    shown = orjson.loads(runner.invoke(app, [*args, "--json"]).stdout)
+    assert shown["dataset"] == "b" and shown["line"] == 4
+    # without --dataset the index runs over the datasets end to end: 60 of a, then b
+    whole = orjson.loads(runner.invoke(app, ["inspect", str(mixture), "-i", "63", "--json"]).stdout)
+    assert whole["dataset"] == "b" and whole["line"] == 4
+
+
+def test_stats_takes_overrides_after_a_mixture(mixture: Path) -> None:
+    import orjson
+
+    args = ["stats", str(mixture), "--max-length", "128", "--batch-size", "4", "--json"]
+    result = runner.invoke(app, [*args, "datasets.a.weight=null", "datasets.a.samples=10"])
+    assert result.exit_code == 0, result.output
+    stats = orjson.loads(result.stdout)
+    assert stats["datasets"]["a"]["epoch_samples"] == 10
+    assert stats["input"]["overrides"] == ["datasets.a.weight=null", "datasets.a.samples=10"]
+
+
+def test_index_of_a_mixture_indexes_every_dataset(mixture: Path) -> None:
+    import orjson
+
+    result = runner.invoke(app, ["index", str(mixture), "--json"])
+    assert result.exit_code == 0, result.output
+    files = orjson.loads(result.stdout)["files"]
+    assert [(Path(f["path"]).name, f["records"]) for f in files] == [
+        ("a.jsonl", 60),
+        ("b.jsonl", 41),
+    ]
+
+
+def test_bench_a_mixture(mixture: Path) -> None:
+    pytest.importorskip("torch")
+    import orjson
+
+    args = ["bench", str(mixture), "--batch-size", "4", "--workers", "0", "--steps", "2"]
+    result = runner.invoke(app, [*args, "--profile-samples", "0", "--json", "-q"])
+    assert result.exit_code == 0, result.output
+    report = orjson.loads(result.stdout)
+    assert report["source"].startswith("MixtureSource(a: 60, b: 41)")
+    assert "from the mixture" in report["recipe"]
+
+
+def test_overrides_after_data_files_and_yaml_that_is_no_mixture_are_named(
+    mixture: Path, tmp_path: Path
+) -> None:
+    data = str(tmp_path / "a.jsonl")
+    line = _one_line_error(runner.invoke(app, ["validate", data, "recipe.max_length=64"]))
+    assert "recipe.max_length=64: dotted key=value overrides apply to a mixture YAML" in line
+    line = _one_line_error(
+        runner.invoke(app, ["stats", str(mixture), data, "--max-length", "8", "--batch-size", "2"])
+    )
+    assert f"{data}: after the mixture {mixture}, chute stats takes only dotted key=value" in line
+    config = tmp_path / "config.yaml"
+    config.write_text(f"sources: [{data}]\nrecipe: {{tokenizer: x}}\n")
+    line = _one_line_error(runner.invoke(app, ["validate", str(config)]))
+    assert "a YAML file without datasets: is neither a mixture nor data" in line
+    assert f"chute preprocess {config} --out DIR" in line
+
+
+def test_demo_names_a_mixture_given_as_data(mixture: Path, tmp_path: Path) -> None:
+    pytest.importorskip("torch")
+    result = runner.invoke(
+        app, ["demo", "--data", str(mixture), "--tokenizer", str(tmp_path / "tok")]
+    )
+    line = _one_line_error(result)
+    assert "is a mixture YAML; chute demo runs on one JSONL / JSON data file" in line

@@ -2,7 +2,8 @@
 
 MIXTURE is a mixture YAML (its datasets are read with their own recipes, each run without a
 ``max_length`` so ``--max-length`` and ``--overflow`` apply here, as for plain data) or the
-directory of caches ``chute preprocess`` built from one.
+directory of caches ``chute preprocess`` built from one, followed by any ``key=value``
+overrides of the mixture's keys (over caches: the amounts, e.g. ``datasets.alpaca.weight=0.9``).
 """
 
 from __future__ import annotations
@@ -13,20 +14,13 @@ from typing import Any
 
 import typer
 
+from chute.cli._mixture_args import MixtureArgs
 from chute.cli._options import OutputArgs
 from chute.cli._output import emit_json, fail, shown, table
 
 
-def is_mixture_input(path: str) -> bool:
-    """Whether ``path`` is a mixture YAML or the caches of a preprocessed mixture."""
-    from chute.cache.cacheset import is_cache_set
-    from chute.mixture import is_mixture_config
-
-    return is_mixture_config(path) or is_cache_set(path)
-
-
 def mixture_stats_command(
-    path: str,
+    mixture: MixtureArgs,
     options: Mapping[str, Any],
     *,
     plot: Path | None,
@@ -34,10 +28,9 @@ def mixture_stats_command(
     output: OutputArgs,
     print_plans: Callable[[dict[str, Any]], None],
 ) -> None:
-    """Compute, print (or emit as JSON) and plot the statistics of the mixture at ``path``."""
+    """Compute, print (or emit as JSON) and plot the statistics of ``mixture``."""
     from chute.cache import open_cache
-    from chute.cache.cacheset import is_cache_set
-    from chute.mixture import Mixture, open_cached_mixture, open_mixture
+    from chute.mixture import open_cached_mixture, open_mixture
     from chute.stats.mixture import mixture_stats
 
     if plot is not None:
@@ -47,13 +40,17 @@ def mixture_stats_command(
             require_matplotlib()
         except ImportError as exc:
             raise fail(str(exc)) from None
-    if is_cache_set(path):
-        opened = open_cached_mixture(open_cache(path, verify_sources=False))
+    if mixture.cached:
+        caches = open_cache(mixture.path, verify_sources=False)
+        opened = open_cached_mixture(caches, mixture.load() if mixture.overrides else None)
     else:
-        mixture = Mixture.load(path, ["recipe.max_length=null", "recipe.overflow=truncate"])
-        opened = open_mixture(mixture, cache_dir=cache_dir, progress=shown(output.progress))
+        # the recipe runs without a max_length: --max-length and --overflow apply here
+        free = MixtureArgs(
+            mixture.path, [*mixture.overrides, "recipe.max_length=null", "recipe.overflow=truncate"]
+        )
+        opened = open_mixture(free.load(), cache_dir=cache_dir, progress=shown(output.progress))
     result = mixture_stats(opened, **options)
-    result["input"] = {"mixture": path}
+    result["input"] = {"mixture": mixture.path, "overrides": mixture.overrides}
     if plot is not None:
         from chute.stats.plot import plot_mixture
 

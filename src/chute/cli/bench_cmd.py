@@ -88,7 +88,9 @@ def parse_plan_options(text: str | None) -> dict[str, Any] | None:
 @output_options
 def bench(
     paths: list[str] = typer.Argument(
-        ..., help="JSONL / JSON-array files or globs, or one cache directory (chute preprocess)."
+        ...,
+        help="JSONL / JSON-array files or globs, or one cache directory (chute preprocess), or "
+        "a mixture YAML (or its caches) and key=value overrides of its keys.",
     ),
     batch_size: int = typer.Option(..., "--batch-size", "-b", help="Samples per batch (per rank)."),
     workers: str = typer.Option("0,1,2", "--workers", help="Worker counts to try: '0,1,2', '0-4'."),
@@ -139,7 +141,9 @@ def bench(
     Example: chute bench data/*.jsonl --tokenizer qwen3/ --template qwen3 --batch-size 16
     --workers 0,1,2 --step-ms 300
     """
-    from chute.bench import BenchConfig, bench_loader
+    from chute.bench import BenchConfig
+    from chute.cache import open_cache
+    from chute.cli._mixture_args import mixture_args, refuse_recipe_flags
 
     config = BenchConfig(
         batch_size=batch_size,
@@ -153,6 +157,25 @@ def bench(
         profile_samples=profile_samples,
         plan_options=parse_plan_options(plan_option),
     )
+    mixture = mixture_args(paths, "bench")
+    if mixture is not None:
+        # each dataset's recipe, media and packed rows' length come from the mixture
+        refuse_recipe_flags(mixture, recipe)
+        if pixel_store is not None:
+            raise ConfigError("--pixel-store applies to data files or one cache, not a mixture")
+        source: Any = open_cache(mixture.path) if mixture.cached else mixture.load()
+        options: dict[str, Any] = {"media": False} if media == "off" else {}
+        if pad_to_multiple_of is not None:
+            options["pad_to_multiple_of"] = pad_to_multiple_of
+        _run(
+            source,
+            None,
+            config,
+            options,
+            output,
+            described=f"each dataset's own, from the mixture {mixture.describe()}",
+        )
+        return
     recipe.refuse_without_tokenizer("drop them to bench pre-tokenized records")
     built = recipe.build() if recipe.tokenizer is not None else None
     max_length = recipe.max_length
@@ -166,12 +189,26 @@ def bench(
             "used for rows) or --plan-option max_length=L"
         )
     source = open_source(paths, cache_dir)
-    options: dict[str, Any] = {}
+    options = {}
     if pad_to_multiple_of is not None:
         options["pad_to_multiple_of"] = pad_to_multiple_of
     stage = media_stage(source, built, media, image_size, pixel_store)
     if stage is not None:
         options["media"] = stage  # False: none (the Loader would build the recipe's default)
+    _run(source, built, config, options, output)
+
+
+def _run(
+    source: Any,
+    built: Any,
+    config: Any,
+    options: dict[str, Any],
+    output: OutputArgs,
+    *,
+    described: str | None = None,
+) -> None:
+    """Measure and print (or emit as JSON); ``described`` names the recipe (a mixture's)."""
+    from chute.bench import bench_loader
 
     def progress(line: str) -> None:
         if output.progress:
@@ -179,9 +216,10 @@ def bench(
 
     report = bench_loader(source, built, config=config, loader_options=options, progress=progress)
     if output.as_json:
-        emit_json({**report.to_json(), "recipe": repr(built) if built is not None else None})
+        recipe = described or (repr(built) if built is not None else None)
+        emit_json({**report.to_json(), "recipe": recipe})
         return
-    typer.echo(render(report, built))
+    typer.echo(render(report, built, described=described))
 
 
 def open_source(paths: list[str], cache_dir: Path | None) -> Any:
@@ -231,12 +269,18 @@ def media_stage(
     return stage_for_recipe(recipe, image_size=image_size, store=pixel_store)
 
 
-def render(report: Any, recipe: Any) -> str:
-    """The human report: one row per worker count, the stage profile, the advice."""
+def render(report: Any, recipe: Any, *, described: str | None = None) -> str:
+    """The human report: one row per worker count, the stage profile, the advice.
+
+    ``described`` names the recipe where it is no one object (a mixture: each dataset's own).
+    """
     c = report.config
+    recipe_line = (
+        f"recipe: {recipe!r}" if recipe is not None else "recipe: none (tokenized records)"
+    )
     lines = [
         f"{report.samples:,} samples in {report.source}",
-        f"recipe: {recipe!r}" if recipe is not None else "recipe: none (tokenized records)",
+        f"recipe: {described}" if described else recipe_line,
         f"media: {report.media}" if report.media else "media: none",
         f"plan {c.plan}"
         + (f" {c.plan_options}" if c.plan_options else "")

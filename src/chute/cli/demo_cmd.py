@@ -53,6 +53,7 @@ def demo(
         if recipe.tokenizer is not None:
             raise ConfigError("--tokenizer applies to --data (the generated data has its own)")
     else:
+        _refuse_mixture(data)
         if recipe.tokenizer is None:
             raise ConfigError(
                 "--data needs --tokenizer (a tokenizer.json, folder or tiktoken file)"
@@ -82,3 +83,20 @@ def demo(
     if not ok:
         typer.secho("a demo claim did not hold (see above)", fg=typer.colors.RED, err=True)
         raise typer.Exit(1)
+
+
+def _refuse_mixture(data: Path) -> None:
+    """The demo runs on one data file: a mixture YAML is named, with the commands that take it."""
+    from chute.mixture import is_mixture_config
+
+    if is_mixture_config(data):
+        raise ConfigError(
+            f"--data: {data} is a mixture YAML; chute demo runs on one JSONL / JSON data file "
+            f"(pass one of its datasets' files, with --tokenizer); the mixture itself goes to "
+            f"chute index, validate, inspect, stats, bench and preprocess ({data} [key=value ...])"
+        )
+    if data.suffix in (".yaml", ".yml"):
+        raise ConfigError(
+            f"--data: {data} is a YAML file, not data; chute demo runs on one JSONL / JSON data "
+            f"file (with --tokenizer)"
+        )

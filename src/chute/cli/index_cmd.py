@@ -28,7 +28,9 @@ def register(app: typer.Typer) -> None:
 @output_options
 def index(
     paths: list[str] = typer.Argument(
-        ..., help="JSONL / JSON-array / Parquet files, globs or URLs (s3://bucket/*.jsonl)."
+        ...,
+        help="JSONL / JSON-array / Parquet files, globs or URLs (s3://bucket/*.jsonl), or a "
+        "mixture YAML (every dataset's files) and key=value overrides of its keys.",
     ),
     cache_dir: Path | None = CACHE_DIR,
     rebuild: bool = typer.Option(
@@ -43,7 +45,11 @@ def index(
     --rebuild to time a fresh scan. A file that holds no records (e.g. a dataset_info.json a
     glob caught) is reported and skipped; the others are indexed, and the exit status is 1.
     """
-    files = expand_paths(paths)
+    from chute.cli._mixture_args import mixture_args
+    from chute.cli._mixture_views import mixture_files
+
+    mixture = mixture_args(paths, "index")
+    files = mixture_files(mixture) if mixture is not None else expand_paths(paths)
     total_bytes = sum(Path(p).stat().st_size for p in files if Path(p).is_file())
     rows: list[dict[str, Any]] = []
     t0 = time.perf_counter()

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import typer
@@ -34,9 +35,21 @@ def register(app: typer.Typer) -> None:
     }
 )
 def inspect(
-    path: str = typer.Argument(..., help="A JSONL / JSON-array data file, or a cache directory."),
+    path: str = typer.Argument(
+        ..., help="A JSONL / JSON-array data file, a cache directory, or a mixture YAML."
+    ),
+    overrides: list[str] | None = typer.Argument(
+        None,
+        help="After a mixture YAML: dotted overrides of its keys, e.g. recipe.max_length=4096.",
+    ),
     index: int = typer.Option(
         0, "--index", "-i", help="Record number (0-based; -1 = last); in a cache: sample number."
+    ),
+    dataset: str | None = typer.Option(
+        None,
+        "--dataset",
+        help="Of a mixture: the dataset whose record --index is (default: the datasets end to "
+        "end, in the mixture's order).",
     ),
     cache_dir: Path | None = CACHE_DIR,
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
@@ -49,10 +62,21 @@ def inspect(
     """Show one record rendered and tokenized, trained spans marked, with token counts.
 
     Given a cache directory, show one cached sample (decoded with the cache's tokenizer) and
-    the record it came from.
+    the record it came from. Given a mixture YAML (and any key=value overrides), show a record
+    of one of its datasets with that dataset's recipe.
     """
     from chute.cache import is_cache_dir
+    from chute.cli._mixture_args import mixture_args, refuse_recipe_flags
+    from chute.cli._mixture_views import mixture_record
 
+    mixture = mixture_args([path, *(overrides or [])], "inspect")
+    if dataset is not None and mixture is None:
+        raise ConfigError(f"--dataset applies to a mixture YAML; {path} is not one")
+    if mixture is not None:
+        refuse_recipe_flags(mixture, recipe)
+        built, source, record, name = mixture_record(mixture, index, dataset, cache_dir)
+        _show(record, source, built, as_json, color, dataset=name)
+        return
     if is_cache_dir(path):
         if recipe.given():
             raise ConfigError(
@@ -72,12 +96,27 @@ def inspect(
         raise ConfigError(
             f"--index: {index} is out of range; {path} has {len(source)} records"
         ) from None
+    _show(record, source, built, as_json, color)
+
+
+def _show(
+    record: Any,
+    source: Any,
+    built: Any,
+    as_json: bool,
+    color: bool | None,
+    *,
+    dataset: str | None = None,
+) -> None:
+    """Print ``record`` as ``built`` makes it (``dataset``: the mixture's dataset it is of)."""
+    mixed = {} if dataset is None else {"dataset": dataset}
     try:
         sample = built(record)
     except SampleError as exc:
         if as_json:
             emit_json(
                 {
+                    **mixed,
                     "path": record.path,
                     "line": record.line,
                     "index": record.index,
@@ -103,6 +142,7 @@ def inspect(
     if as_json:
         emit_json(
             {
+                **mixed,
                 "path": record.path,
                 "line": record.line,
                 "index": record.index,
@@ -122,9 +162,9 @@ def inspect(
         return
     use_color = sys.stdout.isatty() if color is None else color
     fmt = built.format_of(record)
+    of = f"record {record.index} of {len(source)}" + (f" of dataset {dataset}" if dataset else "")
     typer.secho(
-        f"{record.location}  (record {record.index} of {len(source)}; format {fmt}, template "
-        f"{built.template.name})",
+        f"{record.location}  ({of}; format {fmt}, template {built.template.name})",
         bold=True,
     )
     rule = "-" * 78

@@ -64,7 +64,9 @@ def load_lengths(
 @output_options
 def stats(
     paths: list[str] = typer.Argument(
-        ..., help="JSONL / JSON-array files or globs, or one cache directory."
+        ...,
+        help="JSONL / JSON-array files or globs, or one cache directory, or a mixture YAML (or "
+        "its caches) and key=value overrides of its keys.",
     ),
     max_length: int = typer.Option(
         ..., "--max-length", help="Longest sample fed, and the row length of packed plans."
@@ -100,9 +102,10 @@ def stats(
 ) -> None:
     """Length percentiles, a histogram, and the padding efficiency of every plan.
 
-    Given a mixture (its YAML, or the caches chute preprocess built from it): a table per
-    dataset (records, tokens, mean and p99 length, its share of an epoch's samples and tokens,
-    padding efficiency of every plan) and the plans over the epoch's selection.
+    Given a mixture (its YAML, or the caches chute preprocess built from it, then any dotted
+    key=value overrides such as datasets.alpaca.weight=0.9): a table per dataset (records,
+    tokens, mean and p99 length, its share of an epoch's samples and tokens, padding
+    efficiency of every plan) and the plans over the epoch's selection.
 
     Plans one epoch of random, grouped (length-grouped), budget (token-budget) and packed
     batches over the same lengths and reports real tokens / tokens in padded rows, steps and
@@ -111,16 +114,14 @@ def stats(
     max_length; --max-length and --overflow are applied here, to every plan alike.
     """
     from chute.cache import is_cache_dir
-    from chute.cli._mixture_stats import is_mixture_input, mixture_stats_command
+    from chute.cli._mixture_args import mixture_args, refuse_recipe_flags
+    from chute.cli._mixture_stats import mixture_stats_command
 
-    if len(paths) == 1 and is_mixture_input(paths[0]):
-        if recipe.tokenizer is not None or recipe.given():
-            raise ConfigError(
-                f"{paths[0]} is a mixture: each dataset's recipe comes from it; leave out "
-                f"--tokenizer and the other recipe options (override keys in the YAML instead)"
-            )
+    mixture = mixture_args(paths, "stats")
+    if mixture is not None:
+        refuse_recipe_flags(mixture, recipe)
         mixture_stats_command(
-            paths[0],
+            mixture,
             dict(
                 max_length=max_length,
                 batch_size=batch_size,

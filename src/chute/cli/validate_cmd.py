@@ -16,6 +16,8 @@ import typer
 
 from chute.cli._cache_views import validate_cache
 from chute.cli._data import open_data_files
+from chute.cli._mixture_args import mixture_args, refuse_recipe_flags
+from chute.cli._mixture_views import validate_mixture
 from chute.cli._options import (
     CACHE_DIR,
     RECIPE_FLAG_HELP,
@@ -58,7 +60,9 @@ class FormatCheck:
 @output_options
 def validate(
     paths: list[str] = typer.Argument(
-        ..., help="JSONL / JSON-array files or globs, or one cache directory."
+        ...,
+        help="JSONL / JSON-array files or globs, or one cache directory, or a mixture YAML and "
+        "key=value overrides of its keys.",
     ),
     rejects: Path | None = typer.Option(
         None, help="Write every rejected record (location, reason, text) to this JSONL file."
@@ -106,6 +110,11 @@ def validate(
     rejected, or when a file holds no records (it is reported and skipped, the others are
     checked); 2 on an error in the command itself.
 
+    Given a mixture YAML (then any dotted key=value overrides, e.g. recipe.max_length=4096):
+    every dataset through its own recipe, a table per dataset, then the whole; the recipe flags
+    do not apply (the YAML sets each dataset's recipe), and any dataset over --max-bad-fraction
+    exits with status 1.
+
     Given a cache directory (from chute preprocess): hash every file against its commit record,
     check lengths and sources, summarise the build's rejects; with recipe options, check the
     recipe is the one that built it. Exits with status 1 on any problem.
@@ -135,6 +144,22 @@ def validate(
             strict=strict,
             as_json=output.as_json,
             progress=shown(output.progress),
+        )
+        return
+    mixture = mixture_args(paths, "validate")
+    if mixture is not None:
+        refuse_recipe_flags(mixture, recipe)
+        validate_mixture(
+            mixture,
+            rejects=rejects,
+            workers=workers,
+            cache_dir=cache_dir,
+            decode=decode,
+            strict=strict,
+            max_bad_fraction=max_bad_fraction,
+            as_json=output.as_json,
+            progress=output.progress,
+            print_report=_print_report,
         )
         return
     caches = [p for p in paths if is_cache_dir(p)]
