@@ -1,5 +1,9 @@
 """Process pools shared by validate, preprocess, the lengths pass and the pixel store.
 
+A parent interrupted while it waits for its workers ends them with ``stop_pool`` rather than
+waiting for tasks that may never end (SIGINT sent to the parent alone, as ``timeout`` does,
+reaches no worker at all).
+
 Example:
     >>> list(process_map(abs, [-1, 2, -3], workers=1))
     [1, 2, 3]
@@ -9,6 +13,7 @@ from __future__ import annotations
 
 import multiprocessing
 import sys
+import time
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from multiprocessing.context import BaseContext
@@ -16,7 +21,7 @@ from typing import Any, TypeVar
 
 from chute._internal.spelling import Spelling, current_spelling, spelling
 
-__all__ = ["pool_context", "process_map", "process_pool"]
+__all__ = ["pool_context", "process_map", "process_pool", "stop_pool"]
 
 R = TypeVar("R")
 
@@ -70,7 +75,43 @@ def process_map(
             yield fn(*shared, item)
         return
     with process_pool(min(workers, len(items)), _hold, (fn, shared)) as pool:
-        yield from pool.map(_call_held, items)
+        try:
+            yield from pool.map(_call_held, items)
+        except KeyboardInterrupt:
+            stop_pool(pool)
+            raise
+
+
+def stop_pool(pool: ProcessPoolExecutor, grace: float = 5.0) -> None:
+    """End ``pool`` now: cancel what is queued and end its workers, never wait for their tasks.
+
+    Each worker gets SIGTERM, then SIGKILL if it still runs ``grace`` seconds later, and is
+    joined; then the pool's manager thread, which sees its workers gone and ends. For an
+    interrupt of the parent: its workers did not see it, and a normal shutdown waits for
+    their tasks, which may take minutes or never end.
+
+    Example:
+        >>> pool = process_pool(1)
+        >>> _ = pool.submit(time.sleep, 60)
+        >>> t0 = time.monotonic(); stop_pool(pool); time.monotonic() - t0 < 10
+        True
+    """
+    # no public way to the workers before Python 3.14 (terminate_workers)
+    workers = list((getattr(pool, "_processes", None) or {}).values())
+    manager = getattr(pool, "_executor_manager_thread", None)
+    pool.shutdown(wait=False, cancel_futures=True)
+    for p in workers:
+        p.terminate()
+    deadline = time.monotonic() + grace
+    for p in workers:
+        p.join(max(0.0, deadline - time.monotonic()))
+        if p.is_alive():
+            p.kill()
+            p.join(1.0)
+    if manager is not None:
+        # Until it ends, the interpreter's exit would wake it through a pipe it closed when
+        # its workers died (an "Exception ignored" traceback on Python 3.11).
+        manager.join(max(1.0, deadline - time.monotonic()))
 
 
 _HELD: dict[str, Any] = {}  # in a worker: process_map's function and shared arguments

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -104,7 +105,7 @@ def preprocess(
         raise ConfigError(f"--engine: expected one of {', '.join(ENGINES)}, got {engine!r}")
     # stdout carries the summary (or the JSON) alone: what workers print while the build runs
     # (Ray echoes its workers' and raylets' logs into the driver's stdout) goes to stderr
-    with contextlib.redirect_stdout(sys.stderr):
+    with contextlib.redirect_stdout(sys.stderr), _interruptible():
         report = run(
             config,
             out=out,
@@ -132,6 +133,20 @@ def preprocess(
         typer.echo("")
     done = "complete" if data["finalized"] else "not complete (other ranks finish it)"
     typer.echo(f"mixture caches: {data['path']} ({done}); Loader(open_cache(DIR)) reads them")
+
+
+@contextlib.contextmanager
+def _interruptible() -> Iterator[None]:
+    """An interrupt (Ctrl-C, SIGINT) ends the command with 130 and how to go on, no traceback.
+
+    By then the workers are stopped (``chute._internal.pools.stop_pool``) and every chunk
+    committed stays committed: the same command resumes.
+    """
+    try:
+        yield
+    except KeyboardInterrupt:
+        typer.echo("interrupted; run the same command to resume", err=True)
+        raise typer.Exit(130) from None
 
 
 def _print(r: dict[str, Any]) -> None:

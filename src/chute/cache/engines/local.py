@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, wait
 from typing import Any, ClassVar, TypeVar
 
-from chute._internal.pools import pool_context, process_map, process_pool
+from chute._internal.pools import pool_context, process_map, process_pool, stop_pool
 from chute.cache.engines.base import Engine, OnDone, Progress, run_chunk
 from chute.cache.writer import ChunkJob
 
@@ -119,7 +119,8 @@ def run_chunks(
 
     ``on_done`` runs in this process as chunks complete (in any order); an exception it raises,
     or one from a chunk, stops the pool (running chunks finish, queued ones are cancelled) and
-    propagates. Chunks committed before that stay committed.
+    propagates. An interrupt (``KeyboardInterrupt``) ends the workers at once, running chunks
+    included (``stop_pool``), and propagates. Chunks committed before that stay committed.
     """
     report = progress or (lambda n: None)
     if workers <= 1 or len(chunks) <= 1:
@@ -141,5 +142,8 @@ def run_chunks(
             for future in sorted(done, key=futures.__getitem__):
                 k = futures.pop(future)
                 on_done(k, future.result())
+    except KeyboardInterrupt:
+        stop_pool(pool)  # the workers never saw it (SIGINT to this process alone): end them
+        raise
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
