@@ -336,14 +336,21 @@ def test_resume_over_pairs(pairs: Path) -> None:
     assert check_resume(make, epochs=2, every=3) > 3
 
 
-def test_preference_refuses_images_for_now(tmp_path: Path) -> None:
+def test_preference_takes_images_in_the_prompt(tmp_path: Path) -> None:
     recipe = Recipe(tokenizer=tiny_tokenizer(), template="chatml", task="preference",
                     image_tokens=4, check_images=False)  # fmt: skip
     record = {"messages": [{"role": "user", "content": "<image>what?"}], "images": ["a.png"],
               "chosen": {"role": "assistant", "content": "a"},
               "rejected": {"role": "assistant", "content": "b"}}  # fmt: skip
-    with pytest.raises(ConfigError, match="preference data with images is not supported yet"):
-        recipe.process(record, path=str(tmp_path / "d.jsonl"))
+    sample = recipe.process(record, path=str(tmp_path / "d.jsonl"))
+    (image,) = sample["images"]
+    k = sample["chosen_length"]
+    assert image["span"][1] <= k and image["rejected_span"][0] >= k
+    assert (
+        image["span"][1] - image["span"][0]
+        == 4
+        == image["rejected_span"][1] - image["rejected_span"][0]
+    )
 
 
 def test_elastic_resume_over_pairs(pairs: Path) -> None:

@@ -192,6 +192,8 @@ SAMPLE_ERROR_KINDS: dict[str, str] = {
     "image_corrupt": "an image file is empty, not an image, truncated or damaged (its header or "
     "its pixels cannot be decoded)",
     "image_unsupported": "an image's size or aspect ratio is outside what the image-token rule "
+    "media_in_response": "a preference pair's or KTO record's response holds an image (or video, "
+    "audio); media belong to the prompt both sides share",
     "accepts, or the path is not a regular file (a FIFO, a device)",
     "image_too_large": "an image has more pixels (or bytes) than the configured limit, or is a "
     "decompression bomb",

@@ -22,119 +22,16 @@ transformers = pytest.importorskip("transformers")
 from chute import Loader, Recipe, open_source  # noqa: E402
 from chute.collate.packed import hf_packed_inputs  # noqa: E402
 from chute.media.positions import MRopePositions  # noqa: E402
+from qwen_vl_helpers import (  # noqa: E402
+    FAMILIES,
+    build_model,
+    processor,
+    processor_inputs,
+    special_ids,
+    tiny_model,
+)
 
 pytestmark = [pytest.mark.shared_data, pytest.mark.slow]
-
-FAMILIES = ("qwen2-vl", "qwen2.5-vl", "qwen3-vl")
-SPECIAL = ("<|image_pad|>", "<|video_pad|>", "<|vision_start|>", "<|vision_end|>")
-
-
-def _text_config(**extra: Any) -> dict[str, Any]:
-    return {
-        "vocab_size": 151936,
-        "hidden_size": 64,
-        "intermediate_size": 128,
-        "num_hidden_layers": 2,
-        "num_attention_heads": 4,
-        "num_key_value_heads": 2,
-        "initializer_range": 0.2,  # random logits far from uniform: positions change the loss
-        **extra,
-    }
-
-
-def tiny_model(family: str, ids: dict[str, int]) -> Any:
-    """A random-initialised model of ``family`` with the tokenizer's special ids, float32."""
-    key = (family, tuple(sorted(ids.items())))
-    if key not in _MODELS:
-        _MODELS[key] = _build_model(family, ids)
-    return _MODELS[key]
-
-
-_MODELS: dict[Any, Any] = {}  # one model per family for the whole module
-
-
-def _build_model(family: str, ids: dict[str, int]) -> Any:
-    torch.manual_seed(0)
-    tokens = {
-        "image_token_id": ids["<|image_pad|>"],
-        "video_token_id": ids["<|video_pad|>"],
-        "vision_start_token_id": ids["<|vision_start|>"],
-    }
-    rope = {"rope_type": "default", "rope_theta": 10000.0, "mrope_section": [2, 3, 3]}
-    vision = {
-        "depth": 1,
-        "num_heads": 2,
-        "spatial_merge_size": 2,
-        "temporal_patch_size": 2,
-        "initializer_range": 0.2,
-    }
-    if family == "qwen2-vl":
-        config: Any = transformers.Qwen2VLConfig(
-            text_config=_text_config(rope_parameters=rope),
-            vision_config={**vision, "embed_dim": 32, "hidden_size": 64, "mlp_ratio": 2},
-            **tokens,
-        )
-        cls: Any = transformers.Qwen2VLForConditionalGeneration
-    elif family == "qwen2.5-vl":
-        config = transformers.Qwen2_5_VLConfig(
-            text_config=_text_config(rope_parameters=rope),
-            vision_config={
-                **vision,
-                "hidden_size": 32,
-                "intermediate_size": 64,
-                "out_hidden_size": 64,
-                "fullatt_block_indexes": [0],
-                "tokens_per_second": 2,
-            },
-            **tokens,
-        )
-        cls = transformers.Qwen2_5_VLForConditionalGeneration
-    else:
-        config = transformers.Qwen3VLConfig(
-            text_config=_text_config(
-                head_dim=16, rope_parameters={**rope, "mrope_interleaved": True}
-            ),
-            vision_config={
-                **vision,
-                "hidden_size": 32,
-                "intermediate_size": 64,
-                "out_hidden_size": 64,
-                "patch_size": 16,
-                "num_position_embeddings": 64,
-                "deepstack_visual_indexes": [0],
-            },
-            **tokens,
-        )
-        cls = transformers.Qwen3VLForConditionalGeneration
-    config._attn_implementation = "sdpa"
-    return cls(config).eval()
-
-
-def image_processor(family: str) -> Any:
-    """The family's image processor as its released checkpoints configure it (PIL backend)."""
-    cls = transformers.Qwen2VLImageProcessorPil
-    if family == "qwen3-vl":
-        return cls(
-            patch_size=16,
-            merge_size=2,
-            size={"shortest_edge": 65536, "longest_edge": 16777216},
-            image_mean=[0.5, 0.5, 0.5],
-            image_std=[0.5, 0.5, 0.5],
-        )
-    return cls()
-
-
-def processor(family: str, hf_tokenizer: Any, monkeypatch: pytest.MonkeyPatch) -> Any:
-    """The family's processor (images and text; no video processor, which needs torchvision)."""
-    from transformers.processing_utils import ProcessorMixin
-
-    # the processor checks each part's class against transformers' registry, and the video
-    # processor's base class is only registered with torchvision installed
-    monkeypatch.setattr(ProcessorMixin, "check_argument_for_proper_class", lambda *a: None)
-    cls = transformers.Qwen3VLProcessor if family == "qwen3-vl" else transformers.Qwen2VLProcessor
-    return cls(
-        image_processor=image_processor(family), tokenizer=hf_tokenizer, video_processor=None
-    )
 
 
 @pytest.fixture(scope="module")
@@ -151,27 +48,6 @@ def data(shared_data: Path) -> dict[str, Any]:
 
 def recipe(data: dict[str, Any], family: str) -> Recipe:
     return Recipe(tokenizer=data["tokenizer"], image_tokens=family, max_length=2048)
-
-
-def special_ids(r: Recipe) -> dict[str, int]:
-    out = {}
-    for token in SPECIAL:
-        token_id = r.tokenizer.token_to_id(token)
-        assert token_id is not None, token
-        out[token] = token_id
-    return out
-
-
-def processor_inputs(proc: Any, sample: dict[str, Any], image_pad: int) -> Any:
-    """The processor's inputs for the sample's text (each image's tokens as one placeholder)."""
-    from PIL import Image
-
-    ids = np.asarray(sample["input_ids"])
-    keep = np.ones(len(ids), dtype=bool)
-    keep[1:] = ~((ids[1:] == image_pad) & (ids[:-1] == image_pad))
-    text = proc.tokenizer.decode(ids[keep].tolist())
-    images = [Image.open(item["path"]).convert("RGB") for item in sample["images"]]
-    return proc(text=[text], images=images, return_tensors="pt")
 
 
 @pytest.mark.parametrize("family", FAMILIES)
@@ -252,7 +128,7 @@ def test_chute_trainer_passes_the_3d_positions(data: dict[str, Any], tmp_path: P
     from chute.integrations.hf_trainer import ChuteTrainer, TrainerView
 
     r = recipe(data, "qwen2-vl")
-    model = _build_model("qwen2-vl", special_ids(r)).train()
+    model = build_model("qwen2-vl", special_ids(r)).train()
     loader = Loader(data["images"], r, batch_size=3, plan="packed", shuffle=False)
     batch = next(iter(loader))
     view = next(iter(TrainerView(loader)))

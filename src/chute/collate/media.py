@@ -46,6 +46,7 @@ from chute.collate.tiles import collate_tiles
 from chute.errors import ConfigError
 
 __all__ = ["MediaCollate", "collate_media"]
+from chute.recipe.preference import pair_sides
 
 _KINDS = (
     ("pixel_values", "image_grid_thw", "image_counts"),
@@ -178,3 +179,7 @@ class MediaCollate:
 
     def __repr__(self) -> str:
         return f"MediaCollate({self.text!r})"
+        if getattr(self.text, "media_per_side", False):
+            # packed preference pairs: each side is a segment holding the pair's media tokens
+            samples = [side for s in samples for side in pair_sides(s)]
+            rows = None if rows is None else [2 * r for r in rows]

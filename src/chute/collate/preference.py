@@ -13,6 +13,11 @@ collate gives each side its own tensors, padded per batch to that side's longest
     rejected_labels         [[- r - - -], [- - r r r]]
     rejected_attention_mask [[1 1 0 0 0], [1 1 1 1 1]]
 
+With images (always in the prompt both sides share) the batch carries each pair's pixels once
+(``pixel_values``, ``image_grid_thw``: the inputs of either side's forward; concatenate them
+twice for one forward over chosen and rejected rows, as TRL does), and with a Qwen-VL recipe
+each side's ``chosen_position_ids`` / ``rejected_position_ids`` and ``*_mm_token_type_ids``.
+
 Packed (``plan="packed"``), each pair is two segments of one row, chosen then rejected, with
 ``PackedCollate``'s ``position_ids`` / ``cu_seqlens``, plus ``pair_index`` (the pair of each
 token in the batch, -1 for padding) and ``chosen_mask`` (True on chosen tokens), enough to sum
@@ -44,6 +49,7 @@ import numpy as np
 from chute._internal.lazy_torch import require_torch
 from chute.collate.packed import PackedCollate
 from chute.collate.padded import IGNORE_INDEX, Collate
+from chute.media.positions import MRopePositions
 from chute.recipe.preference import pair_sides
 
 __all__ = ["KTOCollate", "PackedPreferenceCollate", "PreferenceCollate"]
@@ -56,6 +62,8 @@ class PreferenceCollate:
         pad_id: the token id of padding.
         pad_to_multiple_of: round each side's padded length up to a multiple of this.
         label_pad_id: the label of padding positions.
+        positions: a ``chute.media.positions.MRopePositions``: each side gets its 3-D
+            positions (``chosen_position_ids``, ``rejected_mm_token_type_ids``, ...).
     """
 
     def __init__(
@@ -63,8 +71,9 @@ class PreferenceCollate:
         pad_id: int = 0,
         pad_to_multiple_of: int | None = None,
         label_pad_id: int = IGNORE_INDEX,
+        positions: MRopePositions | None = None,
     ):
-        self.pad = Collate(pad_id, pad_to_multiple_of, label_pad_id)
+        self.pad = Collate(pad_id, pad_to_multiple_of, label_pad_id, positions=positions)
 
     def __call__(self, samples: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         sides = [pair_sides(dict(s)) for s in samples]
@@ -82,8 +91,12 @@ class PackedPreferenceCollate(PackedCollate):
     """Pairs packed into rows, each pair two segments (see the module docstring).
 
     Takes ``PackedCollate``'s arguments; ``max_length`` is the row length (a pair needs room
-    for both sides: the loader's default is twice the recipe's ``max_length``).
+    for both sides: the loader's default is twice the recipe's ``max_length``). A pair's images
+    appear in both of its segments, so ``MediaCollate`` gives their pixels once per side, in
+    token order (decoded once per pair).
     """
+
+    media_per_side = True  # MediaCollate: the media of each side, in token order
 
     def __call__(
         self, samples: Sequence[Mapping[str, Any]], rows: Sequence[int] | None = None

@@ -150,23 +150,16 @@ def default_collate(
     ``positions``: the 3-D positions of a Qwen-VL family (``positions_of``), else 1-D.
     """
     if isinstance(planner, PackedPlanner):  # rows max_length wide, or as wide as the fullest
-        if task == "preference":
-            collate: Any = PackedPreferenceCollate(
-                planner.max_length,
-                pad_id,
-                pad_to_max_length=pad_to_multiple_of is None,
-                pad_to_multiple_of=pad_to_multiple_of,
-            )
-        else:
-            collate = PackedCollate(
-                planner.max_length,
-                pad_id,
-                pad_to_max_length=pad_to_multiple_of is None,
-                pad_to_multiple_of=pad_to_multiple_of,
-                positions=positions,
-            )
+        kind: Any = PackedPreferenceCollate if task == "preference" else PackedCollate
+        collate: Any = kind(
+            planner.max_length,
+            pad_id,
+            pad_to_max_length=pad_to_multiple_of is None,
+            pad_to_multiple_of=pad_to_multiple_of,
+            positions=positions,
+        )
     elif task == "preference":
-        collate = PreferenceCollate(pad_id, pad_to_multiple_of)
+        collate = PreferenceCollate(pad_id, pad_to_multiple_of, positions=positions)
     else:
         collate = Collate(pad_id, pad_to_multiple_of, positions=positions)
     return KTOCollate(collate) if task == "kto" else collate

@@ -203,7 +203,13 @@ class MediaStage:
             if n is None:
                 n = self.fixed_tokens if kind == "image" and self.fixed_tokens else None
             start, end = ref["span"]
-            span = ids[start:end]
+            # a Qwen3-VL video: its tokens are runs, one per frame group, between timestamps
+            runs = ref.get("frame_spans") or [[start, end]]
+            if "rejected_span" in ref:  # a preference pair: the same tokens again, on the other side
+                shift = int(ref["rejected_span"][0]) - int(start)
+                runs = [*runs, *([a + shift, b + shift] for a, b in runs)]
+                n = None if n is None else 2 * n
+            held = sum(b - a for a, b in runs)
             if n is None:
                 n = end - start  # nothing to compare with: trust the recipe's count
             if end - start != n or (token_id is not None and not bool((span == token_id).all())):

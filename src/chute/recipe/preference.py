@@ -33,12 +33,12 @@ Example:
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 
-from chute._internal.spelling import spell_set
-from chute.errors import ConfigError
+from chute.errors import SampleError
 from chute.recipe.encode import IGNORE, Encoded
 from chute.sample.conversation import Conversation
 from chute.templates import Rendered
@@ -48,6 +48,7 @@ __all__ = [
     "mark_response",
     "pair_sample",
     "pair_sides",
+    "prompt_media",
     "response_rendered",
     "share_prompt",
     "train_after_prompt",
@@ -64,21 +65,31 @@ def mark_response(conv: Conversation, response: int) -> Conversation:
     return conv
 
 
-def response_rendered(rendered: Rendered, side: str) -> Rendered:
+def response_rendered(rendered: Rendered, media_tokens: Mapping[str, str]) -> Rendered:
     """Everything from the first trained character to the end is trained (TRL's rule).
 
+    Media stay where they are, but only in the prompt: both sides of a pair show the same
+    images, which are decoded once per pair.
+
     Raises:
-        ConfigError: the conversation has media (preference pairs take text only, for now).
+        SampleError: ``media_in_response``: a media item after the prompt.
     """
-    if rendered.media:
-        raise ConfigError(
-            f"{spell_set('task', 'preference')} / {spell_set('task', 'kto')}: the {side} "
-            f"conversation has media; preference data with images is not supported yet (use "
-            f"{spell_set('task', 'sft')}, or drop the images)"
-        )
     if not rendered.spans:
         return rendered
-    return Rendered(rendered.text, [(rendered.spans[0][0], len(rendered.text))], [])
+    start = rendered.spans[0][0]
+    if len(rendered.media) > prompt_media(rendered.text[:start], media_tokens):
+        raise SampleError(
+            "media_in_response",
+            f"a response holds media ({', '.join(p.kind for p in rendered.media)} in the "
+            f"conversation); in preference and KTO data the images belong to the prompt, "
+            f"which both sides share",
+        )
+    return Rendered(rendered.text, [(start, len(rendered.text))], rendered.media)
+
+
+def prompt_media(prompt: str, media_tokens: Mapping[str, str]) -> int:
+    """How many media items the prompt text holds (each is one media token in the text)."""
+    return sum(prompt.count(token) for token in set(media_tokens.values()))
 
 
 def train_after_prompt(enc: Encoded, prompt_ids: list[int]) -> Encoded:
@@ -119,28 +130,81 @@ def _trained(enc: Encoded) -> bool:
 
 
 def pair_sample(chosen: Encoded, rejected: Encoded) -> dict[str, Any]:
-    """The sample of a pair: both sequences back to back, ``chosen_length`` between them."""
+    """The sample of a pair: both sequences back to back, ``chosen_length`` between them.
+
+    Media (always in the shared prompt) are listed once, as the chosen side has them, each
+    with ``rejected_span``: where its tokens lie in the rejected side (in the pair's
+    ``input_ids``). The media stage decodes each item once and checks both spans.
+
+    Raises:
+        SampleError: ``too_long`` when truncation left the two sides different media.
+    """
+    k = len(chosen.ids)
+    if [_media_key(m) for m in chosen.media] != [_media_key(m) for m in rejected.media]:
+        raise SampleError(
+            "too_long",
+            f"the pair's two sides keep different media after max_length cut them "
+            f"({len(chosen.media)} and {len(rejected.media)} items); raise max_length",
+        )
+    kinds: dict[str, list[dict[str, Any]]] = {"image": [], "video": [], "audio": []}
+    for mine, theirs in zip(chosen.media, rejected.media, strict=True):
+        item = {key: value for key, value in mine.items() if key != "kind"}
+        item["rejected_span"] = [theirs["span"][0] + k, theirs["span"][1] + k]
+        kinds[mine["kind"]].append(item)
     return {
         "input_ids": np.concatenate([chosen.ids, rejected.ids]),
         "labels": np.concatenate([chosen.labels, rejected.labels]),
         "length": len(chosen.ids) + len(rejected.ids),
-        "chosen_length": len(chosen.ids),
-        "images": [],
-        "videos": [],
-        "audios": [],
-        "num_image_tokens": 0,
+        "chosen_length": k,
+        "images": kinds["image"],
+        "videos": kinds["video"],
+        "audios": kinds["audio"],
+        "num_image_tokens": 2 * sum(int(m["num_tokens"]) for m in kinds["image"]),
         "truncated": chosen.truncated or rejected.truncated,
     }
 
 
-def pair_sides(sample: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
-    """``(chosen, rejected)``: each side's ``input_ids`` and ``labels`` (views, no copies)."""
+def _media_key(item: Mapping[str, Any]) -> tuple[Any, ...]:
+    return item["kind"], item.get("path"), item["span"][1] - item["span"][0]
+
+
+def pair_sides(sample: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """``(chosen, rejected)``: each side's ``input_ids`` and ``labels`` (views, no copies).
+
+    With media, each side gets ``images`` / ``videos`` / ``audios`` with its own ``span`` (the
+    same items, so a model sees the same pixels for both), and the media stage's outputs
+    (``pixel_values``, ``image_grid_thw``, ...) are given to both sides.
+    """
     k = int(sample["chosen_length"])
     ids = sample["input_ids"]
     labels = sample.get("labels")
     if labels is None:
         labels = ids
-    return (
-        {"input_ids": ids[:k], "labels": labels[:k]},
-        {"input_ids": ids[k:], "labels": labels[k:]},
-    )
+    chosen: dict[str, Any] = {"input_ids": ids[:k], "labels": labels[:k]}
+    rejected: dict[str, Any] = {"input_ids": ids[k:], "labels": labels[k:]}
+    for key in MEDIA_REFS:
+        refs = sample.get(key)
+        if not refs:
+            continue
+        chosen[key] = refs
+        rejected[key] = [
+            {**ref, "span": [ref["rejected_span"][0] - k, ref["rejected_span"][1] - k]}
+            for ref in refs
+        ]
+    for key in MEDIA_OUTPUTS:
+        if key in sample:
+            chosen[key] = rejected[key] = sample[key]
+    return chosen, rejected
+
+
+# Where a sample lists its media, and what the media stage adds for them.
+MEDIA_REFS = ("images", "videos", "audios")
+MEDIA_OUTPUTS = (
+    "pixel_values",
+    "image_grid_thw",
+    "image_sizes",
+    "pixel_values_videos",
+    "video_grid_thw",
+    "second_per_grid_ts",
+    "audio_values",
+)

@@ -505,7 +505,7 @@ class Recipe:
     ) -> Encoded:
         rendered = self.template.render(conv, self._ctx)
         if side is not None:  # preference: trained from the response's start to the end
-            rendered = response_rendered(rendered, side)
+            rendered = response_rendered(rendered, self.media.tokens)
         slots = self.media.slots(rendered.media, path) if rendered.media else None
         enc = encode(
             rendered, self.tokenizer, self.media.tokens, slots, self.media.guard, need=self._need
@@ -514,7 +514,13 @@ class Recipe:
             text = rendered.text[: rendered.spans[0][0]]
             prompt = None if prompts is None else prompts.get(text)
             if prompt is None:  # both sides of a pair share it: encoded once
-                prompt = self.tokenizer.encode(text)
+                if rendered.media:  # they expand as in the whole text (all lie in the prompt)
+                    prompt_only = Rendered(text, [], rendered.media)
+                    prompt = encode(
+                        prompt_only, self.tokenizer, self.media.tokens, slots, self.media.guard
+                    ).ids.tolist()
+                else:
+                    prompt = self.tokenizer.encode(text)
                 if prompts is not None:
                     prompts[text] = prompt
             enc = train_after_prompt(enc, prompt)
