@@ -111,3 +111,108 @@ def test_xtuner_concat_dataset_without_xtuner_installed(shared_data: Path, tmp_p
     assert [d.recipe_options["format"] for d in mix] == ["alpaca", "messages"]
     assert all(d.weight is None and d.repeat is None for d in mix)  # each once: ConcatDataset
     assert mix.recipe == {"tokenizer": "tok.json", "max_length": 2048}
+
+
+# -- every key dropped or approximated is a warning and a comment (issue 27) -------------------
+
+
+@pytest.fixture
+def lf_folder(tmp_path: Path) -> Path:
+    """A LLaMA-Factory data folder: dataset_info.json with one local alpaca dataset."""
+    import json
+
+    data = tmp_path / "lf" / "data"
+    data.mkdir(parents=True)
+    (data / "dataset_info.json").write_text(json.dumps({"mini": {"file_name": "mini.json"}}))
+    records = [{"instruction": f"Say {i}", "input": "", "output": str(i)} for i in range(5)]
+    (data / "mini.json").write_text(json.dumps(records))
+    return data
+
+
+def _train_yaml(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "train.yaml"
+    path.write_text(text)
+    return path
+
+
+def test_without_a_data_folder_the_error_names_dataset_dir(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    train = _train_yaml(tmp_path, "dataset: mini\n")
+    result = runner.invoke(app, ["migrate", "llamafactory", str(train)])
+    assert result.exit_code == 2
+    assert "Traceback" not in result.output
+    line = result.output.strip()
+    assert line.startswith("error: --dataset-dir: no data/dataset_info.json")
+    assert "pass --dataset-dir with LLaMA-Factory's data folder" in line
+    assert "or --dataset-info with the file" in line
+
+
+def test_a_hub_model_id_warns_and_tokenizer_replaces_it(lf_folder: Path, tmp_path: Path) -> None:
+    hub = "Qwen/Qwen3-4B-Instruct-2507"
+    train = _train_yaml(tmp_path, f"model_name_or_path: {hub}\ndataset: mini\n")
+    out = tmp_path / "mix.yaml"
+    args = ["migrate", "llamafactory", str(train), "--dataset-dir", str(lf_folder), "-o", str(out)]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    warning = f"warning: model_name_or_path: {hub}: needs a local copy: kept as recipe.tokenizer"
+    assert warning in result.output and "pass --tokenizer DIR" in result.output
+    assert f"#   model_name_or_path: {hub}: needs a local copy" in out.read_text()
+    local = tmp_path / "tok"
+    local.mkdir()
+    result = runner.invoke(app, [*args, "--tokenizer", str(local)])
+    assert result.exit_code == 0, result.output
+    assert "warning" not in result.output
+    assert Mixture.load(out).recipe["tokenizer"] == str(local)
+
+
+def test_qwen3_nothink_and_image_max_pixels_are_mapped_and_noted(
+    lf_folder: Path, tmp_path: Path
+) -> None:
+    train = _train_yaml(
+        tmp_path,
+        f"model_name_or_path: {tmp_path}\ndataset: mini\ntemplate: qwen3_nothink\n"
+        "image_max_pixels: 262144\npacking: true\nmax_samples: 3\n",
+    )
+    out = tmp_path / "mix.yaml"
+    args = ["migrate", "llamafactory", str(train), "--dataset-dir", str(lf_folder), "-o", str(out)]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    mix = Mixture.load(out)
+    assert mix.recipe["template"] == "chatml"  # Qwen3's markup without think blocks
+    assert mix.recipe["image_tokens"]["max_pixels"] == 262144
+    warnings = [ln for ln in result.output.splitlines() if ln.startswith("warning: ")]
+    keys = [ln.removeprefix("warning: ").split(":")[0] for ln in warnings]
+    assert keys == ["max_samples", "template", "image_max_pixels", "packing"]
+    assert warnings[1].startswith("warning: template: qwen3_nothink: approximated: chatml: ")
+    assert "dropped: a loader option" in warnings[3]
+    comments = [ln for ln in out.read_text().splitlines() if ln.startswith("#   ")]
+    assert [c.removeprefix("#   ") for c in comments] == [
+        w.removeprefix("warning: ") for w in warnings
+    ]
+
+
+def test_migrate_llamafactory_in_python_returns_the_notes(lf_folder: Path) -> None:
+    from chute.mixture.migrate import migrate_llamafactory
+
+    migration = migrate_llamafactory(
+        {"dataset": "mini", "template": "qwen3", "model_name_or_path": "org/model"},
+        dataset_dir=lf_folder,
+        tokenizer="tok/",
+    )
+    assert migration.mixture.recipe["tokenizer"] == "tok/"
+    assert [(n.key, n.kind) for n in migration.notes] == [("template", "approximated")]
+    assert "think_every_turn: true" in migration.notes[0].text
+    assert from_llamafactory({"dataset": "mini"}, dataset_dir=lf_folder).recipe is None
+
+
+def test_xtuner_without_a_tokenizer_warns(tmp_path: Path) -> None:
+    for name in ("a", "b"):
+        (tmp_path / f"{name}.jsonl").write_text('{"instruction": "hi", "output": "ho"}\n')
+    config = tmp_path / "cfg.py"
+    config.write_text(XTUNER.format(alpaca=tmp_path / "a.jsonl", openai=tmp_path / "b.jsonl"))
+    result = runner.invoke(app, ["migrate", "xtuner", str(config)])
+    assert result.exit_code == 0, result.output
+    assert "warning: tokenizer: null: dropped: XTuner's is a Hub model object" in result.output
+    assert "pass --tokenizer DIR" in result.output

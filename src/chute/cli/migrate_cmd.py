@@ -10,9 +10,12 @@ stats`` and ``Loader("mixture.yaml")``. What maps to what: docs/mixtures.md.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import typer
 
+from chute._internal.spelling import spelling
+from chute.cli._options import FLAGS
 from chute.cli._output import guarded
 
 migrate_app = typer.Typer(
@@ -25,7 +28,17 @@ def register(app: typer.Typer) -> None:
     app.add_typer(migrate_app, name="migrate")
 
 
-def _write(text: str, out: Path | None) -> None:
+# How errors name migrate's own options on the command line.
+_MIGRATE_FLAGS = FLAGS.with_names(
+    {"dataset_dir": "--dataset-dir", "dataset_info": "--dataset-info", "tokenizer": "--tokenizer"}
+)
+
+
+def _write(migration: Any, out: Path | None) -> None:
+    """Each note as a warning on stderr, then the YAML (its notes as comments atop it)."""
+    for note in migration.notes:
+        typer.secho(f"warning: {note.line()}", err=True, fg=typer.colors.YELLOW)
+    text = migration.to_yaml()
     if out is None:
         typer.echo(text, nl=False)
         return
@@ -38,18 +51,34 @@ def _write(text: str, out: Path | None) -> None:
 def llamafactory(
     config: Path = typer.Argument(..., help="LLaMA-Factory training YAML (its data arguments)."),
     dataset_dir: Path | None = typer.Option(
-        None, "--dataset-dir", help="The data folder (default: the YAML's dataset_dir, or data)."
+        None,
+        "--dataset-dir",
+        help="LLaMA-Factory's data folder, holding dataset_info.json (default: the YAML's "
+        "dataset_dir, else data, from the current directory).",
     ),
     dataset_info: Path | None = typer.Option(
         None, "--dataset-info", help="dataset_info.json (default: in the data folder)."
     ),
+    tokenizer: str | None = typer.Option(
+        None,
+        "--tokenizer",
+        help="The run-wide tokenizer: a local folder or tokenizer.json (default: the YAML's "
+        "model_name_or_path, kept with a warning where it is a Hub id chute cannot load).",
+    ),
     out: Path | None = typer.Option(None, "--out", "-o", help="Write the mixture YAML here."),
 ) -> None:
-    """A mixture of the run's datasets: formats, columns, tags, amounts, val hold-outs."""
-    from chute.mixture.migrate import from_llamafactory
+    """A mixture of the run's datasets: formats, columns, tags, amounts, val hold-outs.
 
-    mixture = from_llamafactory(config, dataset_dir=dataset_dir, dataset_info=dataset_info)
-    _write(mixture.to_yaml(), out)
+    Every key it drops or approximates (a Hub tokenizer id, a template chute renders a little
+    differently, packing, ...) is a warning on stderr and a comment atop the YAML.
+    """
+    from chute.mixture.migrate import migrate_llamafactory
+
+    with spelling(_MIGRATE_FLAGS):
+        migration = migrate_llamafactory(
+            config, dataset_dir=dataset_dir, dataset_info=dataset_info, tokenizer=tokenizer
+        )
+    _write(migration, out)
 
 
 @migrate_app.command("xtuner")
@@ -62,7 +91,8 @@ def xtuner(
     out: Path | None = typer.Option(None, "--out", "-o", help="Write the mixture YAML here."),
 ) -> None:
     """A mixture of an XTuner ConcatDataset's datasets (each once per epoch)."""
-    from chute.mixture.migrate import from_xtuner
+    from chute.mixture.migrate import migrate_xtuner
 
-    mixture = from_xtuner(config, recipe={"tokenizer": tokenizer} if tokenizer else None)
-    _write(mixture.to_yaml(), out)
+    with spelling(_MIGRATE_FLAGS):
+        migration = migrate_xtuner(config, recipe={"tokenizer": tokenizer} if tokenizer else None)
+    _write(migration, out)

@@ -15,6 +15,12 @@
                                                                   content hash
     num_samples: N    (dataset_info) N records, resampled         samples: N
 
+Keys a mixture cannot carry over exactly (a Hub tokenizer id, a template chute renders a little
+differently, ``packing``, ...) are noted: ``migrate_llamafactory`` and ``migrate_xtuner`` return
+the mixture with its ``Note``s (``chute.mixture.migration``), which ``chute migrate`` prints as
+warnings and writes as comments atop the YAML; the recipe keys are mapped in
+``chute.mixture.llamafactory``.
+
 ``from_xtuner(config)`` reads an XTuner ``ConcatDataset`` (each dataset once, end to end): the
 ``train_dataset`` dict of a config, or the config file itself (evaluated with stand-ins for
 XTuner's imports, so XTuner need not be installed). See docs/guides/migrate-*.md.
@@ -37,17 +43,24 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-import orjson
 import yaml
 
+from chute._internal.spelling import spell
 from chute.errors import ConfigError
 from chute.formats import FormatSpec
 from chute.mixture.dataset import Dataset
+from chute.mixture.llamafactory import amount_notes, dropped_notes, lf_recipe, read_dataset_info
+from chute.mixture.migration import Migration, Note
 from chute.mixture.mixture import Mixture
 
-__all__ = ["from_llamafactory", "from_xtuner", "load_xtuner_config"]
+__all__ = [
+    "from_llamafactory",
+    "from_xtuner",
+    "load_xtuner_config",
+    "migrate_llamafactory",
+    "migrate_xtuner",
+]
 
-_BUILTIN_TEMPLATES = {"qwen3", "llama3", "llama2", "mistral", "vicuna", "alpaca", "chatml"}
 _LF_REMOTE = ("hf_hub_url", "ms_hub_url", "om_hub_url", "script_url", "cloud_file_name")
 
 
@@ -62,26 +75,43 @@ def from_llamafactory(
     *,
     dataset_dir: str | os.PathLike[str] | None = None,
     dataset_info: str | os.PathLike[str] | None = None,
+    tokenizer: str | os.PathLike[str] | None = None,
 ) -> Mixture:
     """A mixture equivalent to a LLaMA-Factory run's data arguments (see the module docstring).
+
+    ``migrate_llamafactory`` takes the same arguments and also returns the notes on every key
+    not carried over exactly.
 
     Args:
         args: the training YAML (path or mapping), or just its data keys.
         dataset_dir: overrides ``args["dataset_dir"]`` (LLaMA-Factory's default ``data``).
         dataset_info: the ``dataset_info.json`` (default: in ``dataset_dir``).
+        tokenizer: a local tokenizer (folder or file) for the recipe, instead of
+            ``model_name_or_path`` (often a Hub id, which chute cannot download).
 
     Raises:
-        ConfigError: unknown datasets, hub datasets (chute reads local files), a mix strategy
-            or probabilities it cannot map; each named.
+        ConfigError: no ``dataset_info.json``, unknown datasets, hub datasets (chute reads
+            local files), a mix strategy or probabilities it cannot map; each named.
     """
+    return migrate_llamafactory(
+        args, dataset_dir=dataset_dir, dataset_info=dataset_info, tokenizer=tokenizer
+    ).mixture
+
+
+def migrate_llamafactory(
+    args: Mapping[str, Any] | str | os.PathLike[str],
+    *,
+    dataset_dir: str | os.PathLike[str] | None = None,
+    dataset_info: str | os.PathLike[str] | None = None,
+    tokenizer: str | os.PathLike[str] | None = None,
+) -> Migration:
+    """``from_llamafactory``'s mixture, with a ``Note`` on each key not carried over exactly."""
+    source = "" if isinstance(args, Mapping) else os.fspath(args)
     if not isinstance(args, Mapping):
-        args = yaml.safe_load(Path(args).read_text(encoding="utf-8")) or {}
+        args = _read_yaml(args)
     folder = Path(dataset_dir or args.get("dataset_dir") or "data")
     info_path = Path(dataset_info) if dataset_info else folder / "dataset_info.json"
-    try:
-        info = orjson.loads(info_path.read_bytes())
-    except (OSError, orjson.JSONDecodeError) as exc:
-        raise ConfigError(f"cannot read {info_path} ({exc})", param="dataset_info") from None
+    info = read_dataset_info(info_path, given=dataset_info is not None, folder=folder, args=args)
     names = _names(args.get("dataset"))
     if not names:
         raise ConfigError("no datasets: set dataset (a comma-separated list)", param="dataset")
@@ -135,8 +165,24 @@ def from_llamafactory(
         )
     if val is not None:
         datasets = [_with_val(d, val, datasets) for d in datasets]
-    recipe = _lf_recipe(args, folder)
-    return Mixture(datasets, recipe=recipe, epoch_samples=epoch)
+    recipe, notes = lf_recipe(
+        args, media_root=str(args.get("media_dir") or folder), tokenizer=tokenizer
+    )
+    notes = amount_notes(args, strategy) + notes + dropped_notes(args)
+    return Migration(Mixture(datasets, recipe=recipe, epoch_samples=epoch), notes, source)
+
+
+def _read_yaml(path: str | os.PathLike[str]) -> dict[str, Any]:
+    try:
+        data = yaml.safe_load(Path(path).read_text(encoding="utf-8")) or {}
+    except (yaml.YAMLError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{path} is not valid YAML: {exc}", param="config") from None
+    if not isinstance(data, Mapping):
+        raise ConfigError(
+            f"{path} holds a YAML {type(data).__name__}, not the mapping of a training YAML",
+            param="config",
+        )
+    return dict(data)
 
 
 def _records(ds: Dataset) -> int:
@@ -165,23 +211,6 @@ def _with_val(ds: Dataset, val: float | int, everything: list[Dataset]) -> Datas
         sizes = {d.name: _records(d) for d in everything}
         data["val"] = max(1, round(int(val) * sizes[ds.name] / sum(sizes.values())))
     return Dataset.from_dict(ds.name, data)
-
-
-def _lf_recipe(args: Mapping[str, Any], folder: Path) -> dict[str, Any] | None:
-    model = args.get("model_name_or_path")
-    if not model:
-        return None
-    recipe: dict[str, Any] = {"tokenizer": str(model)}
-    template = args.get("template")
-    recipe["template"] = template if template in _BUILTIN_TEMPLATES else None
-    if args.get("cutoff_len"):
-        recipe["max_length"] = int(args["cutoff_len"])
-    recipe["media_root"] = str(args.get("media_dir") or folder)
-    if args.get("train_on_prompt"):
-        recipe["train_on"] = "all"
-    elif args.get("mask_history"):
-        recipe["train_on"] = "last"
-    return recipe
 
 
 # -- XTuner ------------------------------------------------------------------------------------
@@ -261,6 +290,14 @@ def from_xtuner(
         recipe: the run-wide recipe (default: ``max_length`` from the config, no tokenizer:
             add ``tokenizer`` before loading).
     """
+    return migrate_xtuner(config, recipe=recipe).mixture
+
+
+def migrate_xtuner(
+    config: Mapping[str, Any] | str | os.PathLike[str], *, recipe: Mapping[str, Any] | None = None
+) -> Migration:
+    """``from_xtuner``'s mixture, with a ``Note`` when it has no tokenizer (so no recipe)."""
+    source = "" if isinstance(config, Mapping) else os.fspath(config)
     if not isinstance(config, Mapping):
         config = load_xtuner_config(config)
     top = config.get("train_dataset", config)
@@ -281,7 +318,20 @@ def from_xtuner(
     run = dict(recipe or {})
     if max_length and "max_length" not in run:
         run["max_length"] = int(max_length)
-    return Mixture(datasets, recipe=run if "tokenizer" in run else None)
+    notes = []
+    if "tokenizer" not in run:
+        notes.append(
+            Note(
+                "tokenizer",
+                None,
+                "dropped",
+                f"XTuner's is a Hub model object; without {spell('tokenizer')} the mixture has "
+                f"no recipe, so its records would be read as already tokenized: pass "
+                f"{spell('tokenizer')} DIR (a local tokenizer folder or tokenizer.json)",
+            )
+        )
+    mixture = Mixture(datasets, recipe=run if "tokenizer" in run else None)
+    return Migration(mixture, notes, source)
 
 
 def _xtuner_part(part: Mapping[str, Any], k: int) -> tuple[str, list[str], dict[str, Any]]:
