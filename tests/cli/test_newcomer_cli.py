@@ -86,7 +86,7 @@ def test_a_bug_keeps_its_traceback(monkeypatch: pytest.MonkeyPatch, tmp_path: Pa
     def broken(*args: object, **kwargs: object) -> None:
         raise KeyError("a bug")
 
-    monkeypatch.setattr(migrate, "from_xtuner", broken)
+    monkeypatch.setattr(migrate, "migrate_xtuner", broken)
     script = tmp_path / "x.py"
     script.write_text("x = 1\n")
     result = runner.invoke(app, ["migrate", "xtuner", str(script)])
