@@ -171,6 +171,8 @@ SAMPLE_ERROR_KINDS: dict[str, str] = {
     "too_deep": "JSON nesting is deeper than the parser allows",
     "not_an_object": "the record is valid JSON but not an object",
     "empty_record": "a JSON array element is empty (e.g. a trailing comma)",
+    "record_too_large": "the record's bytes exceed max_record_bytes (known from the index: the "
+    "record is rejected unread)",
     # Recipe: record shape (formats)
     "unknown_format": "no format adapter recognises the record's keys (set the format, or the columns)",
     "missing_field": "a field the record's format requires is absent (for pre-tokenized samples: "
@@ -180,6 +182,8 @@ SAMPLE_ERROR_KINDS: dict[str, str] = {
     "empty_conversation": "the record holds no message (or only a system message, or empty text)",
     "bad_role_order": "messages are not in a trainable order (user, assistant, user, ...)",
     "unknown_role": "a message's role is not one the format's role mapping knows (set the tags)",
+    "too_many_turns": "the record holds more messages (or one message more content parts) than "
+    "max_turns; rejected before its messages are built",
     # Recipe: template and tokens
     "template_error": "the chat template raised, cannot express the conversation, or its output "
     "cannot be aligned with the messages",
@@ -188,12 +192,12 @@ SAMPLE_ERROR_KINDS: dict[str, str] = {
     # Recipe: media references
     "image_placeholder_mismatch": "the number of <image>/<video>/<audio> placeholders differs from "
     "the number of media the record lists",
+    "media_in_response": "a preference pair's or KTO record's response holds an image (or video, "
+    "audio); media belong to the prompt both sides share",
     "image_missing": "an image file does not exist (or is a directory)",
     "image_corrupt": "an image file is empty, not an image, truncated or damaged (its header or "
     "its pixels cannot be decoded)",
     "image_unsupported": "an image's size or aspect ratio is outside what the image-token rule "
-    "media_in_response": "a preference pair's or KTO record's response holds an image (or video, "
-    "audio); media belong to the prompt both sides share",
     "accepts, or the path is not a regular file (a FIFO, a device)",
     "image_too_large": "an image has more pixels (or bytes) than the configured limit, or is a "
     "decompression bomb",
@@ -216,6 +220,9 @@ SAMPLE_ERROR_KINDS: dict[str, str] = {
     "audio_too_large": "an audio clip is longer than the configured limit",
     "audio_token_mismatch": "the audio tokens in input_ids differ from the clip's token count",
     "unexpected_error": "processing raised an exception chute did not anticipate (see message)",
+    # chute validate --overlap (a line of its rejects file)
+    "duplicate": "the record's content (normalized text and media references) equals an earlier "
+    "record's",
     # Loader
     "empty_sample": "the sample has no tokens",
     "sample_timeout": "processing the sample took longer than the loader's sample_timeout",
@@ -294,8 +301,13 @@ def as_sample_error(exc: BaseException, path: str | None, line: int | None) -> S
     in a way no check anticipated) becomes kind ``unexpected_error`` naming the exception type,
     so one odd record is still a counted skip. Job-level errors (``ChuteError``, e.g. a source
     that changed) are re-raised: they are not about one record.
+
+    The error comes back without its traceback: a reject is data, and the frames of a traceback
+    would keep the record they processed (its parsed JSON: a million turns, hundreds of MB)
+    alive as cyclic garbage until the next full collection.
     """
     if isinstance(exc, SampleError):
+        exc.__traceback__ = None
         return exc.with_location(path, line) if path is not None else exc
     if isinstance(exc, ChuteError) or not isinstance(exc, Exception):
         raise exc

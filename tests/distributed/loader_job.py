@@ -7,6 +7,8 @@ Modes:
           state, then rank 0 marks the checkpoint complete. Runs until killed.
   resume  load the latest complete checkpoint (rank r loads old rank r % old_world_size) and
           deliver the rest of the epoch; rank 0 writes every rank's batches.
+  nothing step through the epoch in lockstep over data with little or nothing valid; rank 0
+          writes how many batches each rank got and the error that stopped it, if any.
 """
 
 from __future__ import annotations
@@ -14,12 +16,13 @@ from __future__ import annotations
 import argparse
 import os
 import time
+from datetime import timedelta
 from pathlib import Path
 
 import orjson
 import torch.distributed as dist
 
-from chute import Loader, LockstepError
+from chute import ErrorBudgetExceeded, Loader, LockstepError
 
 BATCH_SIZE = 4
 SEED = 11
@@ -43,7 +46,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--data", required=True)
     ap.add_argument("--out", required=True)
-    ap.add_argument("--mode", choices=["epoch", "train", "resume"], required=True)
+    ap.add_argument("--mode", choices=["epoch", "train", "resume", "nothing"], required=True)
     ap.add_argument("--every", type=int, default=2)
     ap.add_argument("--delay", type=float, default=0.05)
     ap.add_argument("--plan", choices=["random", "packed"], default="random")
@@ -64,6 +67,9 @@ def main() -> None:
         plan=args.plan,
         plan_options=PACKED if args.plan == "packed" else None,
     )
+    if args.mode == "nothing":
+        nothing(loader, out, rank, world_size)
+        return
     if args.mode == "resume":
         step = latest_checkpoint(ckpt)
         old = orjson.loads((ckpt / f"step{step}.rank0.json").read_bytes())["world_size"]
@@ -102,6 +108,24 @@ def main() -> None:
         write_atomic(
             out / f"{args.mode}.json", {"ranks": gathered, "stats": stats, "lockstep": lockstep}
         )
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+def nothing(loader: Loader, out: Path, rank: int, world_size: int) -> None:
+    """Every step ends in a barrier, as DDP's all-reduce does: a rank that stopped alone would
+    leave the other waiting there (monitored_barrier names it after 30 s instead of hanging)."""
+    yielded, error = 0, None
+    try:
+        for _ in loader:
+            yielded += 1
+            dist.monitored_barrier(timeout=timedelta(seconds=30))
+    except ErrorBudgetExceeded as exc:
+        error = str(exc)
+    gathered: list = [None] * world_size
+    dist.all_gather_object(gathered, {"rank": rank, "yielded": yielded, "error": error})
+    if rank == 0:
+        write_atomic(out / "nothing.json", {"ranks": gathered})
     dist.barrier()
     dist.destroy_process_group()
 

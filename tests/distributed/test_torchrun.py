@@ -175,3 +175,26 @@ def test_sigkill_mid_epoch_then_resume_delivers_exactly_the_rest(data: Path, tmp
     after = [i for r in result["ranks"] for b in r["batches"] for i in b]
     ids = np.array(before + after)
     assert sorted(ids[ids >= 0].tolist()) == VALID
+
+
+def test_data_with_nothing_valid_stops_every_rank_at_the_same_step(tmp_path: Path) -> None:
+    # rank 0's first samples are all bad, one of rank 1's is valid: no rank stops alone
+    probe = Loader(
+        write_id_jsonl(tmp_path / "probe.jsonl", N), batch_size=4, seed=11, world=World(1, 2)
+    )
+    keep = int(probe.plan.batch(1, 3)[0])
+    one_good = write_id_jsonl(tmp_path / "one_good.jsonl", N, broken=set(range(N)) - {keep})
+    run(2, "--data", str(one_good), "--out", str(tmp_path), "--mode", "nothing")
+    ranks = orjson.loads((tmp_path / "nothing.json").read_bytes())["ranks"]
+    assert [(r["yielded"], r["error"]) for r in ranks] == [(26, None), (26, None)]
+
+    # nothing valid: both ranks stop at the step where 100 samples over both were seen
+    all_bad = write_id_jsonl(tmp_path / "all_bad.jsonl", N, broken=range(N))
+    run(2, "--data", str(all_bad), "--out", str(tmp_path), "--mode", "nothing")
+    ranks = orjson.loads((tmp_path / "nothing.json").read_bytes())["ranks"]
+    assert [r["yielded"] for r in ranks] == [12, 12]
+    for r in ranks:
+        assert (
+            f"on rank {r['rank']}: the first 104 samples of this run (over 2 ranks) were all bad"
+            in r["error"]
+        )

@@ -53,7 +53,7 @@ from chute.cache.config_checks import (
 from chute.errors import ConfigError
 from chute.formats.spec import FORMAT_NAMES
 from chute.media.images import DEFAULT_MAX_PIXELS
-from chute.recipe import MAX_RECORD_BYTES, OVERFLOW, TASKS, TRUNCATION
+from chute.recipe import MAX_RECORD_BYTES, MAX_TURNS, OVERFLOW, TASKS, TRUNCATION
 from chute.templates.base import TRAIN_ON
 from chute.tokenize import BACKENDS
 
@@ -115,6 +115,7 @@ class RecipeConfig:
     tiktoken_pattern: str | None = None
     tokenizer_backend: str = "auto"
     max_record_bytes: int | None = MAX_RECORD_BYTES
+    max_turns: int | None = MAX_TURNS
 
     KINDS: ClassVar[dict[str, Any]] = {
         "tokenizer": "str",
@@ -147,6 +148,7 @@ class RecipeConfig:
         "tiktoken_pattern": "str?",
         "tokenizer_backend": choice(BACKENDS),
         "max_record_bytes": "int+?",
+        "max_turns": "int+?",
     }
     # Options that change how samples are computed, never what they are (not in config.yaml).
     NOT_SHAPING: ClassVar[tuple[str, ...]] = ("tokenizer_backend",)

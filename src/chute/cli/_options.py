@@ -178,8 +178,15 @@ RECIPE_OPTIONS: tuple[_Flag, ...] = (
         int,
         64 << 20,
         ("--max-record-bytes",),
-        "Records larger than this many bytes are rejected (record_too_large) before they are "
-        "parsed.",
+        "Records larger than this many bytes are rejected (record_too_large) before they are read.",
+    ),
+    _Flag(
+        "max_turns",
+        int,
+        10_000,
+        ("--max-turns",),
+        "Records with more messages (or a message with more content parts) are rejected "
+        "(too_many_turns) before they are templated.",
     ),
     _Flag(
         "columns",
@@ -308,6 +315,7 @@ class RecipeArgs:
     video_token: str | None = None
     audio_token: str | None = None
     max_record_bytes: int = 64 << 20
+    max_turns: int = 10_000
     columns: str | None = None
     tags: str | None = None
     system: str | None = None
@@ -366,6 +374,7 @@ class RecipeArgs:
             "video_token": self.video_token,
             "audio_token": self.audio_token,
             "max_record_bytes": self.max_record_bytes,
+            "max_turns": self.max_turns,
             "columns": parse_pairs(self.columns, "--columns"),
             "tags": parse_pairs(self.tags, "--tags"),
             "system": self.system,

@@ -9,6 +9,7 @@ converts each record into a conversation; with ``--tokenizer`` it runs the whole
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 from typing import Any
 
@@ -35,7 +36,7 @@ from chute.recipe.outcome import SampleCheck
 from chute.recipe.validate import ValidationReport, check_json_object, validate_source
 from chute.sample.budget import ErrorBudget
 from chute.sources import open_source
-from chute.sources.record import Record
+from chute.sources.record import Record, check_size
 
 
 def register(app: typer.Typer) -> None:
@@ -43,12 +44,18 @@ def register(app: typer.Typer) -> None:
 
 
 class FormatCheck:
-    """A picklable check that converts each record with a format adapter (no tokenizer)."""
+    """A picklable check that converts each record with a format adapter (no tokenizer).
 
-    def __init__(self, spec: FormatSpec):
-        self.reader = FormatReader(spec)
+    Records over ``max_record_bytes`` (unread) and over ``max_turns`` are rejected as the
+    recipe rejects them.
+    """
+
+    def __init__(self, spec: FormatSpec, max_record_bytes: int | None, max_turns: int | None):
+        self.reader = FormatReader(spec, max_turns=max_turns)
+        self.max_record_bytes = max_record_bytes
 
     def __call__(self, record: Record) -> Any:
+        check_size(record, self.max_record_bytes)
         return self.reader(record.data)
 
 
@@ -180,7 +187,7 @@ def validate(
             quiet=output.quiet,
         )
         return
-    check: Any = check_json_object
+    check: Any = functools.partial(check_json_object, max_record_bytes=recipe.max_record_bytes)
     described = "JSON objects"
     if recipe.tokenizer is not None:
         built = recipe.build()
@@ -190,16 +197,19 @@ def validate(
             check = MediaCheck(check)
             described += ", media decoded"
     else:
+        shapes = recipe.format is not None or bool(recipe.columns or recipe.tags)
         recipe.refuse_without_tokenizer(
-            "only --format to check record shapes", ignore=("format", "columns", "tags")
+            "only --format (with --columns, --tags, --max-turns) to check record shapes",
+            ignore=("format", "columns", "tags", "max_record_bytes")
+            + (("max_turns",) if shapes else ()),
         )
-        if recipe.format is not None or recipe.columns or recipe.tags:
+        if shapes:
             spec = FormatSpec(
                 recipe.format or "auto",
                 columns=parse_pairs(recipe.columns, "--columns"),
                 tags=parse_pairs(recipe.tags, "--tags"),
             )
-            check = FormatCheck(spec)
+            check = FormatCheck(spec, recipe.max_record_bytes, recipe.max_turns)
             described = f"format {spec.name}"
     budget = ErrorBudget(max_bad_fraction=max_bad_fraction)  # checks the value, names the flag
     data = open_data_files(paths, cache_dir=cache_dir)

@@ -30,6 +30,7 @@ Example:
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -38,7 +39,7 @@ from chute._internal.spelling import spell
 from chute.errors import ConfigError, SampleError
 from chute.formats.alpaca import convert_alpaca
 from chute.formats.chat import convert_chat
-from chute.formats.spec import FORMAT_NAMES, FormatSpec, ResolvedSpec
+from chute.formats.spec import FORMAT_NAMES, MAX_TURNS, FormatSpec, ResolvedSpec
 from chute.formats.text import convert_text
 from chute.sample.conversation import Conversation
 
@@ -92,6 +93,12 @@ def detect_format(data: Any) -> str | None:
 class FormatReader:
     """Converts records of one ``FormatSpec``; picklable, with per-format tables built once.
 
+    Args:
+        spec: the format and its key mappings.
+        max_turns: the most messages of one record, and content parts of one message; a record
+            with more is rejected as ``too_many_turns`` before its messages are built
+            (``None``: no limit).
+
     Example:
         >>> reader = FormatReader(FormatSpec("auto"))
         >>> reader({"conversations": [{"from": "human", "value": "hi"},
@@ -99,8 +106,9 @@ class FormatReader:
         'yo'
     """
 
-    def __init__(self, spec: FormatSpec):
+    def __init__(self, spec: FormatSpec, *, max_turns: int | None = MAX_TURNS):
         self.spec = spec
+        self.max_turns = max_turns
         self._resolved: dict[str, ResolvedSpec] = {}
         self._fixed = (
             (_CONVERTERS[spec.name], self.resolved(spec.name)) if spec.name != "auto" else None
@@ -109,7 +117,10 @@ class FormatReader:
     def resolved(self, name: str) -> ResolvedSpec:
         r = self._resolved.get(name)
         if r is None:
-            r = self._resolved[name] = self.spec.resolve(name)
+            r = self.spec.resolve(name)
+            if r.max_turns != self.max_turns:
+                r = dataclasses.replace(r, max_turns=self.max_turns)
+            self._resolved[name] = r
         return r
 
     def detect(self, data: Any) -> str:

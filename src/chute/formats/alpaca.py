@@ -23,7 +23,7 @@ from chute._internal.spelling import spell
 from chute.errors import SampleError
 from chute.formats.chat import _json_type, parse_tools
 from chute.formats.media import bind_media, media_list
-from chute.formats.spec import ResolvedSpec, lookup
+from chute.formats.spec import ResolvedSpec, check_turns, lookup
 from chute.sample.conversation import Conversation, Message, check_role_order
 
 __all__ = ["convert_alpaca"]
@@ -59,6 +59,9 @@ def _read_all(data: Any, spec: ResolvedSpec) -> Conversation:
                 f"expected a list of [user, assistant] pairs, got {_json_type(history)}",
                 field=history_key,
             )
+        check_turns(
+            2 * len(history) + 2, spec.max_turns, "messages (with the history)", history_key
+        )
         for i, pair in enumerate(history):
             if not (
                 isinstance(pair, list | tuple)

@@ -31,7 +31,7 @@ import orjson
 from chute._internal.spelling import spell
 from chute.errors import SampleError
 from chute.formats.media import bind_media, media_list, split_inline_tags
-from chute.formats.spec import ResolvedSpec, lookup
+from chute.formats.spec import ResolvedSpec, check_turns, lookup
 from chute.sample.conversation import Conversation, Message, Part, check_role_order
 
 __all__ = ["convert_chat", "parse_tools"]
@@ -78,6 +78,7 @@ def convert_chat(data: Any, spec: ResolvedSpec) -> Conversation:
             "wrong_type", f"expected a JSON object or a list of messages, got {_json_type(data)}"
         )
 
+    check_turns(len(items), spec.max_turns, "messages", list_field or None)
     messages = [_message(item, i, list_field, spec) for i, item in enumerate(items)]
 
     system, system_key = lookup(data, spec.columns.get("system", ()))
@@ -162,6 +163,7 @@ def _message(item: Any, i: int, list_field: str, spec: ResolvedSpec) -> Message:
     if type(content) is not str:
         where = _content_field(list_field, i, content_key, spec)
         if isinstance(content, list):
+            check_turns(len(content), spec.max_turns, f"content parts in message {i}", where)
             content = _parts(content, where)
         else:
             raise SampleError(

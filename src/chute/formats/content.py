@@ -104,5 +104,8 @@ def record_hash(reader: FormatReader, record: Record | Any) -> int:
 
 
 def reader_for(spec: FormatSpec | str) -> FormatReader:
-    """A ``FormatReader`` for a spec or a format name."""
-    return FormatReader(spec if isinstance(spec, FormatSpec) else FormatSpec(spec))
+    """A ``FormatReader`` for a spec or a format name.
+
+    It has no ``max_turns``: a hash keeps its value whatever the recipe's limits.
+    """
+    return FormatReader(spec if isinstance(spec, FormatSpec) else FormatSpec(spec), max_turns=None)

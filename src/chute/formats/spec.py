@@ -25,9 +25,23 @@ from typing import Any
 import orjson
 
 from chute._internal.spelling import spell, spell_set
-from chute.errors import ConfigError
+from chute.errors import ConfigError, SampleError
 
-__all__ = ["COLUMN_KEYS", "FORMAT_NAMES", "TAG_KEYS", "FormatSpec", "ResolvedSpec", "lookup"]
+__all__ = [
+    "COLUMN_KEYS",
+    "FORMAT_NAMES",
+    "MAX_TURNS",
+    "TAG_KEYS",
+    "FormatSpec",
+    "ResolvedSpec",
+    "check_turns",
+    "lookup",
+]
+
+# The most messages one record may hold (and content parts one message may hold) before it is
+# rejected as too_many_turns: far beyond any real conversation (long agent traces hold
+# hundreds), while a record of a million tiny turns costs its parse, not a template's work.
+MAX_TURNS = 10_000
 
 FORMAT_NAMES = (
     "auto",
@@ -283,6 +297,28 @@ class ResolvedSpec:
     content_keys: tuple[str, ...]
     placeholders: dict[str, str]
     inline_tags: bool
+    max_turns: int | None = MAX_TURNS
+
+
+def check_turns(count: int, limit: int | None, what: str, field: str | None) -> None:
+    """Reject a record with more than ``limit`` turns (or parts) as ``too_many_turns``.
+
+    Called by the adapters before they build a message, so such a record costs its parse only.
+
+    Example:
+        >>> check_turns(12_000, 10_000, "messages", "conversations")
+        Traceback (most recent call last):
+        ...
+        chute.errors.SampleError: too_many_turns: 12,000 messages, more than max_turns=10000; raise max_turns for such records (each turn costs memory and time before max_length can bound it) (field 'conversations')
+    """
+    if limit is not None and count > limit:
+        raise SampleError(
+            "too_many_turns",
+            f"{count:,} {what}, more than {spell_set('max_turns', limit)}; raise "
+            f"{spell('max_turns')} for such records (each turn costs memory and time before "
+            f"{spell('max_length')} can bound it)",
+            field=field,
+        )
 
 
 _MISSING = object()

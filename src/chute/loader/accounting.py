@@ -23,7 +23,7 @@ from typing import Any
 
 import orjson
 
-from chute.errors import RejectTally
+from chute.errors import RejectTally, SampleError
 from chute.loader.worker import BatchReport
 from chute.sample.budget import ErrorBudget
 
@@ -49,6 +49,7 @@ class Accounting:
         self.rejects_path = rejects_path
         self.tally = RejectTally()
         self.counters: dict[str, int] = dict.fromkeys(COUNTERS, 0)
+        self.first_errors: dict[str, SampleError] = {}  # this process's first of each kind
         self._written: set[int] = set()
 
     @property
@@ -70,6 +71,7 @@ class Accounting:
             return
         c["rejected"] += bad
         for error in report.errors:
+            self.first_errors.setdefault(error.kind, error)
             if self.tally.add(error):
                 log.warning(
                     "rank %d: skipped a bad sample at %s (%s: %s); further %r samples are "

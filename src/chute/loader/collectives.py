@@ -15,12 +15,19 @@ from chute.errors import LockstepError
 __all__ = ["all_gather", "check_lockstep", "sum_over_ranks"]
 
 
-def all_gather(value: Any) -> list[Any] | None:
-    """``value`` from every rank, in rank order; ``None`` without a process group."""
+def all_gather(value: Any, world_size: int | None = None) -> list[Any] | None:
+    """``value`` from every rank, in rank order; ``None`` without a process group.
+
+    With ``world_size`` (the caller's ``World``), also ``None`` where the process group has
+    another size: the caller's ranks are not the group's (a loader given ``World()`` for one
+    process inside a larger job), so the others would never join.
+    """
     require_torch()
     import torch.distributed as dist
 
     if not (dist.is_available() and dist.is_initialized()):
+        return None
+    if world_size is not None and dist.get_world_size() != world_size:
         return None
     gathered: list[Any] = [None] * dist.get_world_size()
     dist.all_gather_object(gathered, value)

@@ -19,6 +19,7 @@ from chute._internal.lazy_torch import require_torch
 from chute.errors import ConfigError, LoaderTimeout, RejectTally
 from chute.loader.accounting import Accounting
 from chute.loader.collectives import check_lockstep, sum_over_ranks
+from chute.loader.delivery import DeliveryCheck
 from chute.loader.dispatch import TaskSampler, make_dataloader, next_batch, shutdown_workers
 from chute.loader.mixing import (
     DatasetBooks,
@@ -82,7 +83,9 @@ class Loader:
         pad_to_multiple_of: round padded lengths up to a multiple (e.g. 8).
         max_bad_fraction: stop when more than this share of samples is bad (``None``: never).
         max_consecutive_bad: stop after this many bad samples in a row (``None``: never).
-        budget_min_samples: samples to see before ``max_bad_fraction`` applies.
+        budget_min_samples: samples to see before ``max_bad_fraction`` applies. Before that
+            only data with nothing valid in it stops the run, on every rank at the same step:
+            the first 100 samples (over every rank) all bad, or a whole epoch all bad.
         rejects: append rejected records to this JSONL file (per rank: ``name.rank3.jsonl``,
             or put ``{rank}`` in the name).
         top_up: refill batches that lost samples with repeats of their valid samples (counted
@@ -213,6 +216,8 @@ class Loader:
             self.world.rank,
             self.rejects_path,
         )
+        self._delivery = DeliveryCheck(self.books, self.world, recipe=self.recipe is not None)
+        self._delivery.check_lengths(setup.lengths)  # every record rejected by the lengths pass
         check_excluded(setup, self.books.budget)
         self._builder = BatchBuilder(
             self.source,
@@ -332,6 +337,7 @@ class Loader:
                     )
                 batch, report = self._next(it, plan, k)
                 self.books.add(report)
+                self._delivery.after(plan, k, report, epoch=self._epoch, fresh=not self._segments)
                 if self.datasets is not None:
                     self.datasets.add(plan.batch(self.world.rank, k), report.bad, batch)
                 self._consumed = k + 1
@@ -447,6 +453,7 @@ class Loader:
             expected = {**expected, "mixture": state["plan"]["mixture"]}
         check_compatible(state, {"plan": expected, "source": self._fingerprint})
         self._generation += 1  # an iterator still running belongs to the old position
+        self._delivery.restart()
         self.planner, self._plan_cache, self._plan_key = planner, None, None
         position = read_position(state)
         epoch, batches, saved_world, segments = position

@@ -11,6 +11,7 @@
 from chute.recipe.encode import Encoded, encode, fit_length
 from chute.recipe.recipe import (
     MAX_RECORD_BYTES,
+    MAX_TURNS,
     OVERFLOW,
     RECIPE_VERSION,
     TASKS,
@@ -21,6 +22,7 @@ from chute.recipe.validate import ValidationReport, check_json_object, validate_
 
 __all__ = [
     "MAX_RECORD_BYTES",
+    "MAX_TURNS",
     "OVERFLOW",
     "RECIPE_VERSION",
     "TASKS",

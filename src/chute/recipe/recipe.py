@@ -45,6 +45,7 @@ from chute._internal.spelling import spell, spell_set, spell_value
 from chute.errors import ConfigError, SampleError
 from chute.formats import FormatReader, FormatSpec
 from chute.formats.preference import read_pair, read_rated
+from chute.formats.spec import MAX_TURNS
 from chute.media.images import DEFAULT_MAX_PIXELS
 from chute.media.refs import MediaPlan, MediaSlot
 from chute.recipe.encode import Encoded, encode, fit_length
@@ -67,16 +68,20 @@ from chute.recipe.windows import (
     window_counts,
 )
 from chute.sample.conversation import Conversation
-from chute.sources.record import Record
+from chute.sources.record import MAX_RECORD_BYTES, Record, check_size
 from chute.templates import RenderContext, Rendered, get_template
 from chute.tokenize import Tokenizer, load_tokenizer
 from chute.tokenize.prefix import MIN_PREFIX_CHARS
 
-__all__ = ["MAX_RECORD_BYTES", "OVERFLOW", "RECIPE_VERSION", "TASKS", "TRUNCATION", "Recipe"]
-
-# Records larger than this are rejected before parsing (record_too_large); generous enough for
-# real long documents (a 50 MB web page, a book), small enough that a worker survives one.
-MAX_RECORD_BYTES = 64 << 20
+__all__ = [
+    "MAX_RECORD_BYTES",
+    "MAX_TURNS",
+    "OVERFLOW",
+    "RECIPE_VERSION",
+    "TASKS",
+    "TRUNCATION",
+    "Recipe",
+]
 
 # Bump when the same inputs would give different samples (the cache keys on it).
 RECIPE_VERSION = 3  # 3: templates no longer read the clock (strftime_now is a fixed date)
@@ -137,7 +142,11 @@ class Recipe:
             tokenizer's ``<|video_pad|>`` / ``<|AUDIO|>`` when it has them, else ``<video>`` /
             ``<audio>``).
         max_record_bytes: a record larger than this (its raw JSON) is rejected as
-            ``record_too_large`` before it is parsed (default 64 MiB; ``None``: no limit).
+            ``record_too_large`` before it is read or parsed: its size comes from the source's
+            index (default 64 MiB; ``None``: no limit).
+        max_turns: the most messages one record may hold (and content parts one message may
+            hold); a record with more is rejected as ``too_many_turns`` before its messages
+            are built, templated or tokenized (default 10,000; ``None``: no limit).
         image_token_id: the id written for image tokens (default: ``image_token``'s id; LLaVA's
             original code uses ``-200``).
         video_tokens: tokens per video: a fixed count, or a ``chute.media.video.VideoFrames``
@@ -193,6 +202,7 @@ class Recipe:
         tiktoken_pattern: str | None = None,
         tokenizer_backend: str = "auto",
         max_record_bytes: int | None = MAX_RECORD_BYTES,
+        max_turns: int | None = MAX_TURNS,
     ):
         self.tokenizer: Tokenizer = load_tokenizer(
             tokenizer,
@@ -250,6 +260,15 @@ class Recipe:
                 param="max_record_bytes",
             )
         self.max_record_bytes = max_record_bytes
+        if max_turns is not None and (
+            isinstance(max_turns, bool) or not isinstance(max_turns, int) or max_turns < 1
+        ):
+            raise ConfigError(
+                f"expected a positive number of messages or {spell_value(None)} (no limit), got "
+                f"{spell_value(max_turns)}",
+                param="max_turns",
+            )
+        self.max_turns = max_turns
         self.media = MediaPlan(
             self.tokenizer,
             image_tokens=image_tokens,
@@ -265,7 +284,7 @@ class Recipe:
             max_image_pixels=max_image_pixels,
             allowed_roots=media_allowed_roots,
         )
-        self._reader = FormatReader(self.format)
+        self._reader = FormatReader(self.format, max_turns=max_turns)
         self._ctx = RenderContext(
             bos=self.tokenizer.bos_token,
             eos=self.tokenizer.eos_token,
@@ -362,7 +381,7 @@ class Recipe:
                 try:
                     out.append(self(record))
                 except SampleError as exc:
-                    out.append(exc)
+                    out.append(exc.with_traceback(None))  # see below
             return out
         pending: list[tuple[int, Conversation, Rendered, list[MediaSlot] | None, _Where]] = []
         for record in records:
@@ -379,6 +398,9 @@ class Recipe:
                 rendered = self.template.render(conv, self._ctx)
                 slots = self.media.slots(rendered.media, where[0]) if rendered.media else None
             except SampleError as exc:
+                # kept without its traceback: its frames would hold the record's parse (a
+                # million turns) as cyclic garbage, alive until the next full collection
+                exc = exc.with_traceback(None)
                 out.append(exc.with_location(where[0], where[1]) if where[0] else exc)
                 continue
             pending.append((len(out), conv, rendered, slots, where))
@@ -400,6 +422,7 @@ class Recipe:
                 sample = self._finish(self._fit(conv, enc, path), path, line, index)
                 out[k] = sample if window is None else self._window(sample, window)
             except SampleError as exc:
+                exc = exc.with_traceback(None)
                 out[k] = exc.with_location(path, line) if path else exc
         return out
 
@@ -418,16 +441,8 @@ class Recipe:
         return self.template.render(self.conversation(record), self._ctx)
 
     def _check_size(self, record: Record) -> None:
-        """``record_too_large`` before parsing: a huge line must not cost its parse (issue 21)."""
-        limit = self.max_record_bytes
-        size = record.size
-        if limit is not None and size is not None and size > limit:
-            raise SampleError(
-                "record_too_large",
-                f"{size:,} bytes, more than {spell_set('max_record_bytes', limit)}; raise "
-                f"{spell('max_record_bytes')} for such documents (memory per record grows with "
-                f"its size before the recipe can bound it)",
-            )
+        """``record_too_large`` before reading or parsing: its size comes from the index."""
+        check_size(record, self.max_record_bytes)
 
     def _sample(
         self,
@@ -654,6 +669,7 @@ class Recipe:
                 if self.max_record_bytes != MAX_RECORD_BYTES
                 else {}
             ),
+            **({"max_turns": self.max_turns} if self.max_turns != MAX_TURNS else {}),
             "tokenizer": self.tokenizer.fingerprint(),
             "media": self.media.to_json(),
         }

@@ -36,15 +36,20 @@ from chute._internal.progress import progress as progress_of
 from chute.errors import RejectTally, SampleError, as_sample_error
 from chute.recipe.outcome import preflight
 from chute.sample.rejects import reject_entry
-from chute.sources.record import Record
+from chute.sources.record import MAX_RECORD_BYTES, Record, check_size
 
 __all__ = ["ValidationReport", "check_json_object", "validate_source"]
 
 Check = Callable[[Record], Any]
 
 
-def check_json_object(record: Record) -> None:
-    """The basic check: the record parses as JSON and is an object."""
+def check_json_object(record: Record, max_record_bytes: int | None = MAX_RECORD_BYTES) -> None:
+    """The basic check: the record parses as JSON and is an object.
+
+    A record larger than ``max_record_bytes`` is rejected as ``record_too_large`` first,
+    unread (its size comes from the index), as the recipe rejects it.
+    """
+    check_size(record, max_record_bytes)
     data = record.data
     if not isinstance(data, dict):
         raise SampleError(

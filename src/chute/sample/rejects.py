@@ -18,8 +18,15 @@ MAX_REJECT_RAW = 1 << 20
 
 
 def reject_entry(record: Record, error: SampleError) -> dict[str, Any]:
-    """One line of a rejects file: where the record is, why it was rejected, and its text."""
-    raw = record.raw[:MAX_REJECT_RAW]
+    """One line of a rejects file: where the record is, why it was rejected, and its text.
+
+    Only the first ``MAX_REJECT_RAW`` bytes are read: a record rejected as too large stays
+    unread beyond them.
+    """
+    raw = record.head(MAX_REJECT_RAW)
+    size = record.size
+    if size is None:
+        size = len(record.raw)
     entry = {
         "path": record.path,
         "line": record.line,
@@ -33,6 +40,6 @@ def reject_entry(record: Record, error: SampleError) -> dict[str, Any]:
         entry["element"] = record.element
     if record.window is not None:
         entry["window"] = record.window
-    if len(record.raw) > MAX_REJECT_RAW:
-        entry["raw_truncated_from"] = len(record.raw)
+    if size > MAX_REJECT_RAW:
+        entry["raw_truncated_from"] = size
     return entry

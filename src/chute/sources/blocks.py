@@ -104,8 +104,19 @@ class BlockCache:
         return b"".join(parts)
 
     def _fetch(self, fetch: Fetch, lo: int, hi: int) -> bytes:
+        """Bytes ``[lo, hi)`` (fewer only where the object ends): a part answer asks for the rest."""
         data = fetch(lo, hi)
         self.requests += 1
+        if 0 < len(data) < hi - lo:  # a store (or a read cap) may answer part of a large range
+            parts, got = [data], lo + len(data)
+            while got < hi:
+                more = fetch(got, hi)
+                self.requests += 1
+                if not more:
+                    break
+                parts.append(more)
+                got += len(more)
+            data = b"".join(parts)
         self.bytes_fetched += len(data)
         return data
 

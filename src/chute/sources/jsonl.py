@@ -44,6 +44,9 @@ PathLike = str | os.PathLike[str]
 # Records read together by records_between, bounded so a run of huge lines is not one huge read.
 _BLOCK_RECORDS = 512
 _BLOCK_BYTES = 8 << 20
+# A record larger than this is handed over unread (its size from the index) and read on first
+# use, so a size guard (max_record_bytes) rejects it without reading a byte of it.
+_UNREAD_BYTES = 1 << 20
 _ARRAY_BEFORE = frozenset(b" \t\r\n,[")
 _ARRAY_AFTER = frozenset(b" \t\r\n,]")
 
@@ -153,7 +156,7 @@ class JsonlSource(FileSource):
                     )
             i += stop - local
 
-    def _record(self, file_no: int, local: int, raw: builtins.bytes, line: int) -> Record:
+    def _record(self, file_no: int, local: int, raw: builtins.bytes | _Unread, line: int) -> Record:
         f = self.files[file_no]
         return (TextLine if f.kind == "text" else Record)(
             raw,
@@ -216,13 +219,34 @@ class _LocalBytes:
                 os.close(self._fd)
 
 
+def _pread_all(io: _Bytes, n: int, offset: int) -> builtins.bytes:
+    """``n`` bytes at ``offset`` (fewer only where the file ends), in as many reads as it takes.
+
+    One ``pread`` may return less than asked without being at the end: Linux returns at most
+    0x7ffff000 bytes (just under 2 GiB) per call, so a larger record takes several.
+    """
+    data = io.pread(n, offset)
+    if len(data) >= n or not data:
+        return data
+    parts, got = [data], len(data)
+    while got < n:
+        more = io.pread(n - got, offset + got)
+        if not more:
+            break
+        parts.append(more)
+        got += len(more)
+    return b"".join(parts)
+
+
 class _FileReader:
     """Reads record bytes from one indexed file and refuses to return bytes from a changed file.
 
     Every read checks the file against its index (a local file's size and mtime; a remote
     object's ETag, see ``RemoteFile.pinned_read``) and checks that the bytes around the record
     are the record delimiters the index promised, so a file modified or truncated while open
-    raises ``SourceChanged`` instead of yielding a wrong record.
+    raises ``SourceChanged`` instead of yielding a wrong record. A record over
+    ``_UNREAD_BYTES`` is returned unread (``_Unread``: its delimiters checked, its size from
+    the index); its bytes are read, and checked again, on first use.
     """
 
     def __init__(self, index: FileIndex, io: _Bytes):
@@ -237,23 +261,45 @@ class _FileReader:
             self._bom = self.io.pread(3, 0) == BOM
         return self._bom
 
-    def read(self, start: int, end: int) -> builtins.bytes:
+    def read(self, start: int, end: int) -> builtins.bytes | _Unread:
+        """Record ``[start, end)``: its bytes, or, for a large one, an ``_Unread`` of it."""
+        if end - start > _UNREAD_BYTES:
+            self._check_edges(start, end)
+            return _Unread(self, start, end)
         lo = start - 1 if start > 0 else 0
         hi = min(end + 1, self.index.identity.size)
-        buf = self.io.pread(hi - lo, lo)
+        buf = _pread_all(self.io, hi - lo, lo)
         return self._cut(buf, lo, start, end)
 
-    def read_many(self, starts: np.ndarray, ends: np.ndarray) -> Iterator[builtins.bytes]:
+    def read_many(self, starts: np.ndarray, ends: np.ndarray) -> Iterator[builtins.bytes | _Unread]:
         first, last = int(starts[0]), int(ends[-1])
-        if last - first > _BLOCK_BYTES:
+        if last - first > _BLOCK_BYTES or int((ends - starts).max()) > _UNREAD_BYTES:
             for s, e in zip(starts.tolist(), ends.tolist(), strict=True):
                 yield self.read(s, e)
             return
         lo = first - 1 if first > 0 else 0
         hi = min(last + 1, self.index.identity.size)
-        buf = self.io.pread(hi - lo, lo)
+        buf = _pread_all(self.io, hi - lo, lo)
         for s, e in zip(starts.tolist(), ends.tolist(), strict=True):
             yield self._cut(buf, lo, s, e)
+
+    def head(self, start: int, end: int, n: int) -> builtins.bytes:
+        """The first ``n`` bytes of record ``[start, end)`` (all of it: exactly its bytes)."""
+        n = min(n, end - start)
+        data = _pread_all(self.io, n, start)
+        if len(data) < n:
+            self._changed(start)
+        self._check_edges(start, end)  # after the read: the bytes read are the indexed ones
+        return data
+
+    def _check_edges(self, start: int, end: int) -> None:
+        """The bytes just outside record ``[start, end)`` are the delimiters the index saw."""
+        size = self.index.identity.size
+        before = self.io.pread(1, start - 1) if start > 0 else None
+        after = self.io.pread(1, end) if end < size else None
+        if (before is not None and len(before) != 1) or (after is not None and len(after) != 1):
+            self._changed(start)
+        self._check(before[0] if before else None, after[0] if after else None, start)
 
     def _cut(self, buf: builtins.bytes, lo: int, start: int, end: int) -> builtins.bytes:
         size = self.index.identity.size
@@ -261,6 +307,10 @@ class _FileReader:
             self._changed(start)
         before = buf[start - 1 - lo] if start > 0 else None
         after = buf[end - lo] if end < size else None
+        self._check(before, after, start)
+        return buf[start - lo : end - lo]
+
+    def _check(self, before: int | None, after: int | None, start: int) -> None:
         if self.is_array:
             ok = (before is None or before in _ARRAY_BEFORE) and (
                 after is None or after in _ARRAY_AFTER
@@ -271,10 +321,27 @@ class _FileReader:
             )
         if not ok:
             self._changed(start)
-        return buf[start - lo : end - lo]
 
     def _changed(self, offset: int) -> None:
         raise SourceChanged(
             f"{self.index.path}: bytes at offset {offset} no longer match the index (the file was "
             f"modified in place); re-open the source to re-index it"
         )
+
+
+class _Unread:
+    """A large record of an indexed file, not read yet: its size, and its bytes on demand."""
+
+    __slots__ = ("end", "reader", "start")
+
+    def __init__(self, reader: _FileReader, start: int, end: int):
+        self.reader = reader
+        self.start = start
+        self.end = end
+
+    @property
+    def size(self) -> int:
+        return self.end - self.start
+
+    def read(self, n: int) -> builtins.bytes:
+        return self.reader.head(self.start, self.end, n)

@@ -2,13 +2,32 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Protocol
 
 import orjson
 
+from chute._internal.spelling import spell, spell_set
 from chute.errors import SampleError
 
-__all__ = ["Record", "TextLine", "parse_json"]
+__all__ = ["MAX_RECORD_BYTES", "Record", "TextLine", "Unread", "check_size", "parse_json"]
+
+# Records larger than this are rejected before they are read (record_too_large); generous enough
+# for real long documents (a 50 MB web page, a book), small enough that a worker survives one.
+MAX_RECORD_BYTES = 64 << 20
+
+
+class Unread(Protocol):
+    """The bytes of a large record, not read yet: their size (from the index) and a reader.
+
+    A source hands a large record over this way so that a size guard (``check_size``) can
+    reject it without reading it; ``read(n)`` reads its first ``n`` bytes (all of them when
+    ``n`` is its size), checked against the index as every read is.
+    """
+
+    @property
+    def size(self) -> int: ...
+
+    def read(self, n: int) -> bytes: ...
 
 
 class Record:
@@ -16,7 +35,9 @@ class Record:
 
     Parsing is lazy and happens on first access of ``data``: reading a record never raises for
     bad content, so a broken line becomes a counted ``SampleError`` in whichever guarded step
-    touches it, not a crash of the reader. A Parquet row arrives already decoded
+    touches it, not a crash of the reader. A large record may arrive unread (an ``Unread``):
+    its ``size`` is known from the index, and its bytes are read on first access of ``raw`` or
+    ``data``, so ``check_size`` rejects it without reading it. A Parquet row arrives already decoded
     (``Record.from_data``); its ``raw`` is then its JSON rendering, made on demand (for a
     rejects file), with binary values shown as ``"<N bytes>"``.
 
@@ -40,7 +61,7 @@ class Record:
 
     def __init__(
         self,
-        raw: bytes,
+        raw: bytes | Unread,
         *,
         path: str,
         line: int,
@@ -48,7 +69,7 @@ class Record:
         element: int | None = None,
         window: int | None = None,
     ):
-        self._raw: bytes | None = raw
+        self._raw: bytes | Unread | None = raw
         self.path = path
         self.line = line
         self.index = index
@@ -68,15 +89,37 @@ class Record:
     def size(self) -> int | None:
         """The record's size in bytes as stored, measured without parsing it.
 
-        ``None`` for a row given as data (e.g. from Parquet): there is no text to measure.
+        ``None`` for a row given as data (e.g. from Parquet): there is no text to measure. A
+        record not read yet (a large one) knows its size from the index: nothing is read.
         """
-        return None if self._raw is None else len(self._raw)
+        raw = self._raw
+        if raw is None:
+            return None
+        return len(raw) if isinstance(raw, bytes) else raw.size
 
     @property
     def raw(self) -> bytes:
-        if self._raw is None:
-            self._raw = orjson.dumps(self._data, default=_plain, option=orjson.OPT_SERIALIZE_NUMPY)
-        return self._raw
+        raw = self._raw
+        if isinstance(raw, bytes):
+            return raw
+        if raw is None:
+            data = orjson.dumps(self._data, default=_plain, option=orjson.OPT_SERIALIZE_NUMPY)
+        else:
+            data = raw.read(raw.size)  # a large record, read on first use
+        self._raw = data
+        return data
+
+    def head(self, n: int) -> bytes:
+        """The first ``n`` bytes of ``raw``; a record not read yet reads only those.
+
+        Example:
+            >>> Record(b'{"text": "hello"}', path="d.jsonl", line=1, index=0).head(9)
+            b'{"text": '
+        """
+        raw = self._raw
+        if raw is not None and not isinstance(raw, bytes):
+            return raw.read(min(n, raw.size))
+        return self.raw[:n]
 
     @property
     def data(self) -> Any:
@@ -109,14 +152,15 @@ class Record:
         return other
 
     def __repr__(self) -> str:
-        preview = self.raw[:60].decode("utf-8", errors="replace")
-        more = "..." if len(self.raw) > 60 else ""
+        preview = self.head(60).decode("utf-8", errors="replace")
+        more = "..." if (self.size or len(self.raw)) > 60 else ""
         return f"{type(self).__name__}({self.location}, {preview}{more})"
 
     def __reduce__(self) -> tuple[Any, ...]:
         if self._raw is None:
             return (_rebuild_row, (self._data, self.path, self.line, self.index, self.window))
-        fields = (self._raw, self.path, self.line, self.index, self.element, self.window)
+        # a record not read yet travels as its bytes (a reader of the file does not pickle)
+        fields = (self.raw, self.path, self.line, self.index, self.element, self.window)
         return (_rebuild_record, (type(self), *fields))
 
 
@@ -173,6 +217,30 @@ def _plain(value: Any) -> Any:
     if isinstance(value, bytes | bytearray | memoryview):
         return f"<{len(bytes(value))} bytes>"
     return str(value)
+
+
+def check_size(record: Record, max_record_bytes: int | None) -> None:
+    """Reject a record larger than ``max_record_bytes`` (``record_too_large``), unread.
+
+    The size comes from the index (``Record.size``), so a rejected record costs nothing,
+    however large; ``None`` means no limit. A row given as data (Parquet) has no size here.
+
+    Example:
+        >>> check_size(Record(b'{"text": "hi"}', path="d.jsonl", line=3, index=2), 10)
+        Traceback (most recent call last):
+        ...
+        chute.errors.SampleError: d.jsonl:3: record_too_large: 14 bytes, more than max_record_bytes=10; raise max_record_bytes for such documents (memory per record grows with its size before the recipe can bound it)
+    """
+    size = record.size
+    if max_record_bytes is not None and size is not None and size > max_record_bytes:
+        raise SampleError(
+            "record_too_large",
+            f"{size:,} bytes, more than {spell_set('max_record_bytes', max_record_bytes)}; "
+            f"raise {spell('max_record_bytes')} for such documents (memory per record grows "
+            f"with its size before the recipe can bound it)",
+            path=record.path,
+            line=record.line,
+        )
 
 
 class _Unparsed:
