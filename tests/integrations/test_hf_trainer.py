@@ -36,8 +36,22 @@ class Crash(TrainerCallback):
             raise KeyboardInterrupt("simulated crash")
 
 
+class LoggedEpochs(TrainerCallback):
+    def __init__(self) -> None:
+        self.epochs: dict[int, float] = {}
+
+    def on_log(self, args, state, control, logs=None, **kwargs):  # type: ignore[no-untyped-def]
+        if logs and "loss" in logs:
+            self.epochs[state.global_step] = logs["epoch"]
+
+
 def run(
-    data: Path, out: Path, *, crash_at: int | None = None, resume: bool = False
+    data: Path,
+    out: Path,
+    *,
+    crash_at: int | None = None,
+    resume: bool = False,
+    logged: LoggedEpochs | None = None,
 ) -> list[list[int]]:
     torch.manual_seed(0)
     model = GPT2LMHeadModel(
@@ -53,14 +67,14 @@ def run(
         report_to=[],
         use_cpu=True,
         disable_tqdm=True,
-        logging_steps=100,
+        logging_steps=1 if logged else 100,
     )
     trainer = ChuteTrainer(
         model=model,
         args=args,
         train_loader=loader,
         on_batch=lambda b: seen.append(b["sample_ids"].tolist()),
-        callbacks=[Crash(crash_at)] if crash_at else None,
+        callbacks=[c for c in (Crash(crash_at) if crash_at else None, logged) if c] or None,
     )
     assert trainer.args.ignore_data_skip
     with contextlib.suppress(KeyboardInterrupt):
@@ -81,6 +95,25 @@ def test_resume_from_a_checkpoint_continues_with_exactly_the_same_batches(tmp_pa
     assert Path(loader_state_file(tmp_path / "run" / "checkpoint-8", 0)).exists()
     resumed = run(data, tmp_path / "run", resume=True)
     assert resumed == full[8:], "the resumed run must see exactly the batches after checkpoint-8"
+
+
+def test_the_logged_epoch_after_a_resume_is_the_uninterrupted_run_s(tmp_path: Path) -> None:
+    data = write_tokens(tmp_path / "tokens.jsonl", 30)  # 8 batches per epoch
+    full = LoggedEpochs()
+    run(data, tmp_path / "full", logged=full)
+    assert full.epochs[4] == 0.5 and full.epochs[10] == 1.25
+    # (the crashed runs log every step too: a resumed Trainer keeps the checkpoint's settings)
+    run(data, tmp_path / "run", crash_at=10, logged=LoggedEpochs())  # checkpoint-8: epoch 1
+    resumed = LoggedEpochs()
+    run(data, tmp_path / "run", resume=True, logged=resumed)
+    assert resumed.epochs == {step: full.epochs[step] for step in range(9, 15)}
+
+    run(data, tmp_path / "mid", crash_at=6, logged=LoggedEpochs())  # checkpoint-4: mid-epoch 0
+    resumed = LoggedEpochs()
+    run(data, tmp_path / "mid", resume=True, logged=resumed)
+    assert resumed.epochs == {step: full.epochs[step] for step in range(5, 15)}
+    state = json.loads((tmp_path / "mid" / "checkpoint-12" / "trainer_state.json").read_text())
+    assert state["epoch"] == full.epochs[12] == 1.5
 
 
 def test_model_only_sees_model_inputs(tmp_path: Path) -> None:

@@ -11,7 +11,10 @@ resume, and its sampler knows nothing about bad samples or equal batch counts. W
 * every checkpoint (``checkpoint-N/``) gets the loader's state (``chute_loader.rank{r}.json``);
 * ``train(resume_from_checkpoint=...)`` restores it, and ``ignore_data_skip`` is forced on so
   the Trainer does not also skip batches: the loader continues with exactly the batches an
-  uninterrupted run would have seen.
+  uninterrupted run would have seen;
+* the Trainer's ``state.epoch`` (the ``epoch`` it logs and saves) is set from the loader's
+  position after every step (``trainer_epoch``): with ``ignore_data_skip`` the Trainer counts
+  the resumed epoch's batches from 0, so its own figure restarts near the epoch's start.
 
 Example (needs ``pip install 'chute[hf]'``)::
 
@@ -37,7 +40,14 @@ from typing import Any
 
 from chute.errors import ConfigError, MissingDependency
 
-__all__ = ["MODEL_INPUTS", "ChuteTrainer", "ChuteTrainerMixin", "TrainerView", "loader_state_file"]  # noqa: F822 - ChuteTrainer is built on first access (module __getattr__)
+__all__ = [  # noqa: F822 - ChuteTrainer is built on first access (module __getattr__)
+    "MODEL_INPUTS",
+    "ChuteTrainer",
+    "ChuteTrainerMixin",
+    "TrainerView",
+    "loader_state_file",
+    "trainer_epoch",
+]
 
 log = logging.getLogger("chute.hf_trainer")
 
@@ -72,6 +82,50 @@ def _require_transformers() -> Any:
 def loader_state_file(checkpoint_dir: str | os.PathLike[str], rank: int) -> str:
     """Where a checkpoint keeps the loader state of ``rank``."""
     return os.path.join(os.fspath(checkpoint_dir), f"chute_loader.rank{rank}.json")
+
+
+def trainer_epoch(loader: Any, per_epoch: int | None = None) -> float:
+    """The Trainer's ``state.epoch`` at the loader's position: whole epochs plus this one's share.
+
+    An uninterrupted ``transformers.Trainer`` sets ``epoch + (step + 1) / steps_in_epoch`` after
+    each optimizer step, ``step`` counting the epoch's batches from 0 and ``steps_in_epoch`` the
+    dataloader's length. Resumed with ``ignore_data_skip`` (as ``ChuteTrainer`` must: the loader
+    state already skips), the Trainer counts the resumed epoch's batches from 0 again, so its
+    figure restarts near the epoch's start (0.002 where the uninterrupted run logs 0.008). The
+    loader knows how many batches of its epoch it yielded, before the resume too; this is the
+    uninterrupted figure from it. After an elastic resume (another world size) the epoch's
+    share is counted from the batches left on the new layout.
+
+    Args:
+        loader: a chute ``Loader``.
+        per_epoch: ``loader.batches_per_epoch`` when the caller knows it (it plans an epoch).
+
+    Example:
+        >>> from chute import Loader, World
+        >>> loader = Loader([{"input_ids": [i]} for i in range(10)], batch_size=2, world=World())
+        >>> it = iter(loader)
+        >>> _ = next(it), next(it)
+        >>> trainer_epoch(loader)
+        0.4
+    """
+    total = loader.batches_per_epoch if per_epoch is None else per_epoch
+    done = max(0, total - loader.batches_left)
+    return loader.epoch + done / total if total else float(loader.epoch)
+
+
+def _epoch_callback(loader: Any) -> Any:
+    """A ``TrainerCallback`` setting ``state.epoch`` from ``loader`` at the end of every step."""
+    transformers = _require_transformers()
+
+    class LoaderEpoch(transformers.TrainerCallback):  # type: ignore[misc, name-defined]
+        per_epoch: tuple[int, int] = (-1, 0)  # (epoch, its batches): planned once an epoch
+
+        def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+            if self.per_epoch[0] != loader.epoch:
+                self.per_epoch = (loader.epoch, loader.batches_per_epoch)
+            state.epoch = trainer_epoch(loader, self.per_epoch[1])
+
+    return LoaderEpoch()
 
 
 def packed_inputs(inputs: dict[str, Any]) -> dict[str, Any]:
@@ -149,6 +203,8 @@ class ChuteTrainerMixin:
         super().__init__(*args, **kwargs)
         self.chute_loader = train_loader
         self._chute_view = TrainerView(train_loader, model_inputs, on_batch)
+        # first, so every other callback's on_step_end (and the log after it) sees this epoch
+        self.callback_handler.callbacks.insert(0, _epoch_callback(train_loader))  # type: ignore[attr-defined]
         args_ = self.args  # type: ignore[attr-defined]
         if not args_.ignore_data_skip:
             # The loader state resumes the data; the Trainer skipping batches too would skip twice.
