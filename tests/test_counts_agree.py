@@ -96,6 +96,8 @@ def test_glaive_line_7497_is_no_trainable_tokens_everywhere(shared_data: Path) -
     report = _cli("validate", glaive, *flags, "--no-decode")
     assert stats["rejected"] == report["by_reason"] == {"no_trainable_tokens": 1}
     assert stats["truncated"] == report["truncated"] == 0
+    # its length (11,544 tokens) is no sample's: lengths and histogram leave it out
+    assert stats["lengths"]["max"] <= 2048 and stats["histogram"]["over"] == 0
     assert report["examples"]["no_trainable_tokens"][0].startswith(f"{glaive}:7497:")
     # named in the user's syntax: the flags, not Python keywords
     assert "--max-length 2048" in report["examples"]["no_trainable_tokens"][0]

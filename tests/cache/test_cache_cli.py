@@ -105,6 +105,28 @@ def test_validate_a_cache(built: dict, tmp_path: Path) -> None:
     )
 
 
+def test_validate_a_cache_names_its_rejects_file_only_when_records_were_rejected(
+    built: dict, tmp_path: Path
+) -> None:
+    rejects = tmp_path / "r.jsonl"
+    result = runner.invoke(app, ["validate", str(built["out"]), "--rejects", str(rejects)])
+    assert result.exit_code == 0, result.output
+    assert f"rejected records written to {rejects}" in result.output
+    cfg = tmp_path / "clean.yaml"
+    config = {
+        "sources": [str(write_alpaca(tmp_path / "clean.jsonl", 20))],
+        "recipe": {"tokenizer": str(built["tok"]), "template": "chatml"},
+        "cache": {"chunk_size": 100, "workers": 1},
+    }
+    cfg.write_text(yaml.safe_dump(config))
+    out = tmp_path / "clean"
+    assert runner.invoke(app, ["preprocess", str(cfg), "--out", str(out), "--json"]).exit_code == 0
+    result = runner.invoke(app, ["validate", str(out), "--rejects", str(rejects)])
+    assert result.exit_code == 0, result.output
+    assert f"no record was rejected ({rejects} is empty)" in result.output
+    assert "rejected records written to" not in result.output
+
+
 def test_validate_finds_a_flipped_byte(built: dict, tmp_path: Path) -> None:
     import shutil
 

@@ -57,6 +57,22 @@ def test_validate_text_shows_reasons_with_locations_and_strict_fails(tmp_path: P
     assert runner.invoke(app, strict).exit_code == 1
 
 
+def test_validate_says_so_when_no_record_was_rejected(tmp_path: Path) -> None:
+    clean = tmp_path / "clean.jsonl"
+    clean.write_bytes(b'{"id": 0}\n{"id": 1}\n')
+    rejects = tmp_path / "r.jsonl"
+    result = runner.invoke(app, ["validate", str(clean), "--quiet", "--rejects", str(rejects)])
+    assert result.exit_code == 0, result.output
+    assert f"no record was rejected ({rejects} is empty)" in result.stdout
+    assert "rejected records written to" not in result.stdout
+    assert rejects.read_bytes() == b""
+    p = write(tmp_path / "d.jsonl")
+    args = ["validate", str(p), "--quiet", "--max-bad-fraction", "0.5", "--rejects", str(rejects)]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    assert f"rejected records written to {rejects}" in result.stdout
+
+
 def test_missing_file_is_one_clear_line_not_a_traceback(tmp_path: Path) -> None:
     result = runner.invoke(app, ["validate", str(tmp_path / "nope.jsonl")])
     assert result.exit_code == 2

@@ -61,6 +61,22 @@ def test_overflow_drop_leaves_long_samples_out_of_every_plan(tokens_file: Path) 
     assert all(p["dropped"] == 1 for p in out["plans"].values())
 
 
+def test_lengths_and_histogram_leave_out_the_samples_rejected_here(tokens_file: Path) -> None:
+    out = stats_json(
+        str(tokens_file), "--max-length", "64", "--batch-size", "4", "--overflow", "drop"
+    )
+    assert out["rejected"] == {"bad_json": 1, "too_long": 1}
+    assert out["lengths"]["max"] == 40  # not the 100 tokens of the sample dropped as too_long
+    assert sum(out["histogram"]["counts"]) == out["samples"] == 398
+    assert out["histogram"]["over"] == 0
+    result = runner.invoke(
+        app, ["stats", str(tokens_file), "--max-length", "64", "--batch-size", "4",
+              "--overflow", "drop"],
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert "max 40," in result.stdout and "max 100" not in result.stdout
+
+
 def test_the_table_names_every_plan_and_warns_about_a_small_window(tokens_file: Path) -> None:
     result = runner.invoke(
         app,

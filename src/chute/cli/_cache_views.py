@@ -83,8 +83,10 @@ def _print_check(check: Any, summary: dict[str, Any]) -> None:
     )
     for problem in check.problems:
         typer.secho(f"  {problem}", fg="red")
-    if summary["rejects_file"]:
+    if summary["rejects_file"] and summary["rejected"]:
         typer.echo(f"\nrejected records written to {summary['rejects_file']}")
+    elif summary["rejects_file"]:
+        typer.echo(f"\nno record was rejected ({summary['rejects_file']} is empty)")
 
 
 def inspect_cache(path: str, index: int, tokenizer: str | None, as_json: bool, color: Any) -> None:

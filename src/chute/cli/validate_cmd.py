@@ -257,5 +257,7 @@ def _print_report(report: ValidationReport) -> None:
             typer.echo(f"\n{kind}:")
             for example in report.tally.examples.get(kind, []):
                 typer.echo(f"  {example}")
-    if report.rejects_path:
+    if report.rejects_path and report.rejected:
         typer.echo(f"\nrejected records written to {report.rejects_path}")
+    elif report.rejects_path:
+        typer.echo(f"\nno record was rejected ({report.rejects_path} is empty)")

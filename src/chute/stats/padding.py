@@ -117,9 +117,8 @@ def padding_stats(
     first = lengths.first_trained if lengths.first_trained is not None else np.zeros_like(raw)
     # what --max-length does to each sample: the rule the recipe applies (one code path)
     outcome = np.where(valid, overflow_outcome(raw, first, max_length, overflow), -1)
-    fed = np.where(
-        (outcome == KEPT) | (outcome == TRUNCATED), np.minimum(raw, max_length), -1
-    ).astype(np.int32)
+    kept_ids = (outcome == KEPT) | (outcome == TRUNCATED)
+    fed = np.where(kept_ids, np.minimum(raw, max_length), -1).astype(np.int32)
     rejected = dict(lengths.rejected)
     for code, kind in OUTCOME_KINDS.items():
         n = int(np.count_nonzero(outcome == code))
@@ -142,8 +141,10 @@ def padding_stats(
         "max_length": max_length,
         "batch_size": batch_size,
         "world_size": world_size,
-        "lengths": _describe(raw[valid]),
-        "histogram": _histogram(raw[valid], bins, max_length),
+        # the samples fed, at their full length (truncated ones counted as "over"); a sample
+        # rejected here (too_long, no_trainable_tokens) is not one
+        "lengths": _describe(raw[kept_ids]),
+        "histogram": _histogram(raw[kept_ids], bins, max_length),
     }
     bound = packing_bound(kept, max_length) if kept.size else 0
     out["packing_bound"] = {
