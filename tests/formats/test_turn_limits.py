@@ -50,7 +50,9 @@ def test_more_messages_than_max_turns_is_too_many_turns() -> None:
 
 def test_content_parts_and_alpaca_history_count_too() -> None:
     parts = [{"type": "text", "text": "a"}] * 5
-    record = {"messages": [{"role": "user", "content": parts}, {"role": "assistant", "content": "b"}]}
+    record = {
+        "messages": [{"role": "user", "content": parts}, {"role": "assistant", "content": "b"}]
+    }
     reader = FormatReader(FormatSpec("messages"), max_turns=4)
     with pytest.raises(SampleError, match="5 content parts in message 0") as info:
         reader(record)
@@ -97,9 +99,7 @@ def test_the_recipe_rejects_before_templating(
     assert dict(report.tally.counts) == {"too_many_turns": 1}
     pair = {"chosen": turns(20), "rejected": turns(2)}
     with pytest.raises(SampleError, match="too_many_turns"):
-        Recipe(tokenizer=tiny_tokenizer(), template="chatml", task="preference", max_turns=8)(
-            pair
-        )
+        Recipe(tokenizer=tiny_tokenizer(), template="chatml", task="preference", max_turns=8)(pair)
 
 
 def test_a_rejected_record_is_freed_at_once_not_at_the_next_collection() -> None:
