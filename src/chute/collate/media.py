@@ -44,9 +44,9 @@ import numpy as np
 from chute._internal.lazy_torch import require_torch
 from chute.collate.tiles import collate_tiles
 from chute.errors import ConfigError
+from chute.recipe.preference import pair_sides
 
 __all__ = ["MediaCollate", "collate_media"]
-from chute.recipe.preference import pair_sides
 
 _KINDS = (
     ("pixel_values", "image_grid_thw", "image_counts"),
@@ -168,6 +168,10 @@ class MediaCollate:
         # keys keep sample order, which is the order of image tokens in the flattened rows
         batch = self.text(list(samples), **layout)  # type: ignore[arg-type]
         rows = layout.get("rows")
+        if getattr(self.text, "media_per_side", False):
+            # packed preference pairs: each side is a segment holding the pair's media tokens
+            samples = [side for s in samples for side in pair_sides(s)]
+            rows = None if rows is None else [2 * r for r in rows]
         row_of = None if rows is None else np.repeat(np.arange(len(rows)), rows)
         num_rows = None if rows is None else max(1, int(np.count_nonzero(rows)))
         if row_of is not None:  # packed rows: count images per row (empty rows are dropped)
@@ -179,7 +183,3 @@ class MediaCollate:
 
     def __repr__(self) -> str:
         return f"MediaCollate({self.text!r})"
-        if getattr(self.text, "media_per_side", False):
-            # packed preference pairs: each side is a segment holding the pair's media tokens
-            samples = [side for s in samples for side in pair_sides(s)]
-            rows = None if rows is None else [2 * r for r in rows]
