@@ -8,15 +8,21 @@ STAMP := $(VENV)/.installed
 
 # torch is pinned exactly: any other spelling (plain `torch`, a range) makes pip fetch the newest
 # CUDA build, several GB. With torch==2.13.0 installed first, nothing below pulls another one.
+# pip runs quietly, so each step says what it is doing: the first run downloads for minutes.
 $(STAMP): pyproject.toml
+	@echo "make: creating the virtualenv $(VENV) with $(PYTHON)"
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	@echo "make: installing torch 2.13.0 into $(VENV) (the largest download: minutes on a first run)"
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check torch==2.13.0
+	@echo "make: installing chute and its dev tools (ruff, mypy, pytest, ...) into $(VENV)"
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[dev]'
 	touch $(STAMP)
+	@echo "make: $(VENV) is ready: run chute as $(BIN)/chute, or 'source $(BIN)/activate' first"
 
 venv: $(STAMP)
 
 demo: $(STAMP)
+	@echo "make: running $(BIN)/chute demo (about a minute and a half; each step says what it proves)"
 	$(BIN)/chute demo
 
 lint: $(STAMP)

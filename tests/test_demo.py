@@ -73,6 +73,41 @@ def test_demo_cli_on_your_own_data(tmp_path: Path) -> None:
     )
     assert result.exit_code == 0, result.output
     assert "identical to what the uninterrupted run saw" in result.output
+    # it ends with what to run next, on the same data
+    assert "Next, on your own data" in result.output
+    assert f"chute validate {data} --tokenizer {tok / 'tokenizer.json'}" in result.output
+
+
+def test_next_steps_say_how_to_reach_chute(monkeypatch: pytest.MonkeyPatch) -> None:
+    import shutil
+
+    from chute.cli.demo_cmd import next_steps
+
+    monkeypatch.setattr(shutil, "which", lambda name: None)  # as after make demo: not on PATH
+    text = next_steps(Path("mine.jsonl"), "tok/")
+    assert "source .venv/bin/activate" in text and ".venv/bin/chute" in text
+    assert "chute stats mine.jsonl --tokenizer tok/ --max-length 4096 --batch-size 8" in text
+    monkeypatch.setattr(shutil, "which", lambda name: "/usr/local/bin/chute")
+    assert "activate" not in next_steps(None, None)
+
+
+def test_training_leaves_the_workers_their_cores(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Torch's threads and the DataLoader workers do not fight over the same cores."""
+    import torch
+
+    from chute.demo import run
+
+    before = torch.get_num_threads()
+    monkeypatch.setattr(run, "_usable_cpus", lambda: 4)
+    torch.set_num_threads(4)
+    try:
+        with run._training_threads(workers=2):
+            assert torch.get_num_threads() == 2
+        with run._training_threads(workers=8):
+            assert torch.get_num_threads() == 1
+        assert torch.get_num_threads() == 4  # restored
+    finally:
+        torch.set_num_threads(before)
 
 
 def test_tiny_model_takes_dynamic_resolution_patches() -> None:

@@ -83,6 +83,39 @@ def demo(
     if not ok:
         typer.secho("a demo claim did not hold (see above)", fg=typer.colors.RED, err=True)
         raise typer.Exit(1)
+    typer.echo(next_steps(data, recipe.tokenizer))
+
+
+def next_steps(data: Path | None, tokenizer: str | None) -> str:
+    """What to run next: the commands of the demo's steps on the user's own data.
+
+    With ``--data`` they name it; where ``chute`` is not on the ``PATH`` (``make demo`` installs
+    it in ``.venv``), a line says how to reach it.
+    """
+    import shutil
+
+    where = str(data) if data is not None else "data.jsonl"
+    tok = tokenizer or "TOKENIZER"  # a tokenizer.json, a folder holding one, or a tiktoken file
+    lines = ["", "Next, on your own data (TOKENIZER: a tokenizer.json or the folder holding it):"]
+    if shutil.which("chute") is None:
+        lines.append(
+            "  (chute is in the virtualenv: run `source .venv/bin/activate` first, or call "
+            "it as .venv/bin/chute)"
+        )
+    rows = [
+        ("every bad record", f"chute validate {where} --tokenizer {tok}"),
+        ("one as the model sees it", f"chute inspect {where} --tokenizer {tok} -i 0"),
+        (
+            "padding of every plan",
+            f"chute stats {where} --tokenizer {tok} --max-length 4096 --batch-size 8",
+        ),
+        ("the token cache", "chute preprocess config.yaml --out cache/  (docs/cache.md)"),
+        ("this demo on it", f"chute demo --data {where} --tokenizer {tok}"),
+    ]
+    width = max(len(why) for why, _ in rows) + 1
+    lines += [f"  {why + ':':<{width}}  {cmd}" for why, cmd in rows]
+    lines.append("The same steps by hand, in Python: docs/quickstart.md")
+    return "\n".join(lines)
 
 
 def _refuse_mixture(data: Path) -> None:
