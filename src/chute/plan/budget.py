@@ -11,10 +11,13 @@ so memory is flat and padding is low. ``max_tokens = 12``::
 
 Equal batch counts per rank: the batches are dealt in steps of ``world_size`` consecutive
 batches (neighbours in length, so ranks stay balanced within a step: similar padded tokens and
-similar attention cost). When their count is not a multiple of ``world_size``, the batches with
-the most rows are split in two (which never adds padding) until it is; only when there are too
-few samples for that do some ranks get an empty last batch (the loader's placeholder row). The
-steps are then shuffled in blocks of ``grad_accum``, the one holding the longest sample first.
+similar attention cost). With ``balance`` (``chute.plan.balance``), the batches are first
+ordered by their image patches, heaviest first (batches without images keep their order), so a
+step's batches carry alike patches as well as about ``max_tokens`` padded tokens each. When
+their count is not a multiple of ``world_size``, the batches with the most rows are split in two
+(which never adds padding) until it is; only when there are too few samples for that do some
+ranks get an empty last batch (the loader's placeholder row). The steps are then shuffled in
+blocks of ``grad_accum``, the one holding the longest sample first.
 
 A sample longer than ``max_tokens`` gets a batch of its own (counted as ``over_budget`` in the
 plan's stats): set ``max_tokens >= max_length`` to avoid it.
@@ -35,6 +38,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from chute.errors import ConfigError
+from chute.plan.balance import Balance
 from chute.plan.base import check_positive
 from chute.plan.lengthed import LengthPlanner, derive_seed, shuffle_units, sort_within
 from chute.plan.order import IdOrder
@@ -94,6 +98,20 @@ def _even_out(sizes: np.ndarray, world_size: int) -> np.ndarray:
     return sizes
 
 
+def _by_load(
+    ordered: np.ndarray, sizes: np.ndarray, weight: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """The epoch's batches reordered by their total ``weight``, heaviest first.
+
+    The batches that then form a step carry alike loads; batches without any keep their order.
+    """
+    starts = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
+    sums = np.concatenate([[0.0], np.cumsum(weight)])  # sequential: the same on every rank
+    load = np.where(sizes > 0, sums[starts + sizes] - sums[starts], 0.0)
+    perm = np.lexsort((np.arange(len(sizes)), -load))
+    return ordered[gather_segments(starts[perm], sizes[perm])], sizes[perm]
+
+
 class BudgetPlanner(LengthPlanner):
     """Variable-size batches of about ``max_tokens`` padded tokens (see the module docstring).
 
@@ -107,6 +125,11 @@ class BudgetPlanner(LengthPlanner):
         group_size: optimizer steps per mega-batch (as in ``grouped``).
         grad_accum: micro-batches per optimizer step.
         longest_first: put the steps holding the longest sample first.
+        balance: even out image patches (and tokens) across the ranks of each step
+            (``True``, ``"tokens+patches"``, ``"patches"``, or weights:
+            ``chute.plan.balance.Balance``): the epoch's batches (still cut from mega-batches
+            sorted by length) form steps by their patches, heaviest first. ``None``: steps are
+            runs of neighbouring batches.
         shuffle: a new order every epoch.
         seed: the shuffle's seed.
         drop_last: leave out a last step that would give some ranks an empty batch.
@@ -127,6 +150,7 @@ class BudgetPlanner(LengthPlanner):
         group_size: int = 50,
         grad_accum: int = 1,
         longest_first: bool = True,
+        balance: Any = None,
         shuffle: bool = True,
         seed: int = 0,
         drop_last: bool = False,
@@ -157,6 +181,7 @@ class BudgetPlanner(LengthPlanner):
         self.group_size = check_positive("group_size", group_size)
         self.grad_accum = check_positive("grad_accum", grad_accum)
         self.longest_first = bool(longest_first)
+        self.balance = Balance.of(balance)
         self.drop_last = bool(drop_last)
 
     def params(self) -> dict[str, Any]:
@@ -169,6 +194,8 @@ class BudgetPlanner(LengthPlanner):
             "grad_accum": self.grad_accum,
             "longest_first": self.longest_first,
             "drop_last": self.drop_last,
+            # only when set: states saved before the option existed stay valid
+            **({"balance": self.balance.to_json()} if self.balance is not None else {}),
         }
 
     def plan_ids(self, ids: np.ndarray, *, epoch: int, world_size: int) -> TablePlan:
@@ -186,7 +213,13 @@ class BudgetPlanner(LengthPlanner):
         found, over = budget_sizes(
             lengths[ordered].tolist(), runs, budget, self.max_rows, self.multiple
         )
-        sizes = _even_out(np.asarray(found, dtype=np.int64), world_size)
+        sizes = np.asarray(found, dtype=np.int64)
+        balance = self.balance if world_size > 1 else None
+        vision = None if balance is None else balance.without("tokens")
+        spread = None if vision is None else vision.spread(vision.columns(bound, ordered))
+        if spread is not None:  # steps of batches with alike patches
+            ordered, sizes = _by_load(ordered, sizes, spread)
+        sizes = _even_out(sizes, world_size)
         steps, short = divmod(len(sizes), world_size)
         starts = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
         if self.shuffle and steps:
@@ -212,11 +245,15 @@ class BudgetPlanner(LengthPlanner):
                 sizes = np.concatenate([sizes, np.zeros(world_size - short, dtype=np.int64)])
         bounds = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
         dealt = int(bounds[-1])
+        stats = {"dropped": dropped, "over_budget": over, "max_tokens": self.max_tokens}
+        if balance is not None:
+            cost = balance.columns(bound, ordered[:dealt])
+            stats["unbalanced_steps"] = balance.unbalanced(cost, bounds, world_size)
         return TablePlan(
             IdOrder(ids),
             world_size,
             ids=ordered[:dealt],
             batch_bounds=bounds,
             undealt=ordered[dealt:],
-            stats={"dropped": dropped, "over_budget": over, "max_tokens": self.max_tokens},
+            stats=stats,
         )

@@ -28,7 +28,7 @@ import bisect
 
 import numpy as np
 
-__all__ = ["best_fit_decreasing", "pack_rows", "radix_argsort", "split_rows"]
+__all__ = ["best_fit_decreasing", "pack_rows", "pack_spread", "radix_argsort", "split_rows"]
 
 
 def radix_argsort(keys: np.ndarray) -> np.ndarray:
@@ -78,37 +78,97 @@ def best_fit_decreasing(lengths: np.ndarray, capacity: int) -> tuple[np.ndarray,
     return row, len(counts)
 
 
-def pack_rows(lengths: np.ndarray, capacity: int) -> tuple[np.ndarray, np.ndarray]:
+def pack_rows(
+    lengths: np.ndarray, capacity: int, rooms: np.ndarray | None = None
+) -> tuple[np.ndarray, np.ndarray]:
     """Best-fit decreasing rows as ``(members, counts)``: item indexes grouped row by row.
 
     Row ``r`` holds items ``members[sum(counts[:r]) : sum(counts[:r + 1])]``, longest first;
     rows are in the order they were opened. No sort is needed to group them: the packing knows
     each item's slot in its row.
 
+    ``rooms``: rows already open, each with this much room left (rows ``0 .. len(rooms)-1``,
+    part-filled by the caller; a room of 0 takes nothing); items go there first where they fit
+    best, as into any row, and new rows follow.
+
     Example:
         >>> members, counts = pack_rows(np.array([3, 7, 5, 2, 4]), capacity=10)
         >>> members.tolist(), counts.tolist()
         ([1, 0, 2, 4, 3], [2, 2, 1])
+        >>> pack_rows(np.array([4, 7, 5]), capacity=10, rooms=np.array([4, 0]))[1].tolist()
+        [1, 0, 1, 1]
     """
-    order, row_sorted, slot_sorted, counts = _bfd(lengths, capacity)
+    order, row_sorted, slot_sorted, counts = _bfd(lengths, capacity, rooms)
     starts = np.cumsum(counts) - counts
     members = np.empty(len(order), dtype=np.int64)
     members[starts[row_sorted] + slot_sorted] = order
     return members, counts
 
 
+def pack_spread(
+    lengths: np.ndarray, capacity: int, weight: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """Rows as ``pack_rows`` gives them, with the items of ``weight > 0`` spread evenly over rows.
+
+    For balance (image patches): the weighted items, heaviest first, are dealt to the fewest
+    rows any packing needs (``ceil(tokens / capacity)``, or one per item over half a row) in a
+    snake (rows ``0 .. R-1``, then ``R-1 .. 0``, ...), so every row gets about the same weight;
+    an item that would overflow its row joins the others, which are then packed best-fit
+    decreasing into the room left (new rows only where nothing fits)::
+
+        weights (heaviest first)  9 8 7 6 5 4      3 rows    row 0: 9 4   row 1: 8 5   row 2: 7 6
+
+    Example:
+        >>> members, counts = pack_spread(np.array([4, 4, 2, 2]), 6, np.array([5, 5, 0, 0]))
+        >>> members.tolist(), counts.tolist()
+        ([0, 2, 1, 3], [2, 2])
+    """
+    lens = np.clip(np.asarray(lengths, dtype=np.int64), 1, capacity)
+    weight = np.asarray(weight)
+    lead = np.flatnonzero(weight > 0)
+    if not len(lead):
+        return pack_rows(lens, capacity)
+    target = max(-(-int(lens.sum()) // capacity), int(np.count_nonzero(2 * lens > capacity)), 1)
+    lead = lead[np.lexsort((lead, -lens[lead], -weight[lead]))]  # heaviest first, fixed ties
+    k = np.arange(len(lead), dtype=np.int64)
+    pos = k % target
+    row = np.where((k // target) % 2 == 0, pos, target - 1 - pos)
+    by_row = radix_argsort(row)  # stable: dealing order within each row
+    filled = np.cumsum(lens[lead[by_row]])
+    starts = np.searchsorted(row[by_row], np.arange(target))
+    before = np.concatenate([[0], filled])[starts]  # tokens of the rows dealt before each row
+    fits = np.empty(len(lead), dtype=bool)
+    fits[by_row] = filled - np.repeat(before, np.diff(np.append(starts, len(lead)))) <= capacity
+    placed, placed_row = lead[fits], row[fits]
+    taken = np.zeros(len(lens), dtype=bool)
+    taken[placed] = True
+    rest = np.flatnonzero(~taken)
+    rooms = capacity - np.bincount(placed_row, weights=lens[placed], minlength=target).astype(
+        np.int64
+    )
+    fill, fill_counts = pack_rows(lens[rest], capacity, rooms=rooms)
+    fill_rows = np.repeat(np.arange(len(fill_counts), dtype=np.int64), fill_counts)
+    items = np.concatenate([placed, rest[fill]])
+    rows = np.concatenate([placed_row, fill_rows])
+    at = radix_argsort(rows)  # stable: each row its weighted items, then the fill
+    counts = np.bincount(rows, minlength=len(fill_counts))
+    return items[at], counts[counts > 0]
+
+
 def _bfd(
-    lengths: np.ndarray, capacity: int
+    lengths: np.ndarray, capacity: int, given: np.ndarray | None = None
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Best-fit decreasing as ``(order, row, slot, counts)``.
 
     ``order``: the items longest first; ``row`` and ``slot``: the row of each item in that
     order and its place within the row; ``counts``: the number of items of each row.
+    ``given``: the rooms of rows already open (rows ``0 .. len(given)-1``).
     """
     n = len(lengths)
+    opened_before = 0 if given is None else len(given)
     if n == 0:
         empty = np.empty(0, dtype=np.int64)
-        return empty, empty, empty, empty
+        return empty, empty, empty, np.zeros(opened_before, dtype=np.int64)
     lens = np.clip(np.asarray(lengths, dtype=np.int64), 1, capacity)
     order = radix_argsort(capacity - lens)  # longest first, ties in input order
     sorted_len = lens[order]
@@ -117,7 +177,7 @@ def _bfd(
     ends = np.concatenate([cuts, [n]]).tolist()
     row_sorted = np.empty(n, dtype=np.int64)
     slot_sorted = np.empty(n, dtype=np.int64)
-    filled = np.zeros(n, dtype=np.int64)  # items in each row so far (at most n rows)
+    filled = np.zeros(n + opened_before, dtype=np.int64)  # items in each row so far
     rooms: dict[int, list[int]] = {}  # room -> rows with exactly that much room left
     open_rooms: list[int] = []  # sorted rooms that have rows
 
@@ -130,7 +190,12 @@ def _bfd(
             bisect.insort(open_rooms, room)
         stack.extend(rows.tolist() if isinstance(rows, np.ndarray) else rows)
 
-    next_row = 0
+    next_row = opened_before
+    if given is not None and len(given):
+        given = np.minimum(np.asarray(given, dtype=np.int64), capacity)
+        at = np.argsort(given, kind="stable")
+        for group in np.split(at, np.flatnonzero(np.diff(given[at])) + 1):
+            add(int(given[group[0]]), group)
     for s, e in zip(starts, ends, strict=True):
         size = int(sorted_len[s])
         pos = s

@@ -20,6 +20,11 @@ exactly ``max_length`` tokens, in stream order; a sample crossing a cut continue
 so an elastic resume owes a prefix-closed rest (the one sample cut by the resume point is dealt
 again whole). Samples with image tokens cannot be split.
 
+``balance`` (``chute.plan.balance``): the image samples are shared out evenly over the rows
+(``pack_spread``), the shuffled rows are grouped into steps of alike patches and the steps
+shuffled, each step's rows are dealt to its ranks by load, and a last step of fewer rows than
+ranks is repacked so every rank gets a share; every row still holds at most ``max_length``.
+
 Example:
     >>> import numpy as np
     >>> planner = PackedPlanner(8, batch_size=1, shuffle=False, lengths=[5, 2, 7, 3, 1, 4])
@@ -36,10 +41,12 @@ from typing import Any, ClassVar
 import numpy as np
 
 from chute.errors import ConfigError
+from chute.plan.balance import Balance
 from chute.plan.base import check_positive
 from chute.plan.lengthed import LengthPlanner, derive_seed
 from chute.plan.order import IdOrder
-from chute.plan.pack import pack_rows, split_rows
+from chute.plan.pack import pack_rows, pack_spread, split_rows
+from chute.plan.rebalance import deal_rows, spread_tail
 from chute.plan.shuffle import Permutation
 from chute.plan.table import TablePlan, even_bounds, gather_segments
 
@@ -75,6 +82,11 @@ class PackedPlanner(LengthPlanner):
         window: pack within consecutive windows of this many samples of the shuffled order
             (``None``: the whole epoch at once, the tightest packing).
         overflow: a sample longer than ``max_length``: ``"truncate"`` or ``"drop"``.
+        balance: even out image patches and tokens across the ranks of each step
+            (``True``, ``"tokens+patches"``, ``"patches"``, or weights:
+            ``chute.plan.balance.Balance``): rows share out the image samples evenly, steps
+            are made of rows of alike load, and each step's rows are dealt to ranks by load.
+            ``None``: plain packing and dealing.
         shuffle: a new order (and new rows) every epoch.
         seed: the shuffle's seed.
         drop_last: leave out the last partial step of rows.
@@ -92,6 +104,7 @@ class PackedPlanner(LengthPlanner):
         split: bool = False,
         window: int | None = None,
         overflow: str = "truncate",
+        balance: Any = None,
         shuffle: bool = True,
         seed: int = 0,
         drop_last: bool = False,
@@ -118,6 +131,13 @@ class PackedPlanner(LengthPlanner):
         if self.split and self.window is not None:
             raise ConfigError("window= applies to packing whole samples; drop it with split=True")
         self.overflow = overflow
+        self.balance = Balance.of(balance)
+        if self.split and self.balance is not None:
+            raise ConfigError(
+                "balance= moves whole samples between the rows of a step; with split=True every "
+                "row is exactly max_length tokens (already even) and samples cannot move: drop "
+                "balance, or pack whole samples (split=False)"
+            )
         self.drop_last = bool(drop_last)
         self._warned = False
 
@@ -130,6 +150,8 @@ class PackedPlanner(LengthPlanner):
             "window": self.window,
             "overflow": self.overflow,
             "drop_last": self.drop_last,
+            # only when set: states saved before the option existed stay valid
+            **({"balance": self.balance.to_json()} if self.balance is not None else {}),
         }
 
     def plan_ids(self, ids: np.ndarray, *, epoch: int, world_size: int) -> TablePlan:
@@ -148,17 +170,29 @@ class PackedPlanner(LengthPlanner):
             else:
                 stats["truncated"] = int(np.count_nonzero(over))
                 lens = np.minimum(lens, cap)
-        members, counts = self._pack(lens)  # rows in opening order, members longest first
+        balance = self.balance if world_size > 1 else None
+        cost = None if balance is None else balance.columns(lens_all, ids, cap)
+        spread = None if balance is None or cost is None else balance.spread(cost)
+        members, counts = self._pack(lens, spread)  # rows in opening order
         row_bounds = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
         num_rows = len(counts)
         rows = np.arange(num_rows, dtype=np.int64)
         if self.shuffle:
             rows = Permutation(num_rows, derive_seed(self.seed, "rows"), epoch).materialize()
-        picked = ids[members][gather_segments(row_bounds[rows], counts[rows])]
+        if spread is not None:
+            weight = np.take(spread, members)
+            rows = self._steps_by_load(rows, weight, row_bounds, world_size, epoch)
+        at = members[gather_segments(row_bounds[rows], counts[rows])]  # positions into ids
+        picked = ids[at]
         row_bounds = np.concatenate([[0], np.cumsum(counts[rows])]).astype(np.int64)
         bounds = even_bounds(num_rows, world_size, self.batch_size, self.drop_last)
         dealt_rows = int(bounds[-1])
         dealt = int(row_bounds[dealt_rows])
+        row_bounds = row_bounds[: dealt_rows + 1]
+        if balance is not None and cost is not None:
+            picked, row_bounds, bounds = self._deal(
+                picked, np.take(cost, at[:dealt], axis=0), row_bounds, bounds, world_size, stats
+            )
         undealt = np.concatenate([undealt, picked[dealt:]])
         stats["dropped"] += len(picked) - dealt
         tokens = int(lens.sum())
@@ -169,17 +203,98 @@ class PackedPlanner(LengthPlanner):
             world_size,
             ids=picked[:dealt],
             batch_bounds=bounds,
-            row_bounds=row_bounds[: dealt_rows + 1],
+            row_bounds=row_bounds,
             undealt=undealt,
             stats=stats,
         )
 
-    def _pack(self, lens: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def _steps_by_load(
+        self,
+        rows: np.ndarray,
+        weight: np.ndarray,
+        row_bounds: np.ndarray,
+        world_size: int,
+        epoch: int,
+    ) -> np.ndarray:
+        """The rows (shuffled) grouped into steps of alike patches, the steps shuffled.
+
+        ``weight``: each packed sample's share of the patches, in packing order. Rows are
+        ordered by their total, heaviest first (equal ones keep their shuffled order), cut into
+        steps of ``world_size x batch_size`` rows, and the full steps shuffled.
+        """
+        sums = np.concatenate([[0.0], np.cumsum(weight)])  # sequential: the same on every rank
+        load = (sums[row_bounds[1:]] - sums[row_bounds[:-1]])[rows]
+        rows = rows[np.lexsort((np.arange(len(rows)), -load))]
+        unit = world_size * self.batch_size
+        steps = len(rows) // unit
+        if not self.shuffle or steps < 2:
+            return rows
+        perm = Permutation(steps, derive_seed(self.seed, "balance-steps"), epoch).materialize()
+        head = rows[: steps * unit].reshape(steps, unit)[perm].ravel()
+        return np.concatenate([head, rows[steps * unit :]])
+
+    def _deal(
+        self,
+        picked: np.ndarray,
+        cost: np.ndarray,
+        row_bounds: np.ndarray,
+        bounds: np.ndarray,
+        world_size: int,
+        stats: dict[str, Any],
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """With balance: each step's rows dealt to its ranks by load, the last step spread.
+
+        ``deal_rows`` deals the rows of full steps; ``spread_tail`` repacks a last step of
+        fewer rows than ranks so every rank gets a share. ``cost``: the dealt samples' columns.
+        Returns ``(picked, row_bounds, bounds)``; counts the steps left outside the tolerance
+        in ``stats``.
+        """
+        assert self.balance is not None
+        dealt = int(row_bounds[-1])
+        head, tail = picked[:dealt], picked[dealt:]
+        unit = world_size * self.batch_size
+        full = (len(row_bounds) - 1) // unit
+        lo = int(row_bounds[full * unit])
+        if 0 < len(row_bounds) - 1 - full * unit < world_size:  # ranks left without a row
+            size = np.minimum(self.require_lengths().length[head[lo:]], self.max_length)
+            spread = spread_tail(
+                cost[lo:],
+                size,
+                self.max_length,
+                len(row_bounds) - 1 - full * unit,
+                world_size,
+                self.balance,
+            )
+            if spread is not None:
+                order, counts, per_rank = spread
+                head = np.concatenate([head[:lo], head[lo:][order]])
+                cost = np.concatenate([cost[:lo], cost[lo:][order]])
+                row_bounds = np.concatenate([row_bounds[: full * unit + 1], lo + np.cumsum(counts)])
+                bounds = np.concatenate(
+                    [bounds[: full * world_size + 1], full * unit + np.cumsum(per_rank)]
+                ).astype(np.int64)
+        sums = np.zeros((len(cost) + 1, cost.shape[1]), dtype=np.int64)
+        np.cumsum(cost, axis=0, out=sums[1:])
+        rows_cost = sums[row_bounds[1:]] - sums[row_bounds[:-1]]
+        order, changed = deal_rows(rows_cost, world_size, self.batch_size, self.balance)
+        counts = np.diff(row_bounds)[order]
+        head = head[gather_segments(row_bounds[:-1][order], counts)]
+        row_bounds = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+        stats["balanced_steps"] = changed
+        stats["unbalanced_steps"] = self.balance.unbalanced(rows_cost[order], bounds, world_size)
+        return np.concatenate([head, tail]), row_bounds, bounds
+
+    def _pack(self, lens: np.ndarray, spread: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+        def pack(lo: int, hi: int) -> tuple[np.ndarray, np.ndarray]:
+            if spread is None:
+                return pack_rows(lens[lo:hi], self.max_length)
+            return pack_spread(lens[lo:hi], self.max_length, spread[lo:hi])
+
         if self.window is None or self.window >= len(lens):
-            return pack_rows(lens, self.max_length)
+            return pack(0, len(lens))
         members, counts = [], []
         for lo in range(0, len(lens), self.window):
-            part, sizes = pack_rows(lens[lo : lo + self.window], self.max_length)
+            part, sizes = pack(lo, lo + self.window)
             members.append(part + lo)
             counts.append(sizes)
         return np.concatenate(members), np.concatenate(counts)

@@ -6,12 +6,13 @@ name        options beyond the common ones (batch_size, shuffle, seed, drop_last
 random      none
 grouped     group_size, grad_accum, longest_first (needs lengths)
 budget      max_tokens, max_length, max_rows, pad_to_multiple_of, group_size, grad_accum,
-            longest_first (needs lengths)
-packed      max_length, split, window, overflow (needs lengths)
+            longest_first, balance (needs lengths)
+packed      max_length, split, window, overflow, balance (needs lengths)
 ==========  ==================================================================================
 
 Planners that need lengths say so with ``needs_lengths = True``; the ``Loader`` computes them
-(``chute.lengths.lengths_of``) and passes ``lengths=``.
+(``chute.lengths.lengths_of``) and passes ``lengths=``. ``balance`` evens out tokens and image
+patches across the ranks of each step (``chute.plan.balance``).
 """
 
 from __future__ import annotations
