@@ -14,7 +14,13 @@ from typing import Any
 import typer
 
 from chute.cli._data import DataFiles, open_data_files
-from chute.cli._options import OutputArgs, RecipeArgs, output_options, recipe_options
+from chute.cli._options import (
+    OutputArgs,
+    RecipeArgs,
+    output_options,
+    parse_pairs,
+    recipe_options,
+)
 from chute.cli._output import emit_json, fail, guarded, shown, table
 from chute.errors import ConfigError
 from chute.lengths import Lengths, lengths_of
@@ -91,6 +97,12 @@ def stats(
         None, "--window", help="Packed plan: pack within windows of this many samples."
     ),
     seed: int = typer.Option(0, "--seed", help="The shuffle's seed (epoch 0 is planned)."),
+    balance: str | None = typer.Option(
+        None,
+        "--balance",
+        help="Budget and packed plans: even out tokens and image patches across the ranks of "
+        "each step (true, tokens+patches, patches, or weights: tokens=1,patches=2,tolerance=0.1).",
+    ),
     plot: Path | None = typer.Option(
         None, "--plot", help="Draw the histogram and efficiencies to this PNG (chute[plot])."
     ),
@@ -131,6 +143,7 @@ def stats(
                 group_size=group_size,
                 window=window,
                 seed=seed,
+                balance=parse_balance(balance),
             ),
             plot=plot,
             cache_dir=cache_dir,
@@ -168,6 +181,7 @@ def stats(
         group_size=group_size,
         window=window,
         seed=seed,
+        balance=parse_balance(balance),
     )
     result["input"] = {"paths": paths, "recipe": repr(built) if built else "pre-tokenized"}
     if plot is not None:
@@ -184,6 +198,38 @@ def stats(
         _print(result)
     if data is not None and data.skipped:
         raise typer.Exit(1)
+
+
+def parse_balance(text: str | None) -> Any:
+    """``--balance``'s text as the plans' ``balance`` option.
+
+    Example:
+        >>> parse_balance("true"), parse_balance("patches"), parse_balance("tokens=1,patches=2")
+        (True, 'patches', {'tokens': 1.0, 'patches': 2.0})
+    """
+    if text is None or text.strip().lower() in ("false", "off", "no", "none"):
+        return None
+    if text.strip().lower() in ("true", "on", "yes"):
+        return True
+    if "=" not in text:
+        return text.strip()
+    out: dict[str, float] = {}
+    for key, value in parse_pairs(text, "--balance").items():
+        try:
+            out[key] = float(value)
+        except ValueError:
+            raise ConfigError(
+                f"--balance: {key}={value!r} is not a number; give weights and a tolerance as "
+                f"numbers, e.g. tokens=1,patches=2,tolerance=0.1"
+            ) from None
+    return out
+
+
+def _imbalance(report: dict[str, Any], dim: str) -> str:
+    figures = report.get("imbalance", {}).get(dim, {})
+    if figures.get("mean") is None:
+        return "-"
+    return f"{figures['mean']:.2f} / {figures['worst']:.2f}"
 
 
 def _print(result: dict[str, Any]) -> None:
@@ -216,17 +262,37 @@ def _print(result: dict[str, Any]) -> None:
             r["padded"],
             r["dropped"],
             r["truncated"],
+            _imbalance(r, "tokens"),
+            _imbalance(r, "patches"),
         ]
         for name, r in result["plans"].items()
     ]
+    balanced = result.get("balance")
     typer.echo(
         "\n"
         + table(
-            ["plan", "efficiency", "steps", "rows", "padded tokens", "dropped", "truncated"],
+            [
+                "plan",
+                "efficiency",
+                "steps",
+                "rows",
+                "padded tokens",
+                "dropped",
+                "truncated",
+                "tokens max/mean",
+                "patches max/mean",
+            ],
             rows,
-            title=f"one epoch, batch size {result['batch_size']} x {result['world_size']} ranks:",
+            title=f"one epoch, batch size {result['batch_size']} x {result['world_size']} ranks"
+            + (f", budget and packed balanced ({balanced['weights']})" if balanced else "")
+            + ":",
         )
     )
+    if result["world_size"] > 1:
+        typer.echo(
+            "max/mean: the busiest rank's tokens (image patches) over the mean across ranks, per "
+            "step: mean / worst over steps"
+        )
     bound = result["packing_bound"]
     typer.echo(
         f"\npacking bound: {bound['rows']:,} rows of {result['max_length']} "

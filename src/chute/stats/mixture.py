@@ -47,6 +47,7 @@ def mixture_stats(
     window: int | None = None,
     seed: int = 0,
     plans: Sequence[str] = PLAN_NAMES,
+    balance: Any = None,
 ) -> dict[str, Any]:
     """Per-dataset and whole-mixture statistics (see the module docstring).
 
@@ -63,6 +64,7 @@ def mixture_stats(
         window=window,
         seed=seed,
         plans=plans,
+        balance=balance,
     )
     chosen: dict[str, Any] = {}
 

@@ -2,9 +2,13 @@
 
 ``padding_stats(lengths, max_length=..., batch_size=..., world_size=...)`` plans one epoch with
 every strategy over the same lengths and reports, per plan, the padding efficiency (real tokens
-/ tokens in padded rows), steps (batches per rank) and rows per epoch, and samples dropped or
-truncated. It is what ``chute stats`` prints; the input is a ``Lengths`` however obtained (the
-lengths pass, the lengths cache, or a token cache), so other front ends can reuse it.
+/ tokens in padded rows), steps (batches per rank) and rows per epoch, samples dropped or
+truncated, and how unevenly each step's tokens and image patches fall on the ranks
+(``imbalance``: max over mean across ranks, mean and worst over steps;
+``chute.plan.balance.imbalance_report``); ``balance=`` plans ``budget`` and ``packed`` with
+that ``balance`` option. It is what ``chute stats`` prints; the input is a ``Lengths`` however
+obtained (the lengths pass, the lengths cache, or a token cache), so other front ends can reuse
+it.
 
 Samples longer than ``max_length`` follow ``overflow``, the same for every plan and decided by
 the recipe's own rule (``chute.recipe.outcome.overflow_outcome``): ``truncate`` (they count as
@@ -47,6 +51,7 @@ from chute.plan import (
     packing_bound,
     padding_report,
 )
+from chute.plan.balance import Balance, imbalance_report
 from chute.plan.base import check_positive
 from chute.plan.shuffle import Permutation
 from chute.recipe.outcome import KEPT, OUTCOME_KINDS, TOO_LONG, TRUNCATED, overflow_outcome
@@ -76,6 +81,7 @@ def padding_stats(
     bins: int = 20,
     plans: Sequence[str] = PLAN_NAMES,
     planner_for: Callable[[Planner, Lengths], Planner] | None = None,
+    balance: Any = None,
 ) -> dict[str, Any]:
     """Length statistics and one epoch of each plan (see the module docstring).
 
@@ -95,8 +101,11 @@ def padding_stats(
         plans: which plans to report (``grouped_by_modality`` is added for mixed data).
         planner_for: ``planner_for(planner, fed_lengths)``: the planner each plan is built
             with (e.g. over a mixture's selection, ``chute.stats.mixture``); default: itself.
+        balance: the ``balance`` option of the ``budget`` and ``packed`` plans (``True``,
+            ``"tokens+patches"``, ...; ``None``: off).
     """
     max_length = check_positive("max_length", max_length)
+    balance = Balance.of(balance)
     if overflow not in ("truncate", "drop", "split"):
         raise ConfigError(f"overflow must be 'truncate', 'drop' or 'split', got {overflow!r}")
     unknown = sorted(set(plans) - {*PLAN_NAMES, MODALITY_PLAN})
@@ -166,8 +175,12 @@ def padding_stats(
             window,
             seed,
             planner_for,
+            balance,
         )
         report = padding_report(plan, fed, max_length=max_length).to_json()
+        report["imbalance"] = imbalance_report(plan, fed_lengths, max_length=max_length).to_json()
+        if "unbalanced_steps" in getattr(plan, "stats", {}):
+            report["unbalanced_steps"] = plan.stats["unbalanced_steps"]
         report["dropped"] += dropped
         report["truncated"] = truncated
         report["seconds"] = round(time.perf_counter() - t0, 4)
@@ -176,6 +189,7 @@ def padding_stats(
         reports[name] = report
     out["plans"] = reports
     out["efficiency"] = {name: r["efficiency"] for name, r in reports.items()}
+    out["balance"] = None if balance is None else balance.to_json()
     out["warnings"] = _warnings(out)
     return out
 
@@ -191,6 +205,7 @@ def _plan(
     window: int | None,
     seed: int,
     planner_for: Callable[[Planner, Lengths], Planner] | None = None,
+    balance: Balance | None = None,
 ) -> Any:
     n = len(lengths)
     if name == "random":
@@ -214,12 +229,18 @@ def _plan(
             batch_size=batch_size,
             max_length=max_length,
             group_size=group_size,
+            balance=balance,
             seed=seed,
             lengths=lengths,
         )
     else:
         planner = PackedPlanner(
-            max_length, batch_size=batch_size, window=window, seed=seed, lengths=lengths
+            max_length,
+            batch_size=batch_size,
+            window=window,
+            balance=balance,
+            seed=seed,
+            lengths=lengths,
         )
     if planner_for is not None:
         planner = planner_for(planner, lengths)
