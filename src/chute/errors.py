@@ -213,6 +213,8 @@ SAMPLE_ERROR_KINDS: dict[str, str] = {
     "video_missing": "a video file does not exist (or is a directory)",
     "video_corrupt": "a video file cannot be opened or decoded, or has no video stream",
     "video_too_large": "a video is longer, or its frames larger, than the configured limits",
+    "video_unsupported": "a video its frame-sampling rule cannot sample: a header without the "
+    "frame count or rate that sampling at a rate needs, too few frames, an aspect ratio above 200",
     "video_token_mismatch": "the video tokens in input_ids differ from the features the "
     "sampled frames give",
     "audio_missing": "an audio file does not exist (or is a directory)",

@@ -95,11 +95,17 @@ def test_paths_resolved_and_media_rules_from_mappings(tmp_path: Path, monkeypatc
     recipe = cfg.recipe.build()
     assert type(recipe.media.video_tokens).__name__ == "VideoFrames"
     assert recipe.media.video_tokens.num_frames == 4
+    short = {"tokenizer": "tok", "template": "chatml", "video_tokens": "frames=4"}
+    built = PreprocessConfig.from_dict({"sources": ["a"], "recipe": short}).recipe.build()
+    assert built.media.video_tokens.num_frames == 4
     bad = PreprocessConfig.from_dict(
-        {"sources": ["a"], "recipe": {"tokenizer": "tok", "video_tokens": {"frames": 4}}}
+        {
+            "sources": ["a"],
+            "recipe": {"tokenizer": "tok", "template": "chatml", "video_tokens": {"frame": 4}},
+        }
     )
     with pytest.raises(
-        ConfigError, match=r"recipe.video_tokens: .*frames.* \(fields of VideoFrames\)"
+        ConfigError, match=r"recipe.video_tokens: .*'frame'.* \(fields of VideoFrames\)"
     ):
         bad.recipe.build()
     with pytest.raises(ConfigError, match="recipe.tokenizer: .*nope"):

@@ -171,7 +171,7 @@ def test_full_hash_catches_what_size_mtime_and_edges_miss(tmp_path: Path) -> Non
     assert len(open_cache(cache)) == 3000
 
 
-@pytest.mark.parametrize(("version", "said"), [(0, "older chute"), (None, "older"), (2, "newer")])
+@pytest.mark.parametrize(("version", "said"), [(0, "older chute"), (None, "older"), (3, "newer")])
 def test_other_format_versions_are_refused(built: dict, tmp_path: Path, version, said) -> None:
     copy = tmp_path / "copy"
     shutil.copytree(built["cache"], copy)
@@ -183,8 +183,18 @@ def test_other_format_versions_are_refused(built: dict, tmp_path: Path, version,
     with pytest.raises(FingerprintMismatch) as info:
         open_cache(copy)
     message = str(info.value)
-    assert said in message and f"format_version differs: cache {version}, this chute 1" in message
+    assert said in message and f"format_version differs: cache {version}, this chute 2" in message
     assert f"Rebuild it: chute preprocess {copy}/config.yaml --out {copy} --overwrite" in message
+
+
+def test_a_version_1_cache_is_still_read(built: dict, tmp_path: Path) -> None:
+    # Version 2 added video timing to media entries; a version 1 cache reads them as absent.
+    copy = tmp_path / "v1"
+    shutil.copytree(built["cache"], copy)
+    manifest = orjson.loads(Layout(copy).manifest.read_bytes())
+    manifest["format_version"] = 1
+    Layout(copy).manifest.write_bytes(orjson.dumps(manifest))
+    assert len(open_cache(copy)) == len(open_cache(built["cache"]))
 
 
 def test_a_directory_of_another_job_is_refused_then_overwritten(built: dict, tmp_path) -> None:

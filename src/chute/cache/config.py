@@ -104,7 +104,7 @@ class RecipeConfig:
     image_tokens: Any = "auto"
     image_token: str | None = None
     image_token_id: int | None = None
-    video_tokens: int | dict[str, Any] | None = None
+    video_tokens: int | str | dict[str, Any] | None = None
     audio_tokens: int | dict[str, Any] | None = None
     video_token: str | None = None
     audio_token: str | None = None
@@ -137,7 +137,7 @@ class RecipeConfig:
         "image_tokens": "image_tokens",
         "image_token": "str?",
         "image_token_id": "int?",
-        "video_tokens": "count_or_rule",
+        "video_tokens": "video_tokens",
         "audio_tokens": "count_or_rule",
         "video_token": "str?",
         "audio_token": "str?",
@@ -165,10 +165,9 @@ class RecipeConfig:
 
     def _arguments(self) -> dict[str, Any]:
         args = asdict(self)
-        for name, module, cls in (
-            ("video_tokens", "chute.media.video", "VideoFrames"),
-            ("audio_tokens", "chute.media.audio", "AudioClips"),
-        ):
+        # video_tokens (a count, fields or a short form) resolves in the recipe, with the image
+        # rule's family preset (chute.media.video.video_tokens_rule)
+        for name, module, cls in (("audio_tokens", "chute.media.audio", "AudioClips"),):
             if isinstance(args[name], Mapping):  # a rule counted from each file's header
                 rule = getattr(importlib.import_module(module), cls)
                 try:

@@ -73,6 +73,11 @@ _CHECKS: dict[str, tuple[Any, str]] = {
         lambda v: v is None or (_is_int(v) and v > 0) or isinstance(v, Mapping),
         "a token count, a mapping of the header-counting rule's fields, or null",
     ),
+    "video_tokens": (
+        lambda v: v is None or (_is_int(v) and v > 0) or isinstance(v, str | Mapping),
+        "a token count, fps (sampling at a rate: fps=1,max_frames=64), frames=8, a mapping of "
+        "VideoFrames fields, or null",
+    ),
     "paths": (
         lambda v: isinstance(v, list | tuple) and all(isinstance(x, str) and x for x in v),
         "a list of folders",

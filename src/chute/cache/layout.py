@@ -49,6 +49,7 @@ from chute.cache.storage import publish, publish_parts, storage_for
 __all__ = [
     "CACHE_FORMAT",
     "FORMAT_VERSION",
+    "READABLE_VERSIONS",
     "Layout",
     "publish",
     "publish_parts",
@@ -58,7 +59,11 @@ __all__ = [
 
 CACHE_FORMAT = "chute.cache"
 # Bump when a cache written before would be read wrongly; readers refuse other versions.
-FORMAT_VERSION = 1
+# 2: video entries hold second_per_grid_t, frame_spans and timestamps (a version 1 cache reads
+# them as absent: a Qwen2.5-VL video's positions then assume 1 second per temporal group).
+FORMAT_VERSION = 2
+# Versions this chute reads (a version 1 cache has no video timing; its samples lack the keys).
+READABLE_VERSIONS = (1, 2)
 
 _TEMP = re.compile(r"^\.(?P<name>.+)\.(?P<host>[A-Za-z0-9_-]+)\.(?P<pid>\d+)\.tmp$")
 _RECORD = re.compile(r"^(\d{6,})\.json$")

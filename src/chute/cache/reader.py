@@ -42,7 +42,13 @@ from chute._internal.remote import absolute, is_url
 from chute.cache.cacheset import is_cache_set, open_cache_set
 from chute.cache.finalize import read_chunk
 from chute.cache.fingerprint import differences, mismatch, source_changes
-from chute.cache.layout import CACHE_FORMAT, FORMAT_VERSION, Layout, read_json
+from chute.cache.layout import (
+    CACHE_FORMAT,
+    FORMAT_VERSION,
+    READABLE_VERSIONS,
+    Layout,
+    read_json,
+)
 from chute.cache.rows import ChunkRows
 from chute.errors import CacheError, ConfigError
 
@@ -152,7 +158,7 @@ def _check_version(layout: Layout, manifest: dict[str, Any]) -> None:
             f"{manifest.get('format')!r})"
         )
     version = manifest.get("format_version")
-    if version == FORMAT_VERSION:
+    if version in READABLE_VERSIONS:  # version 1: no video timing (samples lack those keys)
         return
     newer = isinstance(version, int) and version > FORMAT_VERSION
     why = (

@@ -14,8 +14,9 @@ file               int32                        the source file (index into the 
 line               int64                        the 1-based line where the record begins
 index              int64                        the record's index in the sources
 images             list<struct>                 ``source``, ``path``, ``span``, ``num_tokens``,
-videos, audios                                  ``size``, ``grid_thw``, ``seconds`` (audio) as in
-                                                the recipe's sample
+videos, audios                                  ``size``, ``grid_thw``, ``seconds`` (audio),
+                                                ``second_per_grid_t``, ``frame_spans``,
+                                                ``timestamps`` (video) as in the recipe's sample
 =================  ===========================  ===============================================
 
 Columns a recipe's samples have only for some kinds of data, written when they do (so a cache of
@@ -81,10 +82,16 @@ _MEDIA_ITEM = pa.struct(
         ("size", pa.list_(pa.int32())),
         ("grid_thw", pa.list_(pa.int32())),
         ("seconds", pa.float64()),  # audio clips counted from their header
+        # videos (format version 2): seconds per temporal group (Qwen2.5-VL's mRoPE); in
+        # Qwen3-VL's layout each frame group's token span and time
+        ("second_per_grid_t", pa.float64()),
+        ("frame_spans", pa.list_(pa.list_(pa.int32()))),
+        ("timestamps", pa.list_(pa.float64())),
     ]
 )
-# Keys a media item has only when they apply (absent in the recipe's dict when null here).
-OPTIONAL_MEDIA_KEYS = ("seconds",)
+# Keys a media item has only when they apply (absent in the recipe's dict when null here, and in
+# caches of format version 1, which had no such fields).
+OPTIONAL_MEDIA_KEYS = ("seconds", "second_per_grid_t", "frame_spans", "timestamps")
 _MEDIA_KEYS = frozenset(_MEDIA_ITEM.field(i).name for i in range(_MEDIA_ITEM.num_fields))
 MEDIA_TYPE = pa.list_(_MEDIA_ITEM)
 MEDIA_COLUMNS = ("images", "videos", "audios")
@@ -287,7 +294,7 @@ def chunk_batch(
         unknown = {k for per in items for item in per for k in item} - _MEDIA_KEYS
         if unknown:
             raise CacheError(
-                f"{name} entries hold {sorted(unknown)}, which the cache format (version 1) has "
+                f"{name} entries hold {sorted(unknown)}, which the cache format has "
                 f"no field for; the cache would lose them (a chute bug: add them to MEDIA_TYPE)"
             )
         if any(items):

@@ -145,10 +145,12 @@ RECIPE_OPTIONS: tuple[_Flag, ...] = (
     ),
     _Flag(
         "video_tokens",
-        int | None,
+        str | None,
         None,
         ("--video-tokens",),
-        "Tokens per video (a fixed count); needed for data with videos.",
+        "How videos become tokens; needed for data with videos: fps (frames sampled 2 a second "
+        "as the --image-tokens family's processor does, counted from each header), fps=1,"
+        "max_frames=64, frames=8 (a fixed frame count), or a count of tokens per video (64).",
     ),
     _Flag(
         "audio_tokens",
@@ -310,7 +312,7 @@ class RecipeArgs:
     media_root: str | None = None
     media_allowed_roots: Sequence[str] | None = None
     image_tokens: str | None = None
-    video_tokens: int | None = None
+    video_tokens: str | None = None
     audio_tokens: int | None = None
     video_token: str | None = None
     audio_token: str | None = None

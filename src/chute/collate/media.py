@@ -19,7 +19,9 @@ over the tiles into ``(images, most tiles, 3, S, S)`` with ``image_sizes`` and
 ``batch_num_images`` (``chute.collate.tiles``).
 
 Batches without any image carry ``image_counts`` (zeros) but no ``pixel_values``. Batches with
-videos add ``pixel_values_videos`` / ``video_grid_thw`` / ``video_counts`` the same way; with
+videos add ``pixel_values_videos`` / ``video_grid_thw`` / ``video_counts`` the same way, and
+``second_per_grid_ts`` (float32, one per video: its entry's ``second_per_grid_t``, Qwen2.5-VL's
+seconds per temporal group) when every video has one; with
 audio, ``audio_values`` ``(clips, longest)`` zero-padded, ``audio_lengths`` and
 ``audio_counts``.
 
@@ -119,6 +121,9 @@ def collate_media(
             values = np.stack(arrays)
         tensor = torch.from_numpy(values)
         out[values_key] = tensor.to(dtype) if dtype is not None else tensor
+    seconds = _seconds_per_grid(samples)
+    if seconds is not None:
+        out["second_per_grid_ts"] = torch.tensor(seconds, dtype=torch.float32)
     audio = [(row_of[j], a) for j, s in enumerate(samples) for a in (s.get("audio_values") or ())]
     counts = np.zeros(total_rows, dtype=np.int64)
     if audio:
@@ -133,6 +138,24 @@ def collate_media(
         out["audio_lengths"] = torch.from_numpy(lengths)
         out["audio_counts"] = torch.from_numpy(counts)
     return out
+
+
+def _seconds_per_grid(samples: Sequence[Mapping[str, Any]]) -> list[float] | None:
+    """Each loaded video's ``second_per_grid_t``, in order; ``None`` unless every video has one.
+
+    Videos without it (a fixed token count, a cache written before the field) leave the key out,
+    as the Qwen2.5-VL processor does without an ``fps``.
+    """
+    seconds: list[float] = []
+    for s in samples:
+        if not s.get("pixel_values_videos"):
+            continue
+        for ref in s.get("videos") or ():
+            value = ref.get("second_per_grid_t")
+            if value is None:
+                return None
+            seconds.append(float(value))
+    return seconds or None
 
 
 class MediaCollate:

@@ -25,6 +25,8 @@ from chute.media.paths import MediaPaths, is_remote
 from chute.media.remote import RemoteMedia
 from chute.media.sizes import image_size
 from chute.media.tokens import DynamicImageTokens, image_tokens_rule
+from chute.media.video_layout import qwen3_video_ids, video_layout
+from chute.media.video_spec import video_tokens_rule
 from chute.sample.conversation import Part
 from chute.tokenize.base import Tokenizer
 
@@ -35,12 +37,17 @@ _INLINE = "data:"
 
 @dataclass(slots=True)
 class MediaSlot:
-    """One media item to expand: its kind, token id, token count and what to record about it."""
+    """One media item to expand: its kind, token id, token count and what to record about it.
+
+    ``ids``: the item's whole expansion when it is more than ``count`` copies of ``token_id``
+    (a Qwen3-VL video: timestamps and vision markers around each frame group's tokens).
+    """
 
     kind: str
     token_id: int
     count: int
     info: dict[str, Any] = field(default_factory=dict)
+    ids: Any = None
 
 
 class MediaPlan:
@@ -54,8 +61,9 @@ class MediaPlan:
         image_token: the token marking an image (default: the tokenizer's, else ``<image>``).
         image_token_id: the id written for it (default: the token's id).
         video_token / audio_token: the tokens marking a video / an audio clip.
-        video_tokens: fixed tokens per video, a ``VideoFrames`` (counts from the header), or
-            ``None``.
+        video_tokens: fixed tokens per video, a ``VideoFrames`` (counts from the header), its
+            fields or short form (``fps``, ``fps=1,max_frames=64``, ``frames=8``: the image
+            rule's family preset, see ``chute.media.video_spec``), or ``None``.
         audio_tokens: fixed tokens per audio clip, an ``AudioClips`` (counts from the header),
             or ``None``.
         media_root: folder for relative paths (default: the data file's folder), or a mapping
@@ -84,7 +92,6 @@ class MediaPlan:
         max_image_pixels: int = DEFAULT_MAX_PIXELS,
         allowed_roots: Any = (),
     ):
-        self.video_tokens = _count_or_none(video_tokens, "video_tokens")
         self.audio_tokens = _count_or_none(audio_tokens, "audio_tokens")
         if image_token_id is not None and (
             not isinstance(image_token_id, int) or isinstance(image_token_id, bool)
@@ -111,6 +118,11 @@ class MediaPlan:
         if image_tokens == "auto":  # Qwen2-VL's rule for Qwen vision vocabularies, else LLaVA's
             image_tokens = "qwen2-vl" if self.tokens["image"] == "<|image_pad|>" else "llava-1.5"
         self.image_rule = image_tokens_rule(image_tokens)
+        family = getattr(self.image_rule, "family", None)
+        # a short form (fps=2) or fields resolve with the family's preset (chute.media.video)
+        self.video_tokens = video_tokens_rule(video_tokens, family)
+        self.video_layout = video_layout(family, self.video_tokens)
+        self._stamps: dict[str, list[int]] = {}  # Qwen3-VL's encoded timestamps
         # Media tokens that are special tokens: written literally in a text they would pose as
         # an image, so a text-only sample holding one is rejected.
         self.guard = tuple(t for t in self.tokens.values() if tokenizer.token_to_id(t) is not None)
@@ -168,8 +180,29 @@ class MediaPlan:
                     )
                 token_id = self._token_id(part.kind, None, None)
                 info.update(num_tokens=count, **extra)
+                if part.kind == "video":
+                    ids = self._video_ids(info, count, token_id)
+                    out.append(MediaSlot(part.kind, token_id, count, info, ids))
+                    continue
             out.append(MediaSlot(part.kind, token_id, count, info))
         return out
+
+    def _video_ids(self, info: dict[str, Any], count: int, token_id: int) -> Any:
+        """The video's own expansion in the recipe's layout (``None``: ``count`` video tokens).
+
+        Keys a video entry has only when known (``second_per_grid_t``; ``frame_spans`` and
+        ``timestamps`` in Qwen3-VL's layout) are left out when not.
+        """
+        times = info.pop("timestamps", None)
+        if info.get("second_per_grid_t", 0) is None:
+            del info["second_per_grid_t"]
+        if self.video_layout != "qwen3-vl":
+            return None
+        ids, spans = qwen3_video_ids(
+            self.tokenizer, info.get("grid_thw"), times, count, token_id, self._stamps, info["path"]
+        )
+        info.update(frame_spans=spans, timestamps=times)
+        return ids
 
     def _image_count(
         self, resolved: str, data_path: str | None

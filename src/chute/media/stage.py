@@ -203,15 +203,18 @@ class MediaStage:
             if n is None:
                 n = self.fixed_tokens if kind == "image" and self.fixed_tokens else None
             start, end = ref["span"]
-            runs = [[start, end]]
+            # a Qwen3-VL video: its tokens are runs, one per frame group, between timestamps
+            runs = ref.get("frame_spans") or [[start, end]]
             if "rejected_span" in ref:  # a preference pair: the same tokens again, on the other side
-                runs.append(list(ref["rejected_span"]))
+                shift = int(ref["rejected_span"][0]) - int(start)
+                runs = [*runs, *([a + shift, b + shift] for a, b in runs)]
                 n = None if n is None else 2 * n
             held = sum(b - a for a, b in runs)
             if n is None:
                 n = held  # nothing to compare with: trust the recipe's count
             if held != n or (
-                token_id is not None and not all(bool((ids[a:b] == token_id).all()) for a, b in runs)
+                token_id is not None
+                and not all(bool((ids[a:b] == token_id).all()) for a, b in runs)
             ):
                 where = "" if token_id is None else f" of token id {token_id}"
                 raise SampleError(

@@ -6,7 +6,8 @@ straddles a span edge, rare with real templates, counts as trained). The ids are
 exactly ``tokenizer.encode(rendered_text)``.
 
 Media: the text holds one media token per item (``<|image_pad|>``, ``<image>``); the text is cut
-at those tokens, each piece encoded, and each item becomes ``count`` copies of its token id.
+at those tokens, each piece encoded, and each item becomes ``count`` copies of its token id
+(a Qwen3-VL video: its frame groups with their timestamps, ``chute.media.video_layout``).
 When the media token is one special token of the tokenizer (Qwen's ``<|image_pad|>``) this is
 identical to encoding the whole text; when it is not (``<image>`` with a Llama-2 vocabulary) it
 is LLaVA's rule (text on both sides encoded separately). Media tokens are never trained::
@@ -252,10 +253,12 @@ def encode(
         if not complete or (need is not None and n >= need):
             complete = False
             break  # what follows lies past the tokens kept
-        id_parts.append(np.full(slot.count, slot.token_id, dtype=np.int32))
-        label_parts.append(np.full(slot.count, IGNORE, dtype=np.int32))
-        media.append({"kind": slot.kind, **slot.info, "span": [n, n + slot.count]})
-        n += slot.count
+        # count copies of the token, or the item's own expansion (a Qwen3-VL video)
+        ids = slot.ids if slot.ids is not None else np.full(slot.count, slot.token_id, np.int32)
+        id_parts.append(ids)
+        label_parts.append(np.full(len(ids), IGNORE, dtype=np.int32))
+        media.append(_shifted({"kind": slot.kind, **slot.info, "span": [0, len(ids)]}, n))
+        n += len(ids)
         pos = m.end()
     else:
         rest = None if need is None else need - n
@@ -394,9 +397,14 @@ def _keep_end(enc: Encoded, cut: int) -> Encoded:
         start, end = item["span"]
         if start < cut < end:
             cut = end
-    media = []
-    for item in enc.media:
-        if item["span"][0] >= cut:
-            a, b = item["span"]
-            media.append({**item, "span": [a - cut, b - cut]})
+    media = [_shifted(item, -cut) for item in enc.media if item["span"][0] >= cut]
     return Encoded(enc.ids[cut:].copy(), enc.labels[cut:].copy(), media, truncated=True)
+
+
+def _shifted(item: dict[str, Any], by: int) -> dict[str, Any]:
+    """A media entry whose token spans (``span``, a video's ``frame_spans``) moved by ``by``."""
+    a, b = item["span"]
+    out = {**item, "span": [a + by, b + by]}
+    if item.get("frame_spans") is not None:
+        out["frame_spans"] = [[a + by, b + by] for a, b in item["frame_spans"]]
+    return out

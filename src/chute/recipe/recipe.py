@@ -149,8 +149,10 @@ class Recipe:
             are built, templated or tokenized (default 10,000; ``None``: no limit).
         image_token_id: the id written for image tokens (default: ``image_token``'s id; LLaVA's
             original code uses ``-200``).
-        video_tokens: tokens per video: a fixed count, or a ``chute.media.video.VideoFrames``
-            (counted from the container's header); required for videos.
+        video_tokens: tokens per video: a fixed count, a ``chute.media.video.VideoFrames``
+            (counted from the container's header), its fields, or the short form ``fps``,
+            ``fps=1,max_frames=64``, ``frames=8`` (the ``image_tokens`` family's preset: Qwen's
+            frame sampling); required for videos.
         audio_tokens: tokens per audio clip: a fixed count, or a
             ``chute.media.audio.AudioClips`` (counted from the header); required for audio.
         check_images: with a fixed count, reject samples whose image file is missing. Dynamic
