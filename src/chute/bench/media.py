@@ -24,8 +24,11 @@ __all__ = ["has_media", "stage_for_recipe", "transform_for_rule"]
 
 def transform_for_rule(rule: Any, *, image_size: int = 336) -> Any:
     """The image transform whose feature count is what ``rule`` counts."""
-    from chute.media import DynamicImageTokens, DynamicResolution, ImageTransform
+    from chute.media import AnyresImageTokens, DynamicImageTokens, DynamicResolution, ImageTransform
+    from chute.media.stage import default_media_stage
 
+    if isinstance(rule, AnyresImageTokens):  # LLaVA-NeXT / OneVision tiles
+        return default_media_stage(rule).image
     if isinstance(rule, DynamicImageTokens):
         return DynamicResolution(
             patch_size=rule.patch_size,

@@ -47,6 +47,8 @@ import pyarrow.compute as pc
 
 from chute.cache.chunk_stage import ChunkStage, TaskRunner
 from chute.errors import ConfigError
+from chute.media.anyres import AnyresImageTokens
+from chute.media.tiles import AnyresTransform
 from chute.media.transforms import DynamicResolution, ImageTransform
 
 __all__ = ["PixelsStage", "media_stage_from_options", "transform_from_options"]
@@ -72,8 +74,9 @@ _DYNAMIC_KEYS = (
     "rescale",
     "normalize",
 )
+_ANYRES_KEYS = ("resample", "rescale", "normalize")  # tiles and grids: the recipe's rule
 _OTHER_KEYS = ("transform", "max_image_pixels", "workers")
-_TRANSFORMS = {"fixed": ImageTransform, "dynamic": DynamicResolution}
+_TRANSFORMS = {"fixed": ImageTransform, "dynamic": DynamicResolution, "anyres": AnyresTransform}
 
 
 class PixelsStage(ChunkStage):
@@ -83,7 +86,7 @@ class PixelsStage(ChunkStage):
     completed (every field of the transform spelled out), so the fingerprint names them all.
 
     Args:
-        transform: the complete transform spec (``{"kind": "fixed"|"dynamic", ...}``).
+        transform: the complete transform spec (``{"kind": "fixed"|"dynamic"|"anyres", ...}``).
         max_image_pixels: the decompression-bomb limit of decoding.
         workers: decoding tasks at once (default: the engine's: ``cache.workers`` processes,
             or twice the Ray cluster's CPUs); not part of the fingerprint: it changes no byte.
@@ -110,11 +113,13 @@ class PixelsStage(ChunkStage):
     def from_options(cls, options: Mapping[str, Any], recipe: Any) -> PixelsStage:
         """Check ``options`` (the config's ``stages.pixels``) and complete them from ``recipe``.
 
-        Options: ``transform`` (``fixed`` or ``dynamic``; default: ``dynamic`` when the recipe
-        counts image tokens from image sizes), the transform's fields (fixed: ``size``,
-        ``crop``, ``resample``, ``pad_to_square``, ``rescale``, ``normalize``,
-        ``tokens_per_image``; dynamic: ``temporal_patch_size``, ``resample``, ``rescale``,
-        ``normalize``; its size fields come from the recipe), ``max_image_pixels`` (default:
+        Options: ``transform`` (``fixed``, ``dynamic`` or ``anyres``; default: ``dynamic`` when
+        the recipe counts image tokens from image sizes, ``anyres`` for LLaVA-NeXT / OneVision
+        tiles), the transform's fields (fixed: ``size``, ``crop``, ``resample``,
+        ``pad_to_square``, ``rescale``, ``normalize``, ``tokens_per_image``; dynamic:
+        ``temporal_patch_size``, ``resample``, ``rescale``, ``normalize``; its size fields come
+        from the recipe; anyres: ``resample``, ``rescale``, ``normalize``; its tiles and grids
+        come from the recipe), ``max_image_pixels`` (default:
         the recipe's) and ``workers``.
 
         Raises:
@@ -130,17 +135,20 @@ class PixelsStage(ChunkStage):
             )
         plan = getattr(recipe, "media", None)
         rule = getattr(plan, "image_rule", None)
-        dynamic_rule = rule is not None and hasattr(rule, "patch_size")
-        kind = opts.pop("transform", "dynamic" if dynamic_rule else "fixed")
-        if kind not in ("fixed", "dynamic"):
-            raise ConfigError(f"expected 'fixed' or 'dynamic', got {kind!r}", param="transform")
+        anyres = isinstance(rule, AnyresImageTokens)  # LLaVA-NeXT / OneVision tiles
+        dynamic_rule = rule is not None and hasattr(rule, "merge_size")
+        kind = opts.pop("transform", "anyres" if anyres else "dynamic" if dynamic_rule else "fixed")
+        if kind not in _TRANSFORMS:
+            raise ConfigError(
+                f"expected 'fixed', 'dynamic' or 'anyres', got {kind!r}", param="transform"
+            )
         max_pixels = opts.pop("max_image_pixels", getattr(plan, "max_image_pixels", None))
         workers = opts.pop("workers", None)
         if workers is not None and (
             isinstance(workers, bool) or not isinstance(workers, int) or workers < 1
         ):
             raise ConfigError(f"expected a positive int, got {workers!r}", param="workers")
-        allowed = _FIXED_KEYS if kind == "fixed" else _DYNAMIC_KEYS
+        allowed = {"fixed": _FIXED_KEYS, "dynamic": _DYNAMIC_KEYS, "anyres": _ANYRES_KEYS}[kind]
         wrong = sorted(set(opts) - set(allowed))
         if wrong:
             raise ConfigError(f"{', '.join(wrong)}: not an option of the {kind} transform")
@@ -152,7 +160,16 @@ class PixelsStage(ChunkStage):
                         f"{name}: {opts[name]} here but the recipe counts image tokens with "
                         f"{name}={want}; leave it out (it comes from the recipe)"
                     )
-        if kind == "fixed" and rule is not None and not dynamic_rule:
+        if kind == "anyres":
+            if not isinstance(rule, AnyresImageTokens):
+                raise ConfigError(
+                    "anyres tiles are counted by the recipe's anyres rule; set image_tokens to "
+                    "llava-onevision or llava-next (or another AnyresImageTokens)",
+                    param="transform",
+                )
+            opts["rule"] = rule
+            opts.setdefault("normalize", "siglip" if rule.image_size == 384 else "clip")
+        if kind == "fixed" and rule is not None and not dynamic_rule and not anyres:
             opts.setdefault("tokens_per_image", rule.tokens)
         if kind == "fixed":
             size = opts.setdefault("size", 336)
@@ -212,7 +229,9 @@ def transform_from_options(options: Mapping[str, Any]) -> Any:
 
 def _make_transform(kind: Any, fields: Mapping[str, Any]) -> Any:
     if kind not in _TRANSFORMS:
-        raise ConfigError(f"expected kind 'fixed' or 'dynamic', got {kind!r}", param="transform")
+        raise ConfigError(
+            f"expected kind 'fixed', 'dynamic' or 'anyres', got {kind!r}", param="transform"
+        )
     try:
         return _TRANSFORMS[kind](**fields)
     except TypeError as exc:

@@ -210,6 +210,8 @@ def _cache_image_rule(source: Any) -> Any:
     kind = spec.pop("rule", None)
     if kind == "fixed":
         return image_tokens_rule(spec["tokens"])
+    if kind == "anyres":  # LLaVA-NeXT / OneVision tiles
+        return image_tokens_rule({"rule": kind, **spec})
     return image_tokens_rule(spec) if kind == "dynamic" else None
 
 

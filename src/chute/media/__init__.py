@@ -6,6 +6,7 @@
   before any pixel is decoded (the recipe uses them).
 * ``decode_image``: full, guarded decoding to RGB with limits (``DecodeOptions``).
 * ``ImageTransform`` (fixed size, CLIP/SigLIP), ``DynamicResolution`` (Qwen2-VL patches),
+  ``AnyresTransform`` (LLaVA-NeXT / OneVision tiles, counted by ``AnyresImageTokens``),
   ``ProcessorTransform`` (a user or ``transformers`` processor).
 * ``MediaStage``: what the Loader runs after the recipe (``Loader(..., media=...)``); its
   tensors are batched by ``chute.collate.MediaCollate``.
@@ -15,6 +16,7 @@
 See docs/media.md.
 """
 
+from chute.media.anyres import AnyresImageTokens
 from chute.media.audio import AudioClips
 from chute.media.images import DEFAULT_MAX_PIXELS, DecodeOptions, decode_image
 from chute.media.paths import MediaPaths
@@ -23,6 +25,7 @@ from chute.media.refs import MediaPlan, MediaSlot
 from chute.media.sizes import image_size, qwen2vl_grid, smart_resize
 from chute.media.stage import MediaStage
 from chute.media.store import PixelStore, StoreReport, build_pixel_store
+from chute.media.tiles import AnyresTransform
 from chute.media.tokens import (
     DynamicImageTokens,
     FixedImageTokens,
@@ -40,6 +43,8 @@ from chute.media.video import VideoFrames
 __all__ = [
     "DEFAULT_MAX_PIXELS",
     "NORMALIZE_PRESETS",
+    "AnyresImageTokens",
+    "AnyresTransform",
     "AudioClips",
     "DecodeOptions",
     "DynamicImageTokens",

@@ -24,7 +24,7 @@ from chute.media.images import DEFAULT_MAX_PIXELS
 from chute.media.paths import MediaPaths, is_remote
 from chute.media.remote import RemoteMedia
 from chute.media.sizes import image_size
-from chute.media.tokens import DynamicImageTokens, image_tokens_rule
+from chute.media.tokens import image_tokens_rule
 from chute.media.video_layout import qwen3_video_ids, video_layout
 from chute.media.video_spec import video_tokens_rule
 from chute.sample.conversation import Part
@@ -149,11 +149,12 @@ class MediaPlan:
             ConfigError: a kind without a token count, or a token without an id.
         """
         out = []
+        images = sum(part.kind == "image" for part in media)
         for part in media:
             resolved = self.resolve(part.value, data_path)
             info: dict[str, Any] = {"source": part.value, "path": resolved}
             if part.kind == "image":
-                count, size, grid = self._image_count(resolved, data_path)
+                count, size, grid = self._image_count(resolved, data_path, images)
                 token_id = self._token_id("image", "image_token_id", self.image_token_id)
                 info.update(num_tokens=count, size=size, grid_thw=grid)
             else:
@@ -205,9 +206,9 @@ class MediaPlan:
         return ids
 
     def _image_count(
-        self, resolved: str, data_path: str | None
+        self, resolved: str, data_path: str | None, images: int = 1
     ) -> tuple[int, list[int] | None, list[int] | None]:
-        rule = self.image_rule
+        rule: Any = self.image_rule
         if rule is None:
             raise ConfigError(
                 f"the data has images but image tokens are turned off ({spell_value(None)}); pass "
@@ -215,7 +216,9 @@ class MediaPlan:
                 f"{spell_value('qwen2-vl')} (from each image's size) or {spell_value('auto')} (the default)",
                 param="image_tokens",
             )
-        dynamic = isinstance(rule, DynamicImageTokens)
+        if images > 1 and hasattr(rule, "in_sample"):  # OneVision pads the images of such samples
+            rule = rule.in_sample(images)
+        dynamic = bool(rule.needs_size)  # counted from the image's size (its header)
         if dynamic and is_remote(resolved) and self.paths.fetchable(resolved, data_path):
             # Under a remote media root: the header is read from a local copy (which the
             # media stage then decodes without fetching again). A fixed count reads nothing.

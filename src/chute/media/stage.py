@@ -33,10 +33,12 @@ import numpy as np
 
 from chute._internal.spelling import spell_set
 from chute.errors import ConfigError, SampleError
+from chute.media.anyres import AnyresImageTokens
 from chute.media.images import DecodeOptions, decode_image
 from chute.media.paths import is_remote
 from chute.media.processor import ProcessorTransform
 from chute.media.remote import RemoteMedia
+from chute.media.tiles import AnyresTransform, check_anyres_rule
 from chute.media.tokens import DynamicImageTokens, FixedImageTokens
 from chute.media.transforms import DynamicResolution, ImageFeatures, ImageTransform
 
@@ -56,8 +58,9 @@ class MediaStage:
     """Loads the media of a sample: images (and videos, audio clips) to model inputs.
 
     Args:
-        image: ``ImageTransform`` (fixed size), ``DynamicResolution`` (Qwen2-VL), a
-            ``ProcessorTransform`` or any callable ``fn(image) -> array`` (wrapped in one).
+        image: ``ImageTransform`` (fixed size), ``DynamicResolution`` (Qwen2-VL),
+            ``AnyresTransform`` (LLaVA-NeXT / OneVision tiles), a ``ProcessorTransform`` or any
+            callable ``fn(image) -> array`` (wrapped in one).
         decode: decoding limits and conversions (``DecodeOptions``: ``max_pixels``,
             ``max_bytes``, ``background``).
         video: a ``VideoFrames`` (``pip install 'chute[video]'``), for samples with videos.
@@ -85,7 +88,7 @@ class MediaStage:
 
     def __post_init__(self) -> None:
         if self.image is not None and not isinstance(
-            self.image, ImageTransform | DynamicResolution | ProcessorTransform
+            self.image, ImageTransform | DynamicResolution | AnyresTransform | ProcessorTransform
         ):
             if not callable(self.image):
                 raise ConfigError(
@@ -160,6 +163,8 @@ class MediaStage:
                     f"the data has {refs_key} but the media stage has no {kind}=...; pass "
                     f"MediaStage({kind}=...) to load them"
                 )
+            if len(refs) > 1 and hasattr(loader, "for_images"):  # OneVision pads several images
+                loader = loader.for_images(len(refs))
             where = sample.get("path")
             feats = [self._load(kind, loader, ref, where) for ref in refs]
             self._check(kind, sample["input_ids"], refs, feats)
@@ -167,6 +172,8 @@ class MediaStage:
             out[values_key] = [f.pixels for f in feats]
             if grid_key is not None and feats[0].grid_thw is not None:
                 out[grid_key] = [f.grid_thw for f in feats]
+            if getattr(feats[0], "image_size", None) is not None:  # anyres (media.tiles)
+                out["image_sizes"] = [f.image_size for f in feats]  # type: ignore[attr-defined]
         return out
 
     def _load(
@@ -178,7 +185,7 @@ class MediaStage:
             if remote:
                 return loader(self.remote.local(path, data_path, kind))  # type: ignore[union-attr]
             return loader(path)
-        if self.has_store:
+        if self.has_store and loader is self.image:  # (not a OneVision multi-image square)
             pixels = self.store.get(path)
             if pixels is not None:
                 return loader.finish(pixels)
@@ -256,6 +263,9 @@ def _size_note(ref: Mapping[str, Any], feat: ImageFeatures) -> str:
 def _check_rule(transform: Any, rule: Any) -> None:
     if transform is None or rule is None or isinstance(transform, ProcessorTransform):
         return
+    if isinstance(transform, AnyresTransform) or isinstance(rule, AnyresImageTokens):
+        check_anyres_rule(transform, rule)
+        return
     if isinstance(transform, DynamicResolution):
         if not isinstance(rule, DynamicImageTokens):
             raise ConfigError(
@@ -329,6 +339,9 @@ def default_media_stage(rule: Any, video: Any = None, audio: Any = None) -> Medi
     ``"qwen2-vl"``, ``"qwen2.5-vl"``,     ``DynamicResolution`` with the rule's patch size, merge
     a ``DynamicImageTokens``              size and pixel bounds (CLIP normalisation; SigLIP's for
                                           16-pixel patches, Qwen3-VL)
+    ``"llava-onevision"``,                ``AnyresTransform(rule)``: tiles of the rule's side and
+    ``"llava-next"``, an                  grids (SigLIP normalisation for 384-pixel tiles,
+    ``AnyresImageTokens``                 OneVision; CLIP's otherwise, LLaVA-NeXT)
     ====================================  =========================================================
 
     Videos and audio clips counted by a ``VideoFrames`` / ``AudioClips`` are loaded by it.
@@ -350,6 +363,8 @@ def default_media_stage(rule: Any, video: Any = None, audio: Any = None) -> Medi
             max_pixels=rule.max_pixels,
             normalize="siglip" if rule.patch_size == 16 else "clip",
         )
+    elif isinstance(rule, AnyresImageTokens):
+        image = AnyresTransform(rule, normalize="siglip" if rule.image_size == 384 else "clip")
     elif isinstance(rule, FixedImageTokens) and rule.tokens in DEFAULT_TRANSFORMS:
         image = DEFAULT_TRANSFORMS[rule.tokens][1]()
     else:

@@ -9,7 +9,8 @@ Two rules:
 
 ``image_tokens_rule`` turns the ``Recipe(image_tokens=...)`` argument into a rule: an int, a
 preset name (``llava-1.5`` 576, ``qwen-vl`` 256, ``qwen2-vl`` / ``qwen2.5-vl`` / ``qwen3-vl``
-dynamic), a mapping of ``DynamicImageTokens`` fields, or a rule object.
+dynamic, ``llava-next`` / ``llava-onevision`` anyres tiles: ``chute.media.anyres``), a mapping of
+``DynamicImageTokens`` fields, or a rule object.
 
 A dynamic preset also names its model ``family``: the family decides the rotary positions of the
 batches (Qwen2/2.5/3-VL's 3-D mRoPE, ``chute.media.positions``) and how a video is laid out in
@@ -32,6 +33,7 @@ import numpy as np
 
 from chute._internal.spelling import spell_value
 from chute.errors import ConfigError
+from chute.media.anyres import ANYRES_PRESETS, AnyresImageTokens
 from chute.media.sizes import qwen2vl_grid
 
 __all__ = [
@@ -132,7 +134,7 @@ class DynamicImageTokens:
 # The model families whose batches carry 3-D rotary positions (see chute.media.positions).
 MROPE_FAMILIES = ("qwen2-vl", "qwen2.5-vl", "qwen3-vl")
 
-_PRESETS: dict[str, FixedImageTokens | DynamicImageTokens] = {
+_PRESETS: dict[str, FixedImageTokens | DynamicImageTokens | AnyresImageTokens] = {
     "llava-1.5": FixedImageTokens(576),
     "qwen-vl": FixedImageTokens(256),
     "qwen2-vl": DynamicImageTokens(family="qwen2-vl"),
@@ -142,11 +144,16 @@ _PRESETS: dict[str, FixedImageTokens | DynamicImageTokens] = {
         patch_size=16, merge_size=2, min_pixels=65536, max_pixels=16777216, family="qwen3-vl"
     ),
 }
+_PRESETS.update(ANYRES_PRESETS)  # llava-next, llava-onevision: counted from the size
 
 
-def image_tokens_rule(value: Any) -> FixedImageTokens | DynamicImageTokens | None:
+def image_tokens_rule(
+    value: Any,
+) -> FixedImageTokens | DynamicImageTokens | AnyresImageTokens | None:
     """The rule for ``Recipe(image_tokens=value)``; ``None`` stays ``None`` (no images allowed)."""
-    if value is None or isinstance(value, FixedImageTokens | DynamicImageTokens):
+    if value is None or isinstance(
+        value, FixedImageTokens | DynamicImageTokens | AnyresImageTokens
+    ):
         return value
     if isinstance(value, bool):
         raise ConfigError(
@@ -166,6 +173,8 @@ def image_tokens_rule(value: Any) -> FixedImageTokens | DynamicImageTokens | Non
             param="image_tokens",
         )
     if isinstance(value, Mapping):
+        if value.get("rule") == "anyres":  # an AnyresImageTokens.to_json(), e.g. from a cache
+            return AnyresImageTokens.from_json(value)
         try:
             return DynamicImageTokens(**value)
         except TypeError as exc:
@@ -179,7 +188,9 @@ def image_tokens_rule(value: Any) -> FixedImageTokens | DynamicImageTokens | Non
     )
 
 
-def image_token_counts(sizes: Any, rule: FixedImageTokens | DynamicImageTokens) -> np.ndarray:
+def image_token_counts(
+    sizes: Any, rule: FixedImageTokens | DynamicImageTokens | AnyresImageTokens
+) -> np.ndarray:
     """Token counts of many images from their ``(width, height)``, vectorised.
 
     For a lengths or token cache that stores each image's header size: counts for another rule
@@ -194,6 +205,8 @@ def image_token_counts(sizes: Any, rule: FixedImageTokens | DynamicImageTokens) 
     wh = np.asarray(sizes, dtype=np.float64).reshape(-1, 2)
     if isinstance(rule, FixedImageTokens):
         return np.full(len(wh), rule.tokens, dtype=np.int64)
+    if isinstance(rule, AnyresImageTokens):  # the one image of a sample (see its ``counts``)
+        return rule.counts(wh)
     w, h = wh[:, 0], wh[:, 1]
     factor = rule.patch_size * rule.merge_size
     with np.errstate(divide="ignore", invalid="ignore"):

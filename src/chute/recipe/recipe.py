@@ -133,7 +133,8 @@ class Recipe:
             pointing outside) is rejected as ``unsafe_path``.
         image_tokens: tokens per image: ``auto`` (the default: ``qwen2-vl`` when the image
             token is ``<|image_pad|>``, else 576), a count (``576``), a preset (``llava-1.5``,
-            ``qwen-vl``, ``qwen2-vl``, ``qwen2.5-vl``), a ``DynamicImageTokens``, or ``None``
+            ``qwen-vl``, ``qwen2-vl``, ``qwen2.5-vl``, ``qwen3-vl``, ``llava-next``,
+            ``llava-onevision``), a ``DynamicImageTokens`` or ``AnyresImageTokens``, or ``None``
             (images are a ``ConfigError``). The same default everywhere: see docs/media.md,
             "Image tokens".
         image_token: the token that marks an image (default: the tokenizer's image token,
