@@ -135,6 +135,9 @@ def test_tiny_model_takes_dynamic_resolution_patches() -> None:
     with_image = model(batch)
     text_only = model({k: v for k, v in batch.items() if k != "pixel_values"})
     assert not torch.allclose(with_image, text_only)  # the image features took the slots
+    # Qwen-VL batches carry (4, rows, width) positions: row 0 is the 1-D text positions
+    mrope = torch.stack([batch["position_ids"], *[torch.zeros_like(batch["position_ids"])] * 3])
+    assert torch.allclose(model({**batch, "position_ids": mrope}), with_image)
 
 
 @pytest.mark.shared_data

@@ -2,7 +2,8 @@
 
 It consumes exactly what a packed chute batch carries: ``input_ids``, ``labels`` (each packed
 sample's first label is -100), ``position_ids`` (restarting at 0 for every sample, which is
-how the model keeps samples apart: attention is causal *within* a sample only), and, for
+how the model keeps samples apart: attention is causal *within* a sample only; of Qwen-VL's
+``(4, rows, width)`` multimodal positions it reads row 0, the 1-D text positions), and, for
 multimodal data, ``pixel_values`` whose features replace the image tokens in order, in either
 layout chute's media stages make:
 
@@ -138,6 +139,8 @@ class TinyVLM(nn.Module):
 
     def forward(self, batch: dict[str, Any]) -> torch.Tensor:
         ids, positions = batch["input_ids"], batch["position_ids"]
+        if positions.ndim == 3:  # Qwen-VL's (4, rows, width): row 0 holds the 1-D text positions
+            positions = positions[0]
         x = self.embed(ids % self.vocab)
         if self.image_token_id is not None and "pixel_values" in batch:
             slots = ids == self.image_token_id
