@@ -233,20 +233,27 @@ def test_qwen3_vl_samples_equal_the_processor(refs: References, data: dict[str, 
         assert (theirs["pixel_values_videos"] - ours).abs().max().item() < PIXELS
 
 
-def test_qwen3_vl_video_positions_equal_get_rope_index(data: dict[str, Any]) -> None:
+@pytest.mark.parametrize("family", ["qwen2.5-vl", "qwen3-vl"])
+def test_video_positions_equal_get_rope_index(data: dict[str, Any], family: str) -> None:
+    # the interface chute.media.positions reads: span and grid_thw, second_per_grid_t (Qwen2.5-VL's
+    # time step: 1.08 s per group on 1.mp4, so a wrong value moves the positions), frame_spans
     from chute.media.positions import MRopePositions
     from qwen_vl_helpers import special_ids, tiny_model
 
-    recipe = _recipe(data, "qwen3-vl")
-    model = tiny_model("qwen3-vl", special_ids(recipe))
-    rule = MRopePositions("qwen3-vl")
+    recipe = _recipe(data, family)
+    model = tiny_model(family, special_ids(recipe))
+    rule = MRopePositions(family)
     for record in data["records"]:
         sample = recipe(record)
-        types = rule.token_types(sample)
+        videos = sample["videos"]
+        extra = {}
+        if family == "qwen2.5-vl":
+            extra["second_per_grid_ts"] = torch.tensor([v["second_per_grid_t"] for v in videos])
         theirs, _ = model.model.get_rope_index(
             torch.as_tensor(sample["input_ids"], dtype=torch.long)[None],
-            torch.from_numpy(types)[None],
-            video_grid_thw=torch.tensor([v["grid_thw"] for v in sample["videos"]]),
+            torch.from_numpy(rule.token_types(sample))[None],
+            video_grid_thw=torch.tensor([v["grid_thw"] for v in videos]),
+            **extra,
         )
         np.testing.assert_array_equal(rule.positions(sample), theirs[:, 0].numpy())
 
