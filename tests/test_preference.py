@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from chute import ConfigError, JsonlSource, Loader, Recipe, SampleError, World
+from chute import JsonlSource, Loader, Recipe, SampleError, World
 from chute.cache import open_cache, preprocess
 from chute.collate import PackedPreferenceCollate, PreferenceCollate
 from chute.formats import FormatReader, FormatSpec
