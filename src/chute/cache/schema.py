@@ -87,11 +87,19 @@ _MEDIA_ITEM = pa.struct(
         ("second_per_grid_t", pa.float64()),
         ("frame_spans", pa.list_(pa.list_(pa.int32()))),
         ("timestamps", pa.list_(pa.float64())),
+        # a preference pair's media: where its tokens lie in the rejected side
+        ("rejected_span", pa.list_(pa.int32())),
     ]
 )
 # Keys a media item has only when they apply (absent in the recipe's dict when null here, and in
 # caches of format version 1, which had no such fields).
-OPTIONAL_MEDIA_KEYS = ("seconds", "second_per_grid_t", "frame_spans", "timestamps")
+OPTIONAL_MEDIA_KEYS = (
+    "seconds",
+    "second_per_grid_t",
+    "frame_spans",
+    "timestamps",
+    "rejected_span",
+)
 _MEDIA_KEYS = frozenset(_MEDIA_ITEM.field(i).name for i in range(_MEDIA_ITEM.num_fields))
 MEDIA_TYPE = pa.list_(_MEDIA_ITEM)
 MEDIA_COLUMNS = ("images", "videos", "audios")
