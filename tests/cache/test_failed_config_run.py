@@ -1,9 +1,10 @@
 """A preprocess that fails on its configuration never blocks the corrected run.
 
 A configuration the first records already show to be unusable fails before the output directory
-exists; one first met later (past the probe) leaves a plan but no committed chunk, and the fixed
-config then replaces that plan without ``--overwrite``. A directory holding committed chunks of
-another config is still refused.
+exists; one first met later (past the probe) commits no chunk and releases its plan, so the fixed
+config then claims the directory without ``--overwrite``. A directory holding committed chunks of
+another config is still refused, and so is the plan of a run killed before its first commit
+(another build may be running there: ``--overwrite`` once none is).
 """
 
 from __future__ import annotations
@@ -66,9 +67,25 @@ def test_a_run_that_failed_mid_way_on_config_does_not_block_its_fix(
     with pytest.raises(ConfigError, match="image_tokens"):
         preprocess(failing, out=out)
     layout = Layout(out)
-    assert layout.plan.is_file() and not layout.recorded()  # a plan, nothing committed
+    assert not layout.plan.exists() and not layout.recorded()  # released, nothing committed
     report = preprocess(config(data, tok), out=out)  # no --overwrite needed
     assert report.finalized and len(open_cache(out)) == 101
+
+
+def test_the_plan_of_a_run_killed_before_its_first_commit_refuses_another_config(
+    tmp_path: Path, tok: Path
+) -> None:
+    data = write_alpaca(tmp_path / "d.jsonl", 100)
+    preprocess(config(data, tok, max_length=256), out=tmp_path / "other")
+    out = tmp_path / "cache"
+    out.mkdir()  # what a SIGKILL right after the claim leaves: the plan alone
+    (out / "plan.json").write_bytes((tmp_path / "other" / "plan.json").read_bytes())
+    with pytest.raises(FingerprintMismatch, match="max_length differs") as info:
+        preprocess(config(data, tok, max_length=512), out=out)
+    assert "No chunk of it is committed yet: another build may be running" in str(info.value)
+    assert "--overwrite" in str(info.value)
+    report = preprocess(config(data, tok, max_length=512), out=out, overwrite=True)
+    assert report.finalized and open_cache(out).max_length == 512
 
 
 def test_a_directory_with_committed_chunks_of_another_config_is_still_refused(

@@ -6,9 +6,10 @@ The job is cut into chunks of ``chunk_size`` records. Rank ``i`` of ``N`` (``--s
 ``chute.cache.engines``), skipping chunks already committed (a resumed run starts at the first
 uncommitted chunk). Ranks share nothing but the output directory:
 
-1. every rank computes the plan (fingerprint and chunking) and publishes ``plan.json`` (the
-   same bytes from every rank) or finds it there and checks it is the same job;
-2. each rank commits its chunks, each atomically, its commit record last;
+1. every rank computes the plan (fingerprint and chunking) and claims the directory with it:
+   ``plan.json`` is created atomically, by one rank, and the others find the same bytes there;
+   a build of another config is refused, naming the fields (``chute.cache.claim``);
+2. each rank commits its chunks, each atomically, its commit record last and naming the build;
 3. a rank that finds every chunk committed writes the global files and the manifest; the others
    poll the directory until the manifest appears (``wait_timeout``), finalizing themselves if
    every chunk is committed but nobody wrote it (the last rank died first).
@@ -39,13 +40,20 @@ import orjson
 from chute._internal.progress import progress as progress_of
 from chute._internal.remote import absolute
 from chute._internal.spelling import spelled_as
+from chute.cache.claim import build_digest, plan_blob, released_on_failure
 from chute.cache.config import CONFIG, PreprocessConfig, load_config
 from chute.cache.engines import Engine, LocalEngine, make_engine
 from chute.cache.fingerprint import build_fingerprint, sources_fingerprint
 from chute.cache.layout import CACHE_FORMAT, FORMAT_VERSION, Layout, sweep_temps
 from chute.cache.schema import token_dtype
 from chute.cache.stages import ChunkStage, make_stages
-from chute.cache.workdir import committed_records, establish, finish, prepare_dir
+from chute.cache.workdir import (
+    committed_records,
+    establish,
+    finish,
+    keep_config,
+    prepare_dir,
+)
 from chute.cache.writer import ChunkJob
 from chute.errors import (
     ConfigError,
@@ -265,59 +273,62 @@ def preprocess(
     }
     plan = orjson.loads(orjson.dumps(plan))  # as it reads back from plan.json
     prepare_dir(layout, overwrite, world)  # only now: --overwrite never loses a cache to a typo
-    establish(layout, plan, cfg)
-    sweep_temps(layout.root)
-    sweep_temps(layout.chunks)
-    report = PreprocessReport(layout.shown, (world.rank, world.world_size), plan["chunks"])
-    mine = list(range(world.rank, plan["chunks"], world.world_size))
-    committed = committed_records(layout, mine)
-    todo = [k for k in mine if k not in committed]
-    report.reused = len(committed)
-    if committed:
-        log.info(
-            "%s: %d of this rank's %d chunks already committed",
-            layout.shown,
-            len(committed),
-            len(mine),
+    establish(layout, plan, cfg)  # claims the directory, or joins the same job, or refuses
+    with released_on_failure(layout, plan_blob(plan)):  # no chunk committed: not blocking
+        sweep_temps(layout.root)
+        sweep_temps(layout.chunks)
+        report = PreprocessReport(layout.shown, (world.rank, world.world_size), plan["chunks"])
+        mine = list(range(world.rank, plan["chunks"], world.world_size))
+        committed = committed_records(layout, mine, build_digest(plan))
+        todo = [k for k in mine if k not in committed]
+        report.reused = len(committed)
+        if committed:
+            log.info(
+                "%s: %d of this rank's %d chunks already committed",
+                layout.shown,
+                len(committed),
+                len(mine),
+            )
+        job = ChunkJob(
+            source=source,
+            recipe=recipe,
+            root=layout.shown,  # a URL for a remote cache: workers write through its storage
+            chunk_size=chunk_size,
+            dtype=dtype.name,
+            file_starts=np.cumsum([0] + [len(f) for f in source.files[:-1]]).tolist(),
+            stages=all_stages,
+            plan=plan_blob(plan),
         )
-    job = ChunkJob(
-        source=source,
-        recipe=recipe,
-        root=layout.shown,  # a URL for a remote cache: workers write through its storage
-        chunk_size=chunk_size,
-        dtype=dtype.name,
-        file_starts=np.cumsum([0] + [len(f) for f in source.files[:-1]]).tolist(),
-        stages=all_stages,
-    )
-    budget = _Budget(cfg.cache.max_bad_fraction, committed.values())
-    total = sum(job.bounds(k)[1] - job.bounds(k)[0] for k in todo)
-    bar = progress_of(total, "preprocess", enabled=None if callable(progress) else progress)
+        budget = _Budget(cfg.cache.max_bad_fraction, committed.values())
+        total = sum(job.bounds(k)[1] - job.bounds(k)[0] for k in todo)
+        bar = progress_of(total, "preprocess", enabled=None if callable(progress) else progress)
 
-    def moved(n: int) -> None:
-        bar.update(n)
-        if callable(progress):
-            progress(bar.done, total)
+        def moved(n: int) -> None:
+            bar.update(n)
+            if callable(progress):
+                progress(bar.done, total)
 
-    def on_done(k: int, record: dict[str, Any]) -> None:
-        report.built += 1
-        report.records_built += record["records"][1] - record["records"][0]
-        budget.add(record, where=f" on shard {world.rank}/{world.world_size}")
+        def on_done(k: int, record: dict[str, Any]) -> None:
+            report.built += 1
+            report.records_built += record["records"][1] - record["records"][0]
+            budget.add(record, where=f" on shard {world.rank}/{world.world_size}")
 
-    watched = bar.shown or callable(progress)  # else no record counts travel (Ray: no actor)
-    with engine if isinstance(engine, Engine) else make_engine(cfg.cache) as runner:
-        with bar:
-            runner.run_chunks(job, todo, on_done=on_done, progress=moved if watched else None)
-        sweep_temps(layout.chunks)  # what workers killed mid-write (then retried) left
-        budget.check(f" on shard {world.rank}/{world.world_size}")  # small data: all seen
-        # a remote cache's stage folders live in this machine's mirror: its own processes
-        tasks = LocalEngine(cfg.cache.workers) if layout.storage.remote else runner
-        finishing = [stage.with_tasks(tasks) for stage in all_stages]
-        report.manifest, report.finalized = finish(
-            layout, plan, world, cfg.cache.wait_timeout, finishing
-        )
-        report.engine, report.engine_startup_seconds = runner.describe(), runner.startup_seconds
-    report.seconds = time.perf_counter() - t0
-    return report
+        watched = bar.shown or callable(progress)  # else no record counts travel (Ray: no actor)
+        with engine if isinstance(engine, Engine) else make_engine(cfg.cache) as runner:
+            with bar:
+                runner.run_chunks(job, todo, on_done=on_done, progress=moved if watched else None)
+            sweep_temps(layout.chunks)  # what workers killed mid-write (then retried) left
+            budget.check(f" on shard {world.rank}/{world.world_size}")  # small data: all seen
+            # a remote cache's stage folders live in this machine's mirror: its own processes
+            tasks = LocalEngine(cfg.cache.workers) if layout.storage.remote else runner
+            finishing = [stage.with_tasks(tasks) for stage in all_stages]
+            keep_config(layout, cfg)
+            report.manifest, report.finalized = finish(
+                layout, plan, world, cfg.cache.wait_timeout, finishing
+            )
+            report.engine, report.engine_startup_seconds = runner.describe(), runner.startup_seconds
+        report.seconds = time.perf_counter() - t0
+        return report
 
 
 class _Budget:

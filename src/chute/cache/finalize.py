@@ -73,25 +73,38 @@ def tally_of(records: list[dict[str, Any]]) -> RejectTally:
 
 
 def finalize(
-    layout: Layout, plan: dict[str, Any], stages: Sequence[ChunkStage] = ()
+    layout: Layout,
+    plan: dict[str, Any],
+    stages: Sequence[ChunkStage] = (),
+    records: Sequence[Any] | None = None,
 ) -> dict[str, Any]:
     """Write the global files and the manifest from the committed chunks; returns the manifest.
 
-    Extra stages' ``finish`` runs after the global files, before the manifest.
+    Extra stages' ``finish`` runs after the global files, before the manifest. Each chunk's
+    entry in the manifest keeps the ``build_digest`` its commit record carries.
+
+    Args:
+        layout: the cache.
+        plan: the build's plan.
+        stages: extra stages (their ``finish``).
+        records: every chunk's commit record, when the caller read them already (and checked
+            they are this build's).
 
     Raises:
         CacheError: a chunk's commit record is missing or unreadable.
     """
-    records = []
-    for k in range(plan["chunks"]):
-        record = layout.read_json(layout.record(k))
+    if records is None:
+        records = [layout.read_json(layout.record(k)) for k in range(plan["chunks"])]
+    checked: list[dict[str, Any]] = []
+    for k, record in enumerate(records):
         if not isinstance(record, dict):
             raise CacheError(
                 f"cannot finalize {layout.shown}: chunk {k} is not committed (no readable "
                 f"{layout.where(layout.record(k))}); run the same chute preprocess command again "
                 f"to build it"
             )
-        records.append(record)
+        checked.append(record)
+    records = checked
     samples = [r["samples"] for r in records]
     total = int(sum(samples))
     for path, column in ((layout.lengths, "length"), (layout.image_tokens, "num_image_tokens")):
@@ -130,13 +143,19 @@ def finalize(
         "truncated": sum(r["truncated"] for r in records),
         "longest": max((r["longest"] for r in records), default=0),
         "bytes": sum(f["bytes"] for r in records for n, f in r["files"].items() if n != "rejects"),
-        "chunks": [
-            {"records": r["records"], "samples": r["samples"], "files": r["files"]} for r in records
-        ],
+        "chunks": [_entry(r) for r in records],
         "stage_outputs": outputs,
     }
     layout.publish(layout.manifest, orjson.dumps(manifest, option=_JSON) + b"\n")
     return manifest
+
+
+def _entry(record: dict[str, Any]) -> dict[str, Any]:
+    """A chunk's entry in the manifest (its build: what ``open_cache`` checks it against)."""
+    entry = {"records": record["records"], "samples": record["samples"], "files": record["files"]}
+    if "build_digest" in record:
+        entry["build_digest"] = record["build_digest"]
+    return entry
 
 
 def _column(layout: Layout, k: int, record: dict[str, Any], name: str) -> np.ndarray:

@@ -1,11 +1,12 @@
 """``open_cache``: a finished cache as a map-style dataset of samples, checked before use.
 
-Opening reads the manifest, refuses an incomplete cache, another format version, missing or
-resized chunk files, source files that changed since the build and (with ``recipe=``) a recipe
-other than the one that built it, each time naming the field, both values and the command that
-rebuilds the cache. Samples are then read from memory-mapped Arrow files: ``input_ids`` is a
-zero-copy (read-only) view, ``labels`` is rebuilt from the trained runs, and the per-sample
-``lengths`` are one memory-mapped array, so plans that need lengths tokenize nothing.
+Opening reads the manifest, refuses an incomplete cache, another format version, chunks of
+another build than the manifest's, missing or resized chunk files, source files that changed
+since the build and (with ``recipe=``) a recipe other than the one that built it, each time
+naming the field, both values and the command that rebuilds the cache. Samples are then read
+from memory-mapped Arrow files: ``input_ids`` is a zero-copy (read-only) view, ``labels`` is
+rebuilt from the trained runs, and the per-sample ``lengths`` are one memory-mapped array, so
+plans that need lengths tokenize nothing.
 
 A ``Cache`` pickles as its directory and a few numbers: DataLoader workers map the same files,
 they never receive copies of arrays.
@@ -41,7 +42,7 @@ from chute._internal.files import atomic_file
 from chute._internal.remote import absolute, is_url
 from chute.cache.cacheset import is_cache_set, open_cache_set
 from chute.cache.finalize import read_chunk
-from chute.cache.fingerprint import differences, mismatch, source_changes
+from chute.cache.fingerprint import differences, mismatch, rebuild_command, source_changes
 from chute.cache.layout import (
     CACHE_FORMAT,
     FORMAT_VERSION,
@@ -106,6 +107,7 @@ def open_cache(
     if not isinstance(manifest, dict):
         raise CacheError(_not_ready(layout))
     _check_version(layout, manifest)
+    _check_builds(layout, manifest)
     _check_files(layout, manifest)
     if layout.remote:
         _refresh_mirror(layout, manifest)
@@ -167,6 +169,27 @@ def _check_version(layout: Layout, manifest: dict[str, Any]) -> None:
         else "was written by an older chute, in a format this one no longer reads"
     )
     raise mismatch(layout.shown, why, [("format_version", version, FORMAT_VERSION)], "this chute")
+
+
+def _check_builds(layout: Layout, manifest: dict[str, Any]) -> None:
+    """Every chunk the manifest lists was built by the manifest's build (no I/O).
+
+    A cache written before chunks named their build (no ``build_digest`` in any entry) is read
+    as it is: nothing to check it against.
+    """
+    build = manifest.get("build_digest")
+    named = [c.get("build_digest") for c in manifest["chunks"]]
+    if all(b is None for b in named):
+        return
+    foreign = [k for k, b in enumerate(named) if b != build]
+    if foreign:
+        shown = ", ".join(map(str, foreign[:10])) + (", ..." if len(foreign) > 10 else "")
+        raise CacheError(
+            f"the cache at {layout.shown} mixes two builds: chunk(s) {shown} of "
+            f"{len(named)} were built for another fingerprint than its manifest's (build digest "
+            f"{named[foreign[0]]}, the manifest's {build}). Rebuild it: "
+            f"{rebuild_command(layout.shown)} (or --out a new directory)"
+        )
 
 
 def _check_files(layout: Layout, manifest: dict[str, Any]) -> None:

@@ -61,6 +61,7 @@ __all__ = [
     "LocalStorage",
     "RemoteStorage",
     "Storage",
+    "create",
     "fsync_dir",
     "publish",
     "publish_parts",
@@ -97,6 +98,43 @@ def publish_parts(path: str | os.PathLike[str], parts: Iterable[Any]) -> None:
             os.unlink(tmp)
         raise
     fsync_dir(path.parent)
+
+
+def create(path: str | os.PathLike[str], data: bytes) -> bool:
+    """Write ``data`` to ``path`` only if no file is there; whether this call wrote it.
+
+    Atomic against every other ``create`` of the same path, on this host or another sharing
+    the filesystem: the bytes go to a temporary file first (fsynced), which is then hard-linked
+    to ``path``; a link fails when the name exists, so exactly one creator succeeds and readers
+    see the whole file or none. Where hard links are refused, ``O_EXCL`` creates the file
+    (still one winner; a reader may then briefly see it short).
+    """
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.{HOST}.{os.getpid()}.tmp")
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        try:
+            os.link(tmp, path)
+        except FileExistsError:
+            return False
+        except OSError:  # no hard links here (some FUSE and SMB mounts)
+            try:
+                fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+            except FileExistsError:
+                return False
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+    finally:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+    fsync_dir(path.parent)
+    return True
 
 
 def fsync_dir(folder: str | os.PathLike[str]) -> None:
@@ -173,6 +211,14 @@ class Storage:
         """Write ``path`` all or nothing."""
         path.parent.mkdir(parents=True, exist_ok=True)
         publish_parts(path, parts)
+
+    def create(self, path: Path, data: bytes) -> bool:
+        """Write ``path`` all or nothing, only if it does not exist; whether this call did.
+
+        Of several processes creating one path at once, on any hosts, exactly one succeeds.
+        """
+        path.parent.mkdir(parents=True, exist_ok=True)
+        return create(path, data)
 
     def upload_tree(self, folder: Path, last: str = "manifest.json") -> None:
         """Make the files a stage wrote under ``folder`` visible (here they already are)."""
@@ -345,6 +391,27 @@ class RemoteStorage(Storage):
     def publish(self, path: Path, parts: Iterable[Any]) -> None:
         super().publish(path, parts)  # the mirror's copy, then one PUT of it
         self._call("write", path, lambda fs, p: fs.put_file(str(path), p))
+
+    def create(self, path: Path, data: bytes) -> bool:
+        """One PUT that succeeds only when no object has the name (``If-None-Match: *``).
+
+        S3 (and stores that honour the condition) let exactly one of several creators win; a
+        filesystem that cannot make the PUT conditional checks existence first, which two
+        creators can pass at once: the build's per-chunk check of the plan catches that.
+        """
+
+        def put(fs: Any, p: str) -> bool:
+            try:
+                fs.pipe_file(p, data, mode="create")
+            except FileExistsError:
+                return False  # another creator's (or this call's, answered late: see caller)
+            except TypeError:  # an implementation without the mode
+                if fs.exists(p):
+                    return False
+                fs.pipe_file(p, data)
+            return True
+
+        return bool(self._call("write", path, put))
 
     def upload_tree(self, folder: Path, last: str = "manifest.json") -> None:
         files = sorted(p for p in folder.rglob("*") if p.is_file())

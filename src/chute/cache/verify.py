@@ -22,6 +22,8 @@ from typing import Any
 import numpy as np
 
 from chute._internal.remote import absolute
+from chute.cache.claim import build_digest, differing_parts
+from chute.cache.fingerprint import differences, rebuild_command
 from chute.cache.layout import Layout
 from chute.cache.reader import Cache, open_cache
 from chute.errors import CacheError
@@ -98,6 +100,7 @@ def verify_cache(
         if progress is not None:
             progress(size)
     check.chunks = len(check.manifest["chunks"])
+    _check_records(layout, check)
     if cache is not None:
         _check_arrays(cache, check)
         if recipe is not None:
@@ -106,6 +109,48 @@ def verify_cache(
             except CacheError as exc:
                 check.problems.append(str(exc))
     return check
+
+
+def _check_records(layout: Layout, check: CacheCheck) -> None:
+    """Every chunk's commit record and the plan are the manifest's build, and agree with it.
+
+    A cache mixing two builds (chunks, records or plan of one, the manifest of the other) is
+    named chunk by chunk, with the fingerprint fields that differ. A cache written before
+    records named their build is checked for what it has (the files each record lists).
+    """
+    manifest = check.manifest
+    rebuild = f"rebuild it: {rebuild_command(layout.shown)}"
+    build, fingerprint = manifest.get("build_digest"), manifest.get("fingerprint", {})
+    plan = layout.read_json(layout.plan)
+    if isinstance(plan, dict) and "fingerprint" in plan and build_digest(plan) != build:
+        parts = [p for p, _, _ in differences(plan["fingerprint"], fingerprint)]
+        check.problems.append(
+            f"{layout.where(layout.plan)} is another build's than the manifest's "
+            f"({', '.join(parts[:6]) or 'its fingerprint'} differs); {rebuild}"
+        )
+    foreign: dict[int, list[str]] = {}
+    for k, entry in enumerate(manifest["chunks"]):
+        record = layout.read_json(layout.record(k))
+        if not isinstance(record, dict):
+            check.problems.append(f"{layout.where(layout.record(k))}: missing or unreadable")
+            continue
+        named, listed = record.get("build_digest"), entry.get("build_digest")
+        if (named is not None and named != build) or (listed is not None and named != listed):
+            foreign[k] = differing_parts(record, fingerprint)
+        if record.get("files") != entry.get("files"):
+            check.problems.append(
+                f"{layout.where(layout.record(k))}: lists other files than the manifest "
+                f"(chunk {k} was written again after the manifest); {rebuild}"
+            )
+    if foreign:
+        ks = sorted(foreign)
+        shown = ", ".join(map(str, ks[:10])) + (", ..." if len(ks) > 10 else "")
+        parts = sorted({p for names in foreign.values() for p in names})
+        why = f" ({', '.join(parts[:6])} differs)" if parts else ""
+        check.problems.append(
+            f"the cache mixes two builds: the commit records of chunk(s) {shown} name another "
+            f"build than the manifest's{why}; {rebuild}"
+        )
 
 
 def _hash(path: os.PathLike[str]) -> tuple[str, int]:

@@ -2,12 +2,14 @@
 
 * ``prepare_dir`` refuses a directory that holds something other than a cache, and deletes only
   chute's own files on ``--overwrite``;
-* ``establish`` publishes ``plan.json`` (every rank publishes the same bytes) or checks that the
-  one there is the same job, naming each differing field (a plan under which no chunk was
-  committed is replaced: a run that failed on its configuration never blocks its fix);
-* ``committed_record`` says whether a chunk's commit record and every file it lists are in place;
+* ``establish`` claims the directory: it creates ``plan.json`` atomically (every rank of a job
+  creates the same bytes, one succeeds) or checks that the one there is the same job, naming
+  each differing field (``chute.cache.claim``; a run that fails before committing a chunk
+  releases its plan, so it never blocks its fix);
+* ``committed_record`` says whether a chunk's commit record, of this build, and every file it
+  lists are in place;
 * ``finish`` waits for the other ranks' chunks through the filesystem and writes the manifest
-  when every chunk is committed (or returns the one another rank wrote).
+  when every chunk is committed by this build (or returns the one another rank wrote).
 
 Example:
     >>> layout = Layout(tempfile.mkdtemp())  # doctest: +SKIP
@@ -24,19 +26,24 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-import orjson
-
 from chute._internal.owner import Owner
+from chute.cache.claim import build_digest, claim, differing_parts, hold, plan_blob
 from chute.cache.config import PreprocessConfig
 from chute.cache.finalize import finalize
-from chute.cache.fingerprint import differences, digest
 from chute.cache.layout import Layout
 from chute.cache.stages import ChunkStage
 from chute.cache.storage import Storage
-from chute.errors import CacheError, ConfigError, FingerprintMismatch
+from chute.errors import CacheError, ConfigError
 from chute.world import World
 
-__all__ = ["committed_record", "committed_records", "establish", "finish", "prepare_dir"]
+__all__ = [
+    "committed_record",
+    "committed_records",
+    "establish",
+    "finish",
+    "keep_config",
+    "prepare_dir",
+]
 
 log = logging.getLogger("chute.cache")
 
@@ -66,17 +73,13 @@ def prepare_dir(layout: Layout, overwrite: bool, world: World) -> None:
                 param="overwrite",
             )
         _delete(layout)
-    if not layout.exists(layout.plan) and _has_chunks(layout):
+    if not layout.exists(layout.plan) and layout.recorded():
         raise ConfigError(
-            f"{root} holds chunk files but no plan.json (an interrupted --overwrite?); "
+            f"{root} holds committed chunks but no plan.json (an interrupted --overwrite?); "
             f"they cannot be trusted: run again with --overwrite",
             param="out",
         )
     layout.storage.prepare()
-
-
-def _has_chunks(layout: Layout) -> bool:
-    return bool(layout.storage.listing(layout.chunks))
 
 
 def _delete(layout: Layout) -> None:
@@ -90,49 +93,39 @@ def _delete(layout: Layout) -> None:
 
 
 def establish(layout: Layout, plan: dict[str, Any], cfg: PreprocessConfig) -> None:
-    """Publish the plan, or check that the one there is this job's."""
+    """Claim the directory for this plan, or join the same plan there (``chute.cache.claim``).
+
+    Raises:
+        FingerprintMismatch: another job's plan is there (building now, failed or finished),
+            naming each field that differs.
+    """
+    claim(layout, plan_blob(plan))
+    keep_config(layout, cfg)
+
+
+def keep_config(layout: Layout, cfg: PreprocessConfig) -> None:
+    """Write ``config.yaml`` unless it already holds this config.
+
+    Called after the claim and again before finishing: where a store's create is not atomic,
+    a build refused at its first chunk may have written its config after this one's.
+    """
     config_yaml = cfg.to_yaml(shaping_only=True).encode()
-    blob = orjson.dumps(plan, option=orjson.OPT_SORT_KEYS | orjson.OPT_INDENT_2) + b"\n"
-    existing = layout.read_json(layout.plan)
-    if existing is None:
-        layout.publish(layout.plan, blob)
-        existing = layout.read_json(layout.plan)  # another rank may have published at the same time
-    diffs = differences(existing, plan)
-    if diffs and not layout.recorded() and not layout.exists(layout.manifest):
-        # An earlier run of another config committed nothing (it failed on its configuration,
-        # or was stopped at once): nothing to protect, so it must not block this run. Its
-        # uncommitted files are harmless: chunks are rewritten, and only files a commit
-        # record lists are ever read.
-        log.warning(
-            "%s: replacing the plan of an earlier run that committed no chunk (%s)",
-            layout.shown,
-            "; ".join(f"{name.removeprefix('fingerprint.')} differs" for name, _, _ in diffs[:3]),
-        )
-        layout.publish(layout.plan, blob)
-        existing = layout.read_json(layout.plan)
-        diffs = differences(existing, plan)
-    if diffs:
-        lines = "\n".join(
-            f"  {name.removeprefix('fingerprint.')} differs: in {layout.shown} {a!r}, this run {b!r}"
-            for name, a, b in diffs[:12]
-        )
-        more = f"\n  ... and {len(diffs) - 12} more" if len(diffs) > 12 else ""
-        raise FingerprintMismatch(
-            f"out: {layout.shown} holds a cache (complete or partial) built for another job:\n"
-            f"{lines}{more}\nUse another --out, or pass --overwrite to delete it and build this "
-            f"one (or run with the config in {layout.where(layout.config)} to resume or reuse it)",
-            diffs,
-        )
     if layout.storage.read(layout.config) != config_yaml:
         layout.publish(layout.config, config_yaml)
 
 
-def committed_record(layout: Layout, k: int) -> dict[str, Any] | None:
-    """Chunk ``k``'s commit record when it and every file it lists are in place."""
-    return committed_records(layout, [k]).get(k)
+def committed_record(layout: Layout, k: int, build: str | None = None) -> dict[str, Any] | None:
+    """Chunk ``k``'s commit record when it and every file it lists are in place.
+
+    With ``build`` (a plan's ``build_digest``), only a record of that build counts: a chunk
+    another build committed (or an older chute, which recorded no build) is built again.
+    """
+    return committed_records(layout, [k], build).get(k)
 
 
-def committed_records(layout: Layout, chunks: Sequence[int]) -> dict[int, dict[str, Any]]:
+def committed_records(
+    layout: Layout, chunks: Sequence[int], build: str | None = None
+) -> dict[int, dict[str, Any]]:
     """``committed_record`` of many chunks, with one listing of the chunk files."""
     listed = layout.storage.listing(layout.chunks)
     out: dict[int, dict[str, Any]] = {}
@@ -141,6 +134,15 @@ def committed_records(layout: Layout, chunks: Sequence[int]) -> dict[int, dict[s
             continue  # no record: nothing to read (a request saved per chunk)
         record = layout.read_json(layout.record(k))
         if not isinstance(record, dict) or not isinstance(record.get("files"), dict):
+            continue
+        if build is not None and record.get("build_digest") != build:
+            log.warning(
+                "%s: chunk %d was committed by %s; building it again",
+                layout.shown,
+                k,
+                _other_build(record, layout),
+            )
+            layout.storage.delete(layout.record(k))
             continue
         try:
             whole = all(listed.get(e["name"]) == e["bytes"] for e in record["files"].values())
@@ -161,13 +163,20 @@ def finish(
     wait_timeout: float,
     stages: Sequence[ChunkStage],
 ) -> tuple[dict[str, Any], bool]:
-    """The manifest, written here or by another rank; ``(manifest, written_here)``."""
-    build = digest(plan["fingerprint"])
+    """The manifest, written here or by another rank; ``(manifest, written_here)``.
+
+    Only chunks committed by this build count: a chunk of another build (committed while that
+    build still thought it owned the directory) is refused when it is this rank's to build, and
+    waited for as a missing chunk when it is another rank's (which rebuilds it when it starts).
+    """
+    build = build_digest(plan)
     deadline = time.monotonic() + wait_timeout
     first, all_seen_at = True, None
+    foreign: list[int] = []  # chunks of another build: missing until their rank rebuilds them
     while True:
         recorded = layout.recorded()
-        missing = [k for k in range(plan["chunks"]) if k not in recorded]
+        foreign = [k for k in foreign if _build_of(layout.read_json(layout.record(k))) != build]
+        missing = [k for k in range(plan["chunks"]) if k not in recorded or k in foreign]
         if not missing:
             manifest = layout.read_json(layout.manifest)
             if _complete(layout, manifest, build):
@@ -183,13 +192,57 @@ def finish(
                 or finalizer == "gone"  # it died while finalizing: nothing to wait for
                 or (all_seen_at is not None and now - all_seen_at >= _FINALIZE_GRACE)
             ):
-                with _heartbeat(layout.finalizing, storage=layout.storage):
-                    return finalize(layout, plan, stages), True
+                records = [layout.read_json(layout.record(k)) for k in range(plan["chunks"])]
+                foreign = [k for k, r in enumerate(records) if _build_of(r) != build]
+                if not foreign:
+                    hold(layout, plan_blob(plan))
+                    with _heartbeat(layout.finalizing, storage=layout.storage):
+                        return finalize(layout, plan, stages, records), True
+                if any(k % world.world_size == world.rank for k in foreign):
+                    raise CacheError(_foreign_message(layout, plan, records, foreign))
             all_seen_at = all_seen_at or now
         elif time.monotonic() > deadline:
+            if foreign:
+                records = [layout.read_json(layout.record(k)) for k in range(plan["chunks"])]
+                raise CacheError(_foreign_message(layout, plan, records, foreign))
             raise CacheError(_waited_message(layout, missing, world, wait_timeout))
         first = False
         time.sleep(_POLL_SECONDS)
+
+
+def _build_of(record: Any) -> Any:
+    return record.get("build_digest") if isinstance(record, dict) else None
+
+
+def _other_build(record: dict[str, Any], layout: Layout) -> str:
+    """``another build (recipe.max_length differs)``, or an older chute's (no build recorded)."""
+    if "build_digest" not in record:
+        return "an older chute (its commit record names no build)"
+    plan = layout.read_json(layout.plan)
+    parts = differing_parts(record, plan["fingerprint"]) if isinstance(plan, dict) else []
+    return f"another build ({', '.join(parts) or 'its build digest'} differs)"
+
+
+def _foreign_message(
+    layout: Layout, plan: dict[str, Any], records: list[Any], foreign: list[int]
+) -> str:
+    shown = ", ".join(str(k) for k in foreign[:10]) + (", ..." if len(foreign) > 10 else "")
+    parts = sorted(
+        {
+            p
+            for k in foreign
+            if isinstance(records[k], dict)
+            for p in differing_parts(records[k], plan["fingerprint"])
+        }
+    )
+    why = f" ({', '.join(parts)} differs)" if parts else ""
+    return (
+        f"cannot finish {layout.shown}: chunk(s) {shown} were committed by another build{why}, "
+        f"not this one: another chute preprocess with another config wrote into this "
+        f"directory (or an older chute, whose chunks name no build). No manifest was written. "
+        f"Make sure no other build runs there, then run this command again (on every rank): "
+        f"it builds those chunks again"
+    )
 
 
 def _complete(layout: Layout, manifest: Any, build: str) -> bool:

@@ -11,6 +11,9 @@ are committed in this order, each atomically (``layout.publish``)::
 
 The commit record comes last, so a chunk whose record exists has all its files; a run killed
 before that leaves at most temporary files (or files the next run rewrites with equal bytes).
+Before the first file and again before the record, the build's ``plan.json`` must still be this
+build's (``chute.cache.claim.hold``), and the record names the build (``build_digest``), so a
+chunk of one build never passes for a chunk of another.
 
 Example:
     >>> job = ChunkJob(source, recipe, "/data/cache", chunk_size=10_000, dtype="uint16",
@@ -21,6 +24,7 @@ Example:
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -30,6 +34,8 @@ import numpy as np
 import orjson
 import pyarrow as pa
 
+from chute.cache.claim import fingerprint_parts, hold
+from chute.cache.fingerprint import digest
 from chute.cache.layout import Layout
 from chute.cache.schema import chunk_batch, integers
 from chute.cache.stages import ChunkStage
@@ -74,6 +80,9 @@ class ChunkJob:
         dtype: the token id dtype name (``uint16`` or ``int32``).
         file_starts: the global index of each source file's first record.
         stages: extra stages (columns and files per chunk).
+        plan: the bytes of the build's ``plan.json``: checked before each chunk is written
+            and committed, and the build named in each commit record (empty: neither, for
+            a job run outside a build).
     """
 
     source: Any
@@ -83,6 +92,19 @@ class ChunkJob:
     dtype: str
     file_starts: Sequence[int]
     stages: list[ChunkStage] = field(default_factory=list)
+    plan: bytes = b""
+
+    @functools.cached_property
+    def _build(self) -> dict[str, Any]:
+        """What each commit record says of its build (nothing without a plan)."""
+        if not self.plan:
+            return {}
+        fingerprint = orjson.loads(self.plan)["fingerprint"]
+        return {"build_digest": digest(fingerprint), "build_parts": fingerprint_parts(fingerprint)}
+
+    def _hold(self, layout: Layout, k: int) -> None:
+        if self.plan:
+            hold(layout, self.plan, chunk=k)
 
     @property
     def _splits(self) -> bool:
@@ -120,6 +142,7 @@ class ChunkJob:
         columns = chunk_batch(samples, np.dtype(self.dtype), np.asarray(self.file_starts), extra)
         arrow = serialize(columns)
         entries: dict[str, Any] = {}
+        self._hold(layout, k)  # never a file over another build's chunk
         if rejects:
             blob = b"".join(rejects)
             layout.publish(layout.rejects_part(k), blob)
@@ -130,6 +153,7 @@ class ChunkJob:
         layout.publish(layout.chunk(k), arrow)
         entries["arrow"] = file_entry(layout.chunk(k).name, arrow)
         record = self._record(k, lo, hi, samples, columns, tally, flags, entries)
+        self._hold(layout, k)  # the record makes the chunk count: this build's, still
         layout.publish(layout.record(k), orjson.dumps(record, option=orjson.OPT_SORT_KEYS) + b"\n")
         return record
 
@@ -185,6 +209,7 @@ class ChunkJob:
             "truncated": sum(bool(s["truncated"]) for s in samples),
             "longest": int(lengths.max(initial=0)),
             "files": files,
+            **self._build,
         }
 
 
