@@ -10,6 +10,7 @@ give another loss, so the check can fail.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -182,3 +183,56 @@ def test_a_cache_gives_the_positions_of_the_recipe(
     assert direct["position_ids"].shape[0] == (4 if plan == "packed" else 3)
     for key in ("input_ids", "position_ids", "mm_token_type_ids", "image_grid_thw"):
         np.testing.assert_array_equal(cached[key].numpy(), direct[key].numpy())
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_packed_video_loss_equals_the_per_sample_loss(
+    shared_data: Path, family: str, tmp_path: Path
+) -> None:
+    """Videos sampled by fps (Qwen2.5-VL's time step, Qwen3-VL's timestamped groups) pack right.
+
+    The per-sample side gives the model chute's own input ids and pixels (equal to the
+    processors' in ``test_video_reference``), the processors' ``mm_token_type_ids`` (the video
+    token's positions) and no ``position_ids``: the model computes its own positions.
+    """
+    from chute.media import MediaStage
+
+    pytest.importorskip("av")
+    root = shared_data / "llama-factory"
+    r = Recipe(
+        tokenizer=shared_data / "tokenizers" / "qwen3",
+        image_tokens=family,
+        video_tokens="fps",
+        max_length=8192,
+        media_root=root,
+    )
+    ids = special_ids(r)
+    model = tiny_model(family, ids)
+    # the two shorter clips of the demo (2.avi, 3.mp4): the longest adds time, not cases
+    data = tmp_path / "videos.json"
+    data.write_text(json.dumps(json.loads((root / "mllm_video_demo.json").read_text())[1:]))
+    batch = next(iter(Loader(data, r, batch_size=2, plan="packed", shuffle=False)))
+    assert batch["input_ids"].shape[0] == 1 and batch["video_grid_thw"].shape[0] == 2
+    stage = MediaStage(video=r.media.video_tokens).bind(r)
+    source = open_source(data)
+    total, targets = 0.0, 0
+    with torch.no_grad():
+        for i in batch["sample_ids"].tolist():
+            sample = stage(r(source[i]))
+            input_ids = torch.as_tensor(sample["input_ids"], dtype=torch.long)[None]
+            inputs: dict[str, Any] = {
+                "input_ids": input_ids,
+                "mm_token_type_ids": (input_ids == ids["<|video_pad|>"]).long() * 2,
+                "pixel_values_videos": torch.from_numpy(sample["pixel_values_videos"][0]),
+                "video_grid_thw": torch.tensor([sample["videos"][0]["grid_thw"]]),
+            }
+            if family == "qwen2.5-vl":
+                inputs["second_per_grid_ts"] = torch.tensor(
+                    [sample["videos"][0]["second_per_grid_t"]], dtype=torch.float32
+                )
+            labels = torch.as_tensor(sample["labels"], dtype=torch.long)[None]
+            n = int((labels[0, 1:] != -100).sum())
+            total += model(**inputs, labels=labels).loss.item() * n
+            targets += n
+        packed = model(**hf_packed_inputs(batch)).loss.item()
+    assert packed == pytest.approx(total / targets, abs=1e-4)
