@@ -212,7 +212,8 @@ class MediaStage:
             start, end = ref["span"]
             # a Qwen3-VL video: its tokens are runs, one per frame group, between timestamps
             runs = ref.get("frame_spans") or [[start, end]]
-            if "rejected_span" in ref:  # a preference pair: the same tokens again, on the other side
+            # a preference pair: the same tokens again, on the other side
+            if "rejected_span" in ref:
                 shift = int(ref["rejected_span"][0]) - int(start)
                 runs = [*runs, *([a + shift, b + shift] for a, b in runs)]
                 n = None if n is None else 2 * n
