@@ -285,7 +285,7 @@ def test_the_docs_example_prints_what_it_shows(
     from conftest import REPO
 
     text = (REPO / "docs" / "media.md").read_text()
-    section = text.split("\n## LLaVA-1.5 and LLaVA-OneVision\n", 1)[1].split("\n## ", 1)[0]
+    section = text.split("\n### LLaVA-1.5 and LLaVA-OneVision\n", 1)[1].split("\n## ", 1)[0]
     (code,) = re.findall(r"```python\n(.*?)```", section, flags=re.S)
     (shown,) = re.findall(r"```text\n(.*?)```", section, flags=re.S)
     monkeypatch.chdir(tmp_path)

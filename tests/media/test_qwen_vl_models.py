@@ -236,3 +236,22 @@ def test_packed_video_loss_equals_the_per_sample_loss(
             targets += n
         packed = model(**hf_packed_inputs(batch)).loss.item()
     assert packed == pytest.approx(total / targets, abs=1e-4)
+
+
+def test_the_docs_example_runs_and_prints_what_it_shows(
+    shared_data: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import re
+
+    from conftest import REPO
+
+    if shared_data.resolve() != (REPO.parent / "shared" / "data").resolve():
+        pytest.skip("the example reads ../shared/data beside the repository")
+    text = (REPO / "docs" / "media.md").read_text()
+    section = text.split("\n### Qwen2-VL, Qwen2.5-VL, Qwen3-VL: 3-D positions\n", 1)[1]
+    section = section.split("\n### ", 1)[0]
+    (code,) = re.findall(r"```python\n(.*?)```", section, flags=re.S)
+    (shown,) = re.findall(r"```text\n(.*?)```", section, flags=re.S)
+    monkeypatch.chdir(REPO)
+    exec(compile(code, "docs/media.md", "exec"), {})
+    assert capsys.readouterr().out == shown
