@@ -233,7 +233,7 @@ def test_qwen3_vl_samples_equal_the_processor(refs: References, data: dict[str, 
         assert (theirs["pixel_values_videos"] - ours).abs().max().item() < PIXELS
 
 
-@pytest.mark.parametrize("family", ["qwen2.5-vl", "qwen3-vl"])
+@pytest.mark.parametrize("family", ["qwen2-vl", "qwen2.5-vl", "qwen3-vl"])
 def test_video_positions_equal_get_rope_index(data: dict[str, Any], family: str) -> None:
     # the interface chute.media.positions reads: span and grid_thw, second_per_grid_t (Qwen2.5-VL's
     # time step: 1.08 s per group on 1.mp4, so a wrong value moves the positions), frame_spans
