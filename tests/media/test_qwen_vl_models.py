@@ -255,3 +255,20 @@ def test_the_docs_example_runs_and_prints_what_it_shows(
     monkeypatch.chdir(REPO)
     exec(compile(code, "docs/media.md", "exec"), {})
     assert capsys.readouterr().out == shown
+
+
+def test_auto_keeps_1d_positions_for_text_models_sharing_the_vocabulary(
+    data: dict[str, Any], shared_data: Path
+) -> None:
+    text = shared_data / "llama-factory" / "alpaca_en_demo.json"
+    auto = Recipe(tokenizer=data["tokenizer"], max_length=1024)  # Qwen3, a text model
+    batch = next(iter(Loader(text, auto, batch_size=4, plan="packed", shuffle=False)))
+    assert batch["position_ids"].ndim == 2 and "mm_token_type_ids" not in batch
+    # named, the family's layout holds for text-only rows too (three equal rows)
+    named = Recipe(tokenizer=data["tokenizer"], max_length=1024, image_tokens="qwen2-vl")
+    vl = next(iter(Loader(text, named, batch_size=4, plan="packed", shuffle=False)))
+    assert vl["position_ids"].shape[0] == 4
+    for row in range(1, 4):
+        np.testing.assert_array_equal(
+            vl["position_ids"][row].numpy(), batch["position_ids"].numpy()
+        )

@@ -196,6 +196,18 @@ def _default_stage(recipe: Any, source: Any, lengths: Any = None) -> Any:
         "(media=False trains on the text alone)",
         stage.image,
     )
+    rule = plan.image_rule if plan is not None and hasattr(plan, "image_rule") else None
+    if (
+        rule is not None
+        and getattr(rule, "patch_size", None)
+        and getattr(rule, "family", 1) is None
+    ):
+        log.warning(
+            "media: images are counted by a dynamic rule without a model family "
+            "(image_tokens='auto' or a mapping), so batches carry 1-D positions; to train "
+            "Qwen2-VL, Qwen2.5-VL or Qwen3-VL name the family (image_tokens='qwen2-vl', "
+            "'qwen2.5-vl' or 'qwen3-vl') and batches carry its 3-D positions"
+        )
     return stage
 
 

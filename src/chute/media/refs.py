@@ -24,7 +24,7 @@ from chute.media.images import DEFAULT_MAX_PIXELS
 from chute.media.paths import MediaPaths, is_remote
 from chute.media.remote import RemoteMedia
 from chute.media.sizes import image_size
-from chute.media.tokens import image_tokens_rule
+from chute.media.tokens import DynamicImageTokens, image_tokens_rule
 from chute.media.video_layout import qwen3_video_ids, video_layout
 from chute.media.video_spec import video_tokens_rule
 from chute.sample.conversation import Part
@@ -56,8 +56,9 @@ class MediaPlan:
     Args:
         tokenizer: the recipe's tokenizer (for token ids and the default image token).
         image_tokens: a count, a preset or a rule (see ``image_tokens_rule``); ``"auto"`` (the
-            default): ``qwen2-vl`` when the image token is ``<|image_pad|>``, else ``llava-1.5``
-            (576); ``None`` makes the first image a ``ConfigError``.
+            default): Qwen2-VL's counts when the image token is ``<|image_pad|>`` (without its
+            model family: batches keep 1-D positions), else ``llava-1.5`` (576); ``None`` makes
+            the first image a ``ConfigError``.
         image_token: the token marking an image (default: the tokenizer's, else ``<image>``).
         image_token_id: the id written for it (default: the token's id).
         video_token / audio_token: the tokens marking a video / an audio clip.
@@ -116,7 +117,10 @@ class MediaPlan:
         self.tokenizer = tokenizer
         self.tokens, self.text = _markup(tokenizer, image_token, video_token, audio_token)
         if image_tokens == "auto":  # Qwen2-VL's rule for Qwen vision vocabularies, else LLaVA's
-            image_tokens = "qwen2-vl" if self.tokens["image"] == "<|image_pad|>" else "llava-1.5"
+            # the counts only: no model family (3-D positions would break the text models that
+            # share Qwen's vocabulary, Qwen3 among them); a Qwen-VL run names its family
+            qwen = self.tokens["image"] == "<|image_pad|>"
+            image_tokens = DynamicImageTokens() if qwen else "llava-1.5"
         self.image_rule = image_tokens_rule(image_tokens)
         family = getattr(self.image_rule, "family", None)
         # a short form (fps=2) or fields resolve with the family's preset (chute.media.video)
