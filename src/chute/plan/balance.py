@@ -75,6 +75,7 @@ __all__ = [
     "DEFAULT_TOLERANCE",
     "DIMENSIONS",
     "Balance",
+    "BalanceOption",
     "ImbalanceReport",
     "imbalance_report",
     "rank_loads",
@@ -286,6 +287,11 @@ def rank_loads(plan: Plan, values: np.ndarray) -> np.ndarray:
         bounds = table.row_bounds[bounds]
     per_batch = _sums(values, bounds)
     return per_batch.reshape(table.num_batches, table.world_size, values.shape[1])
+
+
+# What ``plan_options={"balance": ...}`` takes (see ``Balance.of``): on/off, dimensions joined
+# by "+", a mapping of dimension weights (and "tolerance"), or a ``Balance``.
+BalanceOption = bool | str | Mapping[str, float] | Balance | None
 
 
 @dataclass

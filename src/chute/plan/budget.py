@@ -38,7 +38,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from chute.errors import ConfigError
-from chute.plan.balance import Balance
+from chute.plan.balance import Balance, BalanceOption
 from chute.plan.base import check_positive
 from chute.plan.lengthed import LengthPlanner, derive_seed, shuffle_units, sort_within
 from chute.plan.order import IdOrder
@@ -150,7 +150,7 @@ class BudgetPlanner(LengthPlanner):
         group_size: int = 50,
         grad_accum: int = 1,
         longest_first: bool = True,
-        balance: Any = None,
+        balance: BalanceOption = None,
         shuffle: bool = True,
         seed: int = 0,
         drop_last: bool = False,

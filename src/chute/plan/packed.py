@@ -41,7 +41,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from chute.errors import ConfigError
-from chute.plan.balance import Balance
+from chute.plan.balance import Balance, BalanceOption
 from chute.plan.base import check_positive
 from chute.plan.lengthed import LengthPlanner, derive_seed
 from chute.plan.order import IdOrder
@@ -104,7 +104,7 @@ class PackedPlanner(LengthPlanner):
         split: bool = False,
         window: int | None = None,
         overflow: str = "truncate",
-        balance: Any = None,
+        balance: BalanceOption = None,
         shuffle: bool = True,
         seed: int = 0,
         drop_last: bool = False,
