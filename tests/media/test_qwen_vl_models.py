@@ -149,7 +149,7 @@ def test_chute_trainer_passes_the_3d_positions(data: dict[str, Any], tmp_path: P
     model.forward = forward
     args = transformers.TrainingArguments(
         output_dir=str(tmp_path),
-        max_steps=2,
+        max_steps=1,
         per_device_train_batch_size=3,
         report_to=[],
         use_cpu=True,
@@ -157,7 +157,7 @@ def test_chute_trainer_passes_the_3d_positions(data: dict[str, Any], tmp_path: P
         save_strategy="no",
     )
     ChuteTrainer(model=model.train(), args=args, train_loader=loader).train()
-    assert len(seen) == 2 and all(shape[0] == 4 for shape in seen)
+    assert len(seen) == 1 and seen[0][0] == 4
 
 
 @pytest.mark.parametrize("plan", ["packed", "random"])
@@ -185,7 +185,9 @@ def test_a_cache_gives_the_positions_of_the_recipe(
         np.testing.assert_array_equal(cached[key].numpy(), direct[key].numpy())
 
 
-@pytest.mark.parametrize("family", FAMILIES)
+# Qwen2-VL's videos differ from Qwen2.5-VL's only by a time step of 1 (its positions are checked
+# in test_video_reference); the two layouts that differ are run here.
+@pytest.mark.parametrize("family", ["qwen2.5-vl", "qwen3-vl"])
 def test_packed_video_loss_equals_the_per_sample_loss(
     shared_data: Path, family: str, tmp_path: Path
 ) -> None:
