@@ -8,6 +8,8 @@
 * ``ImageTransform`` (fixed size, CLIP/SigLIP), ``DynamicResolution`` (Qwen2-VL patches),
   ``AnyresTransform`` (LLaVA-NeXT / OneVision tiles, counted by ``AnyresImageTokens``),
   ``ProcessorTransform`` (a user or ``transformers`` processor).
+* ``MRopePositions``: the 3-D rotary positions of Qwen2/2.5/3-VL samples (laid out by the
+  collates).
 * ``MediaStage``: what the Loader runs after the recipe (``Loader(..., media=...)``); its
   tensors are batched by ``chute.collate.MediaCollate``.
 * ``PixelStore``: pre-decoded, resized uint8 pixels, so training reads no JPEG.
@@ -20,6 +22,7 @@ from chute.media.anyres import AnyresImageTokens
 from chute.media.audio import AudioClips
 from chute.media.images import DEFAULT_MAX_PIXELS, DecodeOptions, decode_image
 from chute.media.paths import MediaPaths
+from chute.media.positions import MRopePositions
 from chute.media.processor import ProcessorTransform
 from chute.media.refs import MediaPlan, MediaSlot
 from chute.media.sizes import image_size, qwen2vl_grid, smart_resize
@@ -52,6 +55,7 @@ __all__ = [
     "FixedImageTokens",
     "ImageFeatures",
     "ImageTransform",
+    "MRopePositions",
     "MediaPaths",
     "MediaPlan",
     "MediaSlot",
