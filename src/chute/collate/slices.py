@@ -123,7 +123,7 @@ def shift_labels(labels: Any, cu_seqlens: Any, ignore_index: int = IGNORE_INDEX)
     ``cu_seqlens``, offsets into the flattened batch), ``ignore_index`` at each sequence's end.
 
     Example:
-        >>> shift_labels([[-100, 2, 3, -100, 5]], [0, 3, 5]).tolist()
+        >>> shift_labels([[1, 2, 3, 4, 5]], [0, 3, 5]).tolist()
         [2, 3, -100, 5, -100]
     """
     flat = np.asarray(labels, dtype=np.int64).reshape(-1)
