@@ -175,25 +175,28 @@ class _Slicer:
     def _slice(self, batch: dict[str, Any], index: np.ndarray, bounds: Any) -> dict[str, Any]:
         """``batch`` with its per-token keys taken at ``index`` (row by row), labels shifted."""
         torch = require_torch()
-        ids = batch["input_ids"]
-        rows = ids.shape[0]
         assert self.packed is not None
+        rows = batch["input_ids"].shape[0]
         targets = shift_labels(batch["labels"].numpy(), bounds, self.packed.label_pad_id)
         out = {k: v for k, v in batch.items() if k not in ("labels", *TOKEN_KEYS)}
-        at = torch.from_numpy(index)
-        out["input_ids"] = ids.reshape(-1)[at].reshape(rows, -1)
-        out["shift_labels"] = torch.from_numpy(targets[index].reshape(rows, -1))
-        positions = batch["position_ids"]
+
+        def take(values: np.ndarray) -> Any:  # numpy: several times faster than torch's take
+            return torch.from_numpy(values.reshape(-1)[index].reshape(rows, -1))
+
+        out["input_ids"] = take(batch["input_ids"].numpy())
+        out["shift_labels"] = take(targets)
+        positions = batch["position_ids"].numpy()
         if positions.ndim == 3:  # Qwen-VL: (4, rows, width)
             lead = positions.shape[0]
-            out["position_ids"] = positions.reshape(lead, -1)[:, at].reshape(lead, rows, -1)
+            picked = positions.reshape(lead, -1)[:, index].reshape(lead, rows, -1)
+            out["position_ids"] = torch.from_numpy(picked)
         else:
-            out["position_ids"] = positions.reshape(-1)[at].reshape(rows, -1)
+            out["position_ids"] = take(positions)
         if "mm_token_type_ids" in batch:
-            out["mm_token_type_ids"] = batch["mm_token_type_ids"].reshape(-1)[at].reshape(rows, -1)
-        out["token_index"] = at
+            out["mm_token_type_ids"] = take(batch["mm_token_type_ids"].numpy())
+        out["token_index"] = torch.from_numpy(index)
         if any(k in batch for k in _MEDIA_KEYS):  # the model embeds the whole rows first
-            out["full_input_ids"] = ids
+            out["full_input_ids"] = batch["input_ids"]
         return out
 
     def __repr__(self) -> str:
