@@ -100,3 +100,36 @@ def test_the_checks_fail_without_the_ring_with_late_shifts_or_local_positions(
             rows_, w = s["input_ids"].shape
             s["position_ids"] = torch.arange(w).repeat(rows_, 1)
         assert abs(ring_loss(model, local) - want) > WRONG * want
+
+
+def test_a_hugging_face_model_scores_shift_labels_as_its_own_shift() -> None:
+    """``labels=`` switches a Hugging Face model's loss on and ``shift_labels=`` is what it
+    scores: with the slices' targets the loss is the packed batch's usual one; given as
+    ``labels`` alone they would be shifted a second time."""
+    transformers = pytest.importorskip("transformers")
+    from chute.collate import hf_packed_inputs
+
+    config = transformers.LlamaConfig(
+        vocab_size=VOCAB,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=256,
+        attn_implementation="sdpa",
+    )
+    with torch.random.fork_rng():
+        torch.manual_seed(0)
+        llama = transformers.LlamaForCausalLM(config).eval()
+    samples, rows = samples_and_rows(9, 96, 4)
+    with torch.no_grad():
+        want = llama(**hf_packed_inputs(PackedCollate(96)(samples, rows=rows))).loss
+        # cp 2 on one rank's view: the aligned rows, as whole slices of sp 1 would carry them
+        aligned = ContextParallelCollate(PackedCollate(96, align=4), 1, 0)(samples, rows=rows)
+        flat = {k: aligned[k].reshape(1, -1) for k in ("input_ids", "position_ids")}
+        target = aligned["shift_labels"].reshape(1, -1)
+        got = llama(**flat, labels=target, shift_labels=target, use_cache=False).loss
+        twice = llama(**flat, labels=target, use_cache=False).loss
+    assert float(got) == pytest.approx(float(want), rel=1e-5)
+    assert abs(float(twice) - float(want)) > WRONG * float(want)
