@@ -96,6 +96,11 @@ def test_mixtures_doc_runs(
     assert (tmp_path / "cache" / "caches.json").is_file()
 
 
+def test_long_context_doc_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    run_markdown(REPO / "docs" / "long-context.md")
+
+
 def test_console_parsing() -> None:
     block = "$ chute a\nout 1\n...\n$ chute b --x\n"
     assert console_commands(block) == [("chute a", ["out 1", "..."]), ("chute b --x", [])]

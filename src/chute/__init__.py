@@ -60,6 +60,8 @@ _EXPORTS: dict[str, str] = {
     "FixedImageTokens": "chute.media",
     "ImageTransform": "chute.media",
     "MediaCollate": "chute.collate",
+    "ContextParallelCollate": "chute.collate",
+    "SequenceParallelCollate": "chute.collate",
     "MediaStage": "chute.media",
     "PixelStore": "chute.media",
     "BudgetPlanner": "chute.plan",
@@ -89,6 +91,7 @@ __all__ = [
     "ChuteError",
     "Collate",
     "ConfigError",
+    "ContextParallelCollate",
     "Conversation",
     "Dataset",
     "DecodeOptions",
@@ -129,6 +132,7 @@ __all__ = [
     "RemoteError",
     "RemoteOptions",
     "SampleError",
+    "SequenceParallelCollate",
     "SourceChanged",
     "SourceError",
     "StateMismatch",
@@ -163,11 +167,13 @@ if TYPE_CHECKING:  # static analysers and IDEs see the real names
     from chute.cache import Cache, PreprocessConfig, open_cache
     from chute.collate import (
         Collate,
+        ContextParallelCollate,
         KTOCollate,
         MediaCollate,
         PackedCollate,
         PackedPreferenceCollate,
         PreferenceCollate,
+        SequenceParallelCollate,
     )
     from chute.errors import (
         CacheError,

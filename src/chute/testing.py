@@ -4,7 +4,9 @@
 checkpoint after every step, restore into a fresh loader, and the rest of the stream must equal
 the uninterrupted one (also with a different ``num_workers``, and when resumed twice).
 ``check_elastic`` does the same across a change of world size: what the old ranks consumed plus
-what the new ranks deliver is every sample exactly once.
+what the new ranks deliver is every sample exactly once. With parallel groups (``old_layout=
+{"cp": 2}``) it also checks that every rank of a group got the same samples, and counts each
+data-parallel rank once.
 
 Example:
     >>> import tempfile, pathlib
@@ -20,7 +22,7 @@ from __future__ import annotations
 
 import copy
 import os
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -159,30 +161,44 @@ def check_elastic(
     old_world_size: int,
     new_world_size: int,
     steps: int,
+    old_layout: Mapping[str, Any] | None = None,
+    new_layout: Mapping[str, Any] | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Run ``steps`` steps on ``old_world_size`` ranks, resume the epoch on ``new_world_size``.
 
     Each new rank loads the state of old rank ``new_rank % old_world_size`` (any rank's state
     works: ranks step in lockstep). Also checks that every new rank yields the same number of
-    batches.
+    batches, and that the ranks of one data-parallel rank get the same samples.
+
+    Args:
+        make_loader: ``make_loader(world) -> Loader``.
+        old_world_size: ranks (processes) before the resume.
+        new_world_size: ranks after it.
+        steps: steps run before the resume.
+        old_layout: the parallel groups before: ``World`` keywords such as ``{"cp": 2}``.
+        new_layout: the parallel groups after.
 
     Returns:
-        ``(consumed, delivered)``: the sample ids the old ranks consumed and the ids the new
-        ranks delivered for the rest of the epoch (placeholder rows, id -1, removed).
+        ``(consumed, delivered)``: the sample ids the old data-parallel ranks consumed and the
+        ids the new ones delivered for the rest of the epoch (placeholder rows, id -1, removed).
     """
     states, consumed = [], []
+    old_firsts: dict[int, list[np.ndarray]] = {}
     for rank in range(old_world_size):
-        loader = make_loader(World(rank=rank, world_size=old_world_size))
-        for batch in take(loader, steps) if steps else []:
-            consumed.append(batch["sample_ids"])
+        world = World(rank=rank, world_size=old_world_size, **dict(old_layout or {}))
+        loader = make_loader(world)
+        batches = take(loader, steps) if steps else []
+        consumed += _dp_share(world, batches, old_firsts)
         states.append(_roundtrip(loader.state_dict()))
     delivered, lengths = [], set()
+    firsts: dict[int, list[np.ndarray]] = {}
     for rank in range(new_world_size):
-        loader = make_loader(World(rank=rank, world_size=new_world_size))
+        world = World(rank=rank, world_size=new_world_size, **dict(new_layout or {}))
+        loader = make_loader(world)
         loader.load_state_dict(states[rank % old_world_size])
         batches = take(loader, loader.batches_left)
         lengths.add(len(batches))
-        delivered += [b["sample_ids"] for b in batches]
+        delivered += _dp_share(world, batches, firsts)
     if len(lengths) > 1:
         raise AssertionError(f"new ranks yield different batch counts: {sorted(lengths)}")
 
@@ -191,3 +207,23 @@ def check_elastic(
         return flat[flat >= 0]
 
     return ids(consumed), ids(delivered)
+
+
+def _dp_share(
+    world: World, batches: list[dict[str, np.ndarray]], firsts: dict[int, list[np.ndarray]]
+) -> list[np.ndarray]:
+    """The sample ids of a data-parallel rank's first rank; the others must repeat them."""
+    ids = [b["sample_ids"] for b in batches]
+    if world.is_dp_leader:
+        firsts[world.dp_rank] = ids
+        return ids
+    first = firsts.get(world.dp_rank)
+    if first is not None and (
+        len(first) != len(ids)
+        or not all(np.array_equal(a, b) for a, b in zip(first, ids, strict=True))
+    ):
+        raise AssertionError(
+            f"rank {world.rank} (dp_rank {world.dp_rank}) got other samples than rank "
+            f"{world.dp_peers[0]} of the same data-parallel rank"
+        )
+    return []

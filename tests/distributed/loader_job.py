@@ -9,6 +9,10 @@ Modes:
           deliver the rest of the epoch; rank 0 writes every rank's batches.
   nothing step through the epoch in lockstep over data with little or nothing valid; rank 0
           writes how many batches each rank got and the error that stopped it, if any.
+  cp      context parallelism (CHUTE_CP in the environment): one epoch of packed rows cut into
+          each rank's zig-zag slice; each step's loss summed over the cp group (a process group
+          per group, from World.groups); rank 0 writes every rank's slices and losses, and the
+          reject counts of a random-plan epoch summed over ranks.
 """
 
 from __future__ import annotations
@@ -20,9 +24,11 @@ from datetime import timedelta
 from pathlib import Path
 
 import orjson
+import torch
 import torch.distributed as dist
 
-from chute import ErrorBudgetExceeded, Loader, LockstepError
+from chute import ErrorBudgetExceeded, Loader, LockstepError, World
+from chute.collate import loss_sum
 
 BATCH_SIZE = 4
 SEED = 11
@@ -46,7 +52,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--data", required=True)
     ap.add_argument("--out", required=True)
-    ap.add_argument("--mode", choices=["epoch", "train", "resume", "nothing"], required=True)
+    ap.add_argument("--mode", choices=["epoch", "train", "resume", "nothing", "cp"], required=True)
     ap.add_argument("--every", type=int, default=2)
     ap.add_argument("--delay", type=float, default=0.05)
     ap.add_argument("--plan", choices=["random", "packed"], default="random")
@@ -55,6 +61,9 @@ def main() -> None:
     rank, world_size = dist.get_rank(), dist.get_world_size()
     out, ckpt = Path(args.out), Path(args.out) / "ckpt"
     ckpt.mkdir(parents=True, exist_ok=True)
+    if args.mode == "cp":
+        context_parallel(args.data, out, rank, world_size)
+        return
     # world=None: the loader finds its rank through World.detect() and torch.distributed
     loader = Loader(
         args.data,
@@ -108,6 +117,54 @@ def main() -> None:
         write_atomic(
             out / f"{args.mode}.json", {"ranks": gathered, "stats": stats, "lockstep": lockstep}
         )
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+def logits_of(ids: torch.Tensor) -> torch.Tensor:
+    """A fixed stand-in for a model: a seeded table of logits per token id."""
+    table = torch.randn(256, 256, generator=torch.Generator().manual_seed(7))
+    return table[ids]
+
+
+def context_parallel(data: str, out: Path, rank: int, world_size: int) -> None:
+    world = World.detect()  # cp from CHUTE_CP, rank and world size from torch.distributed
+    groups = {g: dist.new_group(list(g)) for g in world.groups("cp")}  # every rank makes all
+    group = groups[world.group("cp")]
+    loader = Loader(
+        data,
+        batch_size=2,
+        seed=SEED,
+        num_workers=2,
+        timeout=60,
+        plan="packed",
+        plan_options=PACKED,
+        slices="cp",
+    )
+    steps = []
+    for batch in loader:
+        total, count = loss_sum(logits_of(batch["input_ids"]), batch["shift_labels"])
+        both = torch.stack([total, count.to(total.dtype)])
+        dist.all_reduce(both, group=group)  # the loss of the whole batch, on every cp rank
+        steps.append(
+            {
+                "sample_ids": batch["sample_ids"].tolist(),
+                "token_index": batch["token_index"].tolist(),
+                "input_ids": batch["input_ids"].tolist(),
+                "shift_labels": batch["shift_labels"].tolist(),
+                "loss": float(both[0] / both[1]),
+            }
+        )
+    mine = {"rank": rank, "dp_rank": world.dp_rank, "cp_rank": world.cp_rank, "steps": steps}
+    gathered: list = [None] * world_size
+    dist.all_gather_object(gathered, mine)
+    # bad records reach the workers with the random plan: counted once per data-parallel rank
+    rejects = Loader(data, batch_size=BATCH_SIZE, seed=SEED, budget_min_samples=10_000)
+    for _ in rejects:
+        pass
+    stats = rejects.stats_all_ranks()
+    if rank == 0:
+        write_atomic(out / "cp.json", {"ranks": gathered, "stats": stats})
     dist.barrier()
     dist.destroy_process_group()
 

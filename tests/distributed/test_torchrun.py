@@ -20,6 +20,8 @@ import numpy as np
 import orjson
 import psutil
 import pytest
+import torch
+from loader_job import logits_of
 
 from chute import JsonlSource, Loader, World
 from chute.testing import write_id_jsonl
@@ -46,8 +48,8 @@ def torchrun(nproc: int, *args: str) -> list[str]:
     ]
 
 
-def env() -> dict[str, str]:
-    return {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
+def env(**extra: str) -> dict[str, str]:
+    return {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1", **extra}
 
 
 def kill_tree(pid: int) -> None:
@@ -63,10 +65,10 @@ def kill_tree(pid: int) -> None:
             proc.send_signal(signal.SIGKILL)
 
 
-def run(nproc: int, *args: str) -> None:
+def run(nproc: int, *args: str, **extra_env: str) -> None:
     proc = subprocess.Popen(
         torchrun(nproc, *args),
-        env=env(),
+        env=env(**extra_env),
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         start_new_session=True,
@@ -198,3 +200,43 @@ def test_data_with_nothing_valid_stops_every_rank_at_the_same_step(tmp_path: Pat
             f"on rank {r['rank']}: the first 104 samples of this run (over 2 ranks) were all bad"
             in r["error"]
         )
+
+
+def test_four_ranks_dp2_cp2_share_samples_and_slices_make_the_whole_batches(
+    data: Path, tmp_path: Path
+) -> None:
+    """dp 2 x cp 2 under torchrun (CHUTE_CP=2, found by World.detect): the two ranks of a cp
+    group get the same samples and complementary zig-zag slices of them, the dp ranks see every
+    valid sample once in equal steps, the loss summed over each cp group's process group is the
+    whole batch's, and reject counts summed over the four ranks count each sample once."""
+    run(4, "--data", str(data), "--out", str(tmp_path), "--mode", "cp", CHUTE_CP="2")
+    result = orjson.loads((tmp_path / "cp.json").read_bytes())
+    ranks = sorted(result["ranks"], key=lambda r: r["rank"])
+    assert [(r["dp_rank"], r["cp_rank"]) for r in ranks] == [(0, 0), (0, 1), (1, 0), (1, 1)]
+    assert len({len(r["steps"]) for r in ranks}) == 1
+    source = JsonlSource(data)
+    seen = []
+    for d in range(2):
+        pair = [r for r in ranks if r["dp_rank"] == d]
+        whole = Loader(
+            source,
+            batch_size=2,
+            seed=11,
+            world=World(rank=d, world_size=2),
+            plan="packed",
+            plan_options={"max_length": 16, "align": 4},
+        )
+        for k, batch in enumerate(whole):
+            parts = [p["steps"][k] for p in pair]
+            assert parts[0]["sample_ids"] == parts[1]["sample_ids"] == batch["sample_ids"].tolist()
+            ids = np.zeros(batch["input_ids"].numel(), dtype=np.int64)
+            for p in parts:
+                ids[np.array(p["token_index"])] = np.array(p["input_ids"]).ravel()
+            assert ids.tolist() == batch["input_ids"].reshape(-1).tolist()
+            # the group's loss is the whole batch's, scored with the model's own shift
+            logits = logits_of(batch["input_ids"])[:, :-1].reshape(-1, 256)
+            want = torch.nn.functional.cross_entropy(logits, batch["labels"][:, 1:].reshape(-1))
+            assert parts[0]["loss"] == parts[1]["loss"] == pytest.approx(float(want), rel=1e-5)
+            seen += [i for i in batch["sample_ids"].tolist() if i >= 0]
+    assert sorted(seen) == VALID
+    assert sum(result["stats"].values()) == len(BROKEN)  # not twice: cp ranks read the same

@@ -32,6 +32,18 @@ Three samples packed into two rows of ``max_length = 8`` (``P`` pad, ``-`` label
   is for ``torch.nn.functional.scaled_dot_product_attention(attn_mask=...)``. It costs
   ``rows x width^2`` bytes, so it is off by default.
 
+With ``align=k`` (context parallelism: ``k = 2 * cp``) every sample is padded to a multiple of
+``k`` tokens inside its own segment, so it cuts into ``2 * cp`` equal chunks; the padding
+continues the sample's positions and has no target. ``cu_seqlens`` then counts the real tokens of
+each segment and ``cu_seqlens_padded`` its padded extent, as TransformerEngine's THD attention
+takes them (``cu_seqlens_q`` and ``cu_seqlens_q_padded``); offsets into the flattened rows are
+``cu_seqlens_padded``. ``align=4``, ``max_length=12``::
+
+    rows               [a1 a2 a3 a4 a5 .  .  .  b1 b2 .  . ]      . alignment padding
+    position_ids       [0  1  2  3  4  5  6  7  0  1  2  3 ]
+    cu_seqlens         [0, 5, 7]          real tokens of a, b
+    cu_seqlens_padded  [0, 8, 12]         where a and b lie in the row
+
 There is deliberately no 2-D ``attention_mask``: given one, Hugging Face models build a padding
 mask that lets packed samples attend to each other. Without it, with ``position_ids`` and
 ``use_cache=False``, they detect the packing themselves (see ``hf_packed_inputs`` and
@@ -51,6 +63,7 @@ Example:
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -73,8 +86,9 @@ __all__ = [
 log = logging.getLogger("chute.collate")
 
 
-# input_ids, labels, position_ids (rows x width), cu_seqlens, max_seqlen, segment lengths
-_Layout = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, int, np.ndarray]
+# input_ids, labels, position_ids (rows x width), cu_seqlens, max_seqlen, segment lengths,
+# real tokens of each segment (equal to the lengths unless samples are aligned)
+_Layout = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, int, np.ndarray, np.ndarray]
 
 
 class PackedCollate:
@@ -92,6 +106,9 @@ class PackedCollate:
             ``position_ids`` is ``(4, rows, width)``, a 1-D text row above the 3-D positions of
             each sample (restarting per sample), and ``mm_token_type_ids`` (0 text, 1 image, 2
             video) is added. The Loader sets it from the recipe's ``image_tokens`` family.
+        align: pad every sample to a multiple of ``align`` tokens within its segment and add
+            ``cu_seqlens_padded`` (see the module docstring); ``max_length`` must be a
+            multiple. Pack with ``PackedPlanner(align=...)`` so rows keep room for it.
     """
 
     packed = True
@@ -106,8 +123,17 @@ class PackedCollate:
         block_mask: bool = False,
         label_pad_id: int = IGNORE_INDEX,
         positions: MRopePositions | None = None,
+        align: int = 1,
     ):
         self.max_length = check_positive("max_length", max_length)
+        self.align = check_positive("align", align)
+        if self.max_length % self.align:
+            raise ConfigError(
+                f"max_length={self.max_length} is not a multiple of align={self.align}: rows "
+                f"hold samples padded to multiples of align; use max_length="
+                f"{-(-self.max_length // self.align) * self.align}",
+                param="max_length",
+            )
         self.positions = positions
         if isinstance(pad_id, bool) or not isinstance(pad_id, int | np.integer) or pad_id < 0:
             raise ConfigError(f"pad_id must be a token id (an int >= 0), got {pad_id!r}")
@@ -125,9 +151,12 @@ class PackedCollate:
     def _width(self, fullest: int) -> int:
         if self.pad_to_max_length:
             return self.max_length
-        return min(
-            self.max_length, max(self.multiple, -(-fullest // self.multiple) * self.multiple)
-        )
+        step = math.lcm(self.multiple, self.align)
+        return min(self.max_length, max(step, -(-fullest // step) * step))
+
+    def room(self, lens: np.ndarray) -> np.ndarray:
+        """The tokens each sample takes in its row: its length rounded up to ``align``."""
+        return lens if self.align == 1 else -(-lens // self.align) * self.align
 
     def __call__(
         self, samples: Sequence[Mapping[str, Any]], rows: Sequence[int] | None = None
@@ -158,10 +187,11 @@ class PackedCollate:
 
     def _fit(self, lens: np.ndarray, row_of: np.ndarray, num_rows: int) -> np.ndarray:
         """Cut samples so no row holds more than ``max_length`` tokens (a plan never needs it)."""
-        ends = np.cumsum(lens)
+        room = self.room(lens)
+        ends = np.cumsum(room)
         first = np.concatenate([[0], np.cumsum(np.bincount(row_of, minlength=num_rows))[:-1]])
-        end_in_row = ends - (ends - lens)[first][row_of]  # tokens up to each sample's end
-        fitted = np.clip(np.minimum(end_in_row, self.max_length) - (end_in_row - lens), 0, None)
+        start_in_row = ends - room - (ends - room)[first][row_of]  # each sample's first column
+        fitted = np.clip(np.minimum(lens, self.max_length - start_in_row), 0, None)
         if (fitted < lens).any() and not self._warned:
             self._warned = True
             log.warning(
@@ -181,11 +211,13 @@ class PackedCollate:
         num_rows: int,
     ) -> tuple[_Layout, np.ndarray]:
         """The batch arrays, and where each kept token went in the flattened rows."""
-        row_fill = np.bincount(row_of, weights=lens, minlength=num_rows).astype(np.int64)
+        room = self.room(lens)  # the sample's extent in its row (lens unless aligned)
+        row_fill = np.bincount(row_of, weights=room, minlength=num_rows).astype(np.int64)
         width = self._width(int(row_fill.max()))
         starts = np.cumsum(lens) - lens  # each sample's first token in the concatenation
+        spans = np.cumsum(room) - room  # each sample's first column in the concatenated rows
         first = np.concatenate([[0], np.cumsum(np.bincount(row_of, minlength=num_rows))[:-1]])
-        in_row = starts - starts[first][row_of]  # each sample's offset within its row
+        in_row = spans - spans[first][row_of]  # each sample's offset within its row
         total = int(lens.sum())
         local = np.arange(total, dtype=np.int64) - np.repeat(starts, lens)  # position in sample
         flat = np.repeat(row_of * width + in_row, lens) + local
@@ -199,13 +231,20 @@ class PackedCollate:
         label_arr[flat] = targets
         column = np.arange(width, dtype=np.int64)
         positions = np.where(column < row_fill[:, None], 0, column - row_fill[:, None]).ravel()
-        positions[flat] = local
+        if self.align == 1:
+            positions[flat] = local
+        else:  # alignment padding continues its sample's positions
+            extent = int(room.sum())
+            padded = np.arange(extent, dtype=np.int64) - np.repeat(spans, room)
+            positions[np.repeat(row_of * width + in_row, room) + padded] = padded
         pad = width - row_fill  # each row's padding tail: a segment of its own
         seg_rows = np.concatenate([row_of, np.arange(num_rows)])
-        seg_lens = np.concatenate([lens, pad])
+        seg_lens = np.concatenate([room, pad])
+        seg_real = np.concatenate([lens, pad])
         order = np.argsort(seg_rows * 2 + (np.arange(len(seg_rows)) >= len(lens)), kind="stable")
-        seg_lens = seg_lens[order]
-        seg_lens = seg_lens[seg_lens > 0]
+        seg_lens, seg_real = seg_lens[order], seg_real[order]
+        keep = seg_lens > 0
+        seg_lens, seg_real = seg_lens[keep], seg_real[keep]
         cu = np.concatenate([[0], np.cumsum(seg_lens)]).astype(np.int32)
         shape = (num_rows, width)
         layout = (
@@ -215,6 +254,7 @@ class PackedCollate:
             cu,
             int(seg_lens.max()),
             seg_lens,
+            seg_real,
         )
         return layout, flat
 
@@ -229,6 +269,7 @@ class PackedCollate:
             np.array([0, width], dtype=np.int32),
             width,
             seg,
+            seg,
         )
 
     def _tensors(
@@ -239,6 +280,7 @@ class PackedCollate:
         cu: np.ndarray,
         max_seqlen: int,
         seg_lens: np.ndarray,
+        seg_real: np.ndarray,
     ) -> dict[str, Any]:
         torch = require_torch()
         batch = {
@@ -248,6 +290,10 @@ class PackedCollate:
             "cu_seqlens": torch.from_numpy(cu),
             "max_seqlen": torch.tensor(max_seqlen, dtype=torch.int64),
         }
+        if self.align > 1:  # TransformerEngine's pair: real tokens, and where they lie
+            real = np.concatenate([[0], np.cumsum(seg_real)]).astype(np.int32)
+            batch["cu_seqlens"] = torch.from_numpy(real)
+            batch["cu_seqlens_padded"] = torch.from_numpy(cu)
         if self.block_mask:
             rows, width = input_ids.shape
             segment = np.repeat(np.arange(len(seg_lens)), seg_lens).reshape(rows, width)
@@ -267,6 +313,7 @@ class PackedCollate:
             f"PackedCollate(max_length={self.max_length}, pad_id={self.pad_id}, "
             f"pad_to_max_length={self.pad_to_max_length}, block_mask={self.block_mask}"
             + (f", positions={self.positions!r}" if self.positions is not None else "")
+            + (f", align={self.align}" if self.align > 1 else "")
             + ")"
         )
 
@@ -338,7 +385,7 @@ def hf_packed_inputs(batch: Mapping[str, Any]) -> dict[str, Any]:
         >>> out = model(**hf_packed_inputs(batch))  # doctest: +SKIP
     """
     max_seqlen = int(batch["max_seqlen"])
-    cu = batch["cu_seqlens"]
+    cu = batch.get("cu_seqlens_padded", batch["cu_seqlens"])  # offsets into the flattened rows
     out = flatten_packed({k: v for k, v in batch.items() if k in _PACKED_INPUTS})
     out.update(cu_seq_lens_q=cu, cu_seq_lens_k=cu, max_length_q=max_seqlen, max_length_k=max_seqlen)
     return out

@@ -49,6 +49,7 @@ import numpy as np
 from chute._internal.lazy_torch import require_torch
 from chute.collate.packed import PackedCollate
 from chute.collate.padded import IGNORE_INDEX, Collate
+from chute.errors import ConfigError
 from chute.media.positions import MRopePositions
 from chute.recipe.preference import pair_sides
 
@@ -102,6 +103,13 @@ class PackedPreferenceCollate(PackedCollate):
         self, samples: Sequence[Mapping[str, Any]], rows: Sequence[int] | None = None
     ) -> dict[str, Any]:
         torch = require_torch()
+        if self.align != 1:
+            raise ConfigError(
+                f"PackedPreferenceCollate lays out both sides of a pair itself and takes no "
+                f"align (got align={self.align}); context-parallel slices of preference pairs "
+                f"are not supported",
+                param="align",
+            )
         sides = [side for s in samples for side in pair_sides(dict(s))]
         per_row = np.ones(len(samples), dtype=np.int64) if rows is None else np.asarray(rows)
         batch = super().__call__(sides, rows=(2 * per_row).tolist())

@@ -11,8 +11,9 @@ from typing import Any
 
 from chute._internal.lazy_torch import require_torch
 from chute.errors import LockstepError
+from chute.world import World
 
-__all__ = ["all_gather", "check_lockstep", "sum_over_ranks"]
+__all__ = ["all_gather", "check_lockstep", "dp_shares", "sum_over_ranks"]
 
 
 def all_gather(value: Any, world_size: int | None = None) -> list[Any] | None:
@@ -34,13 +35,28 @@ def all_gather(value: Any, world_size: int | None = None) -> list[Any] | None:
     return gathered
 
 
-def sum_over_ranks(counts: dict[str, int]) -> dict[str, int]:
-    """``counts`` summed over every rank."""
+def dp_shares(gathered: list[Any], world: World | None) -> list[Any]:
+    """Of values gathered from every rank, those of each data-parallel rank's first rank.
+
+    The ranks of one context-, sequence-, tensor- or pipeline-parallel group read the same
+    samples; their counts are one data-parallel rank's, counted once.
+
+    Example:
+        >>> dp_shares(["r0", "r1", "r2", "r3"], World(world_size=4, cp=2))
+        ['r0', 'r2']
+    """
+    if world is None or world.dp_size == world.world_size or len(gathered) != world.world_size:
+        return gathered
+    return [gathered[r] for r in world.dp_leaders()]
+
+
+def sum_over_ranks(counts: dict[str, int], world: World | None = None) -> dict[str, int]:
+    """``counts`` summed over every rank (over data-parallel ranks only, given ``world``)."""
     gathered = all_gather(counts)
     if gathered is None:
         return dict(counts)
     total: Counter[str] = Counter()
-    for part in gathered:
+    for part in dp_shares(gathered, world):
         total.update(part)
     return dict(total)
 

@@ -44,7 +44,10 @@ from chute.loader.planning import (
     check_excluded,
     check_packed_collate,
     resolve_plan,
+    slice_collate,
+    slice_options,
     split_source,
+    task_of,
 )
 from chute.loader.state import STATE_FORMAT, STATE_VERSION, check_compatible, read_position
 from chute.loader.worker import BatchBuilder, BatchReport
@@ -70,14 +73,16 @@ class Loader:
         batch_size: samples per batch on each rank.
         shuffle: a new shuffle every epoch (``False``: source order).
         seed: the shuffle's seed; the same seed gives the same stream.
-        drop_last: deal only full steps of ``world_size * batch_size`` samples.
+        drop_last: deal only full steps of ``dp_size * batch_size`` samples.
         wrap: with ``drop_last=False``, fill the last step with samples from the start of the
             epoch so every batch is full (those samples are seen twice that epoch).
         num_workers: DataLoader worker processes (0: build batches in this process).
         pin_memory: pin batches in page-locked memory for fast ``.to(device, non_blocking=True)``.
         persistent_workers: keep workers alive between epochs.
         prefetch_factor: batches each worker prepares ahead (default 2).
-        world: this process's place (default ``World.detect()``).
+        world: this process's place (default ``World.detect()``). Plans deal over its
+            ``dp_size`` data-parallel ranks: every rank of one context-, sequence-, tensor- or
+            pipeline-parallel group gets the same batches.
         collate: ``collate(samples) -> dict of tensors`` (default ``Collate``); must accept ``[]``.
         pad_id: the padding token (default: the recipe's ``pad_id`` if it has one, else 0).
         pad_to_multiple_of: round padded lengths up to a multiple (e.g. 8).
@@ -113,6 +118,11 @@ class Loader:
             files, pass the ``Mixture`` (or its YAML file) as ``source``. See docs/mixtures.md.
         split: over a mixture, ``"train"`` (default) or ``"val"``: the datasets' validation
             hold-outs, each once per epoch, never overlapping train.
+        slices: with ``plan="packed"``, give each rank its slice of every batch instead of the
+            whole: ``"cp"``, the zig-zag slice of ``world.cp_rank`` (samples padded to
+            ``2 * cp``: ring attention, TransformerEngine THD), or ``"sp"``, the contiguous
+            slice of ``world.sp_rank`` (DeepSpeed Ulysses). Labels come shifted
+            (``shift_labels``). See ``chute.collate.slices`` and docs/long-context.md.
 
     Example:
         >>> data = [{"input_ids": [i] * (1 + i % 3)} for i in range(10)]
@@ -152,6 +162,7 @@ class Loader:
         media: Any = None,
         mixture: Any = None,
         split: str = "train",
+        slices: str | None = None,
     ):
         require_torch()
         self.world = world if world is not None else World.detect()
@@ -175,6 +186,10 @@ class Loader:
         self.source = split_source(self.source, recipe, self.world.local_rank)
         self.num_samples = len(self.source)
         check_collate(collate, pad_id, pad_to_multiple_of)
+        self.slices = slices
+        plan_options = slice_options(
+            slices, self.world, plan, plan_options, task_of(self.source, recipe)
+        )
         setup = resolve_plan(
             self.source,
             recipe,
@@ -210,6 +225,7 @@ class Loader:
         self.media, self.collate = media_stage_for(
             media, self.recipe, self.collate, self.source, setup.lengths
         )
+        self.collate = slice_collate(self.collate, slices, self.world)
         self.rejects_path = rejects_path_for(rejects, self.world) if rejects is not None else None
         self.books = Accounting(
             ErrorBudget(max_bad_fraction, max_consecutive_bad, budget_min_samples),
@@ -240,7 +256,7 @@ class Loader:
         if self.plan.num_batches == 0:
             raise ConfigError(
                 f"this plan yields no batches: {self.num_samples} samples, batch_size="
-                f"{batch_size} x world_size={self.world.world_size} with drop_last=True; lower "
+                f"{batch_size} x dp_size={self.world.dp_size} with drop_last=True; lower "
                 f"batch_size or set drop_last=False"
             )
 
@@ -253,24 +269,24 @@ class Loader:
 
     @property
     def plan(self) -> Plan:
-        """The plan of the current epoch and layout (``plan.batch(rank, k)`` -> sample ids)."""
-        key = (self._epoch, tuple(self._segments), self.world.world_size)
+        """The plan of the current epoch over the data-parallel ranks (``plan.batch(dp_rank, k)``)."""
+        key = (self._epoch, tuple(self._segments), self.world.dp_size)
         if key != self._plan_key or self._plan_cache is None:
             self._plan_cache = continue_epoch(
                 self.planner,
                 self.num_samples,
                 epoch=self._epoch,
                 segments=self._segments,
-                world_size=self.world.world_size,
+                world_size=self.world.dp_size,
             )
             self._plan_key = key
         return self._plan_cache
 
     @property
     def batches_per_epoch(self) -> int:
-        """Batches per rank in a fresh epoch on the current world size."""
+        """Batches per rank in a fresh epoch on the current data-parallel size."""
         fresh = self.planner.build(
-            self.num_samples, epoch=self._epoch, world_size=self.world.world_size
+            self.num_samples, epoch=self._epoch, world_size=self.world.dp_size
         )
         return fresh.num_batches
 
@@ -285,7 +301,7 @@ class Loader:
         if left > 0:
             return left
         nxt = self.planner.build(
-            self.num_samples, epoch=self._epoch + 1, world_size=self.world.world_size
+            self.num_samples, epoch=self._epoch + 1, world_size=self.world.dp_size
         )
         return nxt.num_batches
 
@@ -313,7 +329,7 @@ class Loader:
         plan, start = self.plan, self._consumed
         if start >= plan.num_batches:
             return
-        self._sampler.set(plan, self.world.rank, self._epoch, start)
+        self._sampler.set(plan, self.world.dp_rank, self._epoch, start)
         if self._dataloader is None:
             self._dataloader = make_dataloader(
                 self._builder,
@@ -339,7 +355,7 @@ class Loader:
                 self.books.add(report)
                 self._delivery.after(plan, k, report, epoch=self._epoch, fresh=not self._segments)
                 if self.datasets is not None:
-                    self.datasets.add(plan.batch(self.world.rank, k), report.bad, batch)
+                    self.datasets.add(plan.batch(self.world.dp_rank, k), report.bad, batch)
                 self._consumed = k + 1
                 yield batch
         finally:
@@ -348,7 +364,7 @@ class Loader:
 
     def _next(self, it: Iterator[Any], plan: Plan, k: int) -> tuple[dict[str, Any], BatchReport]:
         try:
-            return next_batch(it, plan, self.world.rank, self._epoch, k, self.timeout)
+            return next_batch(it, plan, self.world.dp_rank, self._epoch, k, self.timeout)
         except LoaderTimeout:
             self._dataloader = None  # persistent workers may hold the stuck sample: start anew
             raise
@@ -395,8 +411,12 @@ class Loader:
         return self.datasets.table()
 
     def stats_all_ranks(self) -> dict[str, int]:
-        """``stats`` summed over every rank; a collective: call it on all ranks at once."""
-        return sum_over_ranks(self.stats)
+        """``stats`` summed over every rank; a collective: call it on all ranks at once.
+
+        Ranks that share a data-parallel rank (``cp``, ``sp``, ``tp``, ``pp``) read the same
+        samples: only the first of each group counts, so every sample counts once.
+        """
+        return sum_over_ranks(self.stats, self.world)
 
     def check_lockstep(self) -> None:
         """Verify every rank stands at the same position (a collective: call it on all ranks).
@@ -412,16 +432,19 @@ class Loader:
         """Where the stream stands and what shaped it: small, JSON-serialisable, per rank.
 
         Every rank's state has the same position (ranks consume batches in lockstep), so any
-        rank's state resumes any rank, including on a different world size.
+        rank's state resumes any rank, including on a different world size. ``world_size`` is
+        the data-parallel size the plan dealt over (``World.dp_size``); ``layout`` records the
+        other parallel sizes, for information.
         """
         return {
             "format": STATE_FORMAT,
             "version": STATE_VERSION,
             "epoch": self._epoch,
             "batches": self._consumed,
-            "world_size": self.world.world_size,
+            "world_size": self.world.dp_size,
             "segments": [[w, k] for w, k in self._segments],
             "rank": self.world.rank,
+            **_layout_of(self.world),
             "plan": self.planner.params(),
             "source": self._fingerprint,
             **self.books.state_dict(),
@@ -472,7 +495,7 @@ class Loader:
                 f"that epoch has {saved.num_batches} on {saved_world} ranks; was it edited?"
             )
         self._epoch = epoch
-        if saved_world == self.world.world_size:
+        if saved_world == self.world.dp_size:
             self._segments, self._consumed = segments, batches
         elif batches == saved.num_batches:  # the epoch is complete: nothing to re-plan
             self._segments = []
@@ -491,6 +514,17 @@ class Loader:
     def __repr__(self) -> str:
         return (
             f"Loader({self.source!r}, {self.planner!r}, rank={self.world.rank}/"
-            f"{self.world.world_size}, num_workers={self.num_workers}, epoch={self._epoch}, "
+            f"{self.world.world_size}{_layout_text(self.world)}, num_workers={self.num_workers}, epoch={self._epoch}, "
             f"batch={self._consumed}/{self.plan.num_batches})"
         )
+
+
+def _layout_of(world: World) -> dict[str, Any]:
+    """The parallel sizes beside data parallelism, for the state (only when any is set)."""
+    sizes = {n: getattr(world, n) for n in ("cp", "sp", "tp", "pp") if getattr(world, n) > 1}
+    return {"layout": {**sizes, "order": world.order}} if sizes else {}
+
+
+def _layout_text(world: World) -> str:
+    shown = [f"{n}={getattr(world, n)}" for n in ("cp", "sp", "tp", "pp") if getattr(world, n) > 1]
+    return f" ({', '.join(shown)}, dp_size={world.dp_size})" if shown else ""

@@ -42,7 +42,7 @@ from typing import Any
 
 from chute.lengths import Lengths
 from chute.loader.accounting import Accounting
-from chute.loader.collectives import all_gather
+from chute.loader.collectives import all_gather, dp_shares
 from chute.loader.worker import BatchReport
 from chute.plan import Plan
 from chute.sample.budget import reject_hint
@@ -56,7 +56,8 @@ class DeliveryCheck:
 
     Args:
         books: this rank's accounting (its budget, tally and first error of each kind).
-        world: this rank's place; the checks gather over ``world.world_size`` ranks.
+        world: this rank's place; the checks gather over ``world.world_size`` ranks and count
+            each data-parallel rank once (the ranks of a ``cp`` group read the same samples).
         recipe: whether a recipe makes the samples (for the hint: without one, a missing
             ``input_ids`` means the records are not tokenized).
     """
@@ -131,7 +132,7 @@ class DeliveryCheck:
         first, whole = self._first or [0, 0, 0], self._epoch or [0, 0]
         mine = (first[1], first[2], whole[0], whole[1], dict(self.books.tally.counts))
         gathered = all_gather(mine, self.world.world_size) if self.world.world_size > 1 else None
-        parts: list[Any] = gathered if gathered is not None else [mine]
+        parts: list[Any] = dp_shares(gathered, self.world) if gathered is not None else [mine]
         seen, bad, epoch_seen, epoch_bad = (sum(p[i] for p in parts) for i in range(4))
         kinds: Counter[str] = Counter()
         for part in parts:

@@ -30,8 +30,10 @@ from chute.lengths import Lengths, Pieces, lengths_of
 from chute.media.positions import MRopePositions, positions_rule
 from chute.plan import PLANNERS, LengthPlanner, PackedPlanner, Planner, make_planner
 from chute.sample.budget import ErrorBudget
+from chute.world import World
 
 __all__ = [
+    "SLICES",
     "PlanSetup",
     "check_collate",
     "check_excluded",
@@ -39,11 +41,14 @@ __all__ = [
     "default_collate",
     "positions_of",
     "resolve_plan",
+    "slice_collate",
+    "slice_options",
     "split_source",
     "task_of",
 ]
 
 log = logging.getLogger("chute.loader")
+SLICES = ("cp", "sp")
 _WARNED: set[str] = set()  # lengths whose exclusions were logged in this process
 
 
@@ -151,12 +156,14 @@ def default_collate(
     """
     if isinstance(planner, PackedPlanner):  # rows max_length wide, or as wide as the fullest
         kind: Any = PackedPreferenceCollate if task == "preference" else PackedCollate
+        aligned = {"align": planner.align} if planner.align > 1 else {}
         collate: Any = kind(
             planner.max_length,
             pad_id,
             pad_to_max_length=pad_to_multiple_of is None,
             pad_to_multiple_of=pad_to_multiple_of,
             positions=positions,
+            **aligned,
         )
     elif task == "preference":
         collate = PreferenceCollate(pad_id, pad_to_multiple_of, positions=positions)
@@ -246,3 +253,88 @@ def check_excluded(setup: PlanSetup, budget: ErrorBudget) -> None:
             f"every bad record with its line), or raise max_bad_fraction if this is expected.",
             lengths.tally,
         )
+
+
+def slice_options(
+    slices: Any,
+    world: World,
+    plan: str | Planner,
+    plan_options: Mapping[str, Any] | None,
+    task: str,
+) -> dict[str, Any] | None:
+    """``plan_options`` for ``Loader(slices=...)``: packed rows, samples aligned to ``2 * cp``.
+
+    Refuses what cannot be sliced (another plan, preference pairs, ``cp`` and ``sp`` at once)
+    with the fix; returns the options unchanged without slices.
+    """
+    options = None if plan_options is None else dict(plan_options)
+    if slices is None:
+        if (world.cp_size > 1 or world.sp_size > 1) and world.is_main:
+            log.info(
+                "world has cp=%d, sp=%d: every rank of a group gets the whole batch; pass "
+                "slices='cp' or 'sp' to get each rank's slice",
+                world.cp_size,
+                world.sp_size,
+            )
+        return options
+    if slices not in SLICES:
+        raise ConfigError(
+            f"slices must be 'cp' (zig-zag context-parallel slices), 'sp' (contiguous Ulysses "
+            f"slices) or None (whole batches), got {slices!r}",
+            param="slices",
+        )
+    other = "sp" if slices == "cp" else "cp"
+    if getattr(world, f"{other}_size") > 1:
+        raise ConfigError(
+            f"slices={slices!r} with {other}={getattr(world, f'{other}_size')} in the World: "
+            f"slicing for context and sequence parallelism at once is not supported; set one "
+            f"of them (the other group's ranks would get the same slice)",
+            param="slices",
+        )
+    if task != "sft":
+        raise ConfigError(
+            f"slices={slices!r} cuts packed rows of single samples; {task} samples (pairs) "
+            f"cannot be sliced yet: drop slices",
+            param="slices",
+        )
+    name = plan if isinstance(plan, str) else getattr(plan, "kind", type(plan).__name__)
+    if name != "packed" or not isinstance(plan, str | PackedPlanner):
+        raise ConfigError(
+            f"slices={slices!r} cuts packed rows (each sample a segment with its own "
+            f"positions); plan={name!r} makes padded rows: use plan='packed'",
+            param="slices",
+        )
+    if slices == "sp":
+        return options
+    need = 2 * world.cp_size
+    if isinstance(plan, PackedPlanner):
+        if plan.align % need:
+            raise ConfigError(
+                f"slices='cp' with cp={world.cp_size} pads every sample to a multiple of "
+                f"2 x cp = {need}, but the PackedPlanner packs with align={plan.align}; build "
+                f"it with align={need} (or a multiple)",
+                param="align",
+            )
+        return options
+    options = options or {}
+    align = options.setdefault("align", need)
+    if isinstance(align, bool) or not isinstance(align, int) or align % need:
+        raise ConfigError(
+            f"slices='cp' with cp={world.cp_size} needs samples padded to a multiple of "
+            f"2 x cp = {need}; plan_options align={align!r} is not one. Leave align out (it "
+            f"defaults to {need}), or pin a multiple such as {4 * need} to resume later with a "
+            f"larger cp",
+            param="align",
+        )
+    return options
+
+
+def slice_collate(collate: Any, slices: str | None, world: World) -> Any:
+    """``collate`` wrapped to give this rank's slice of every batch (``Loader(slices=...)``)."""
+    from chute.collate.slices import ContextParallelCollate, SequenceParallelCollate
+
+    if slices is None:
+        return collate
+    if slices == "cp":
+        return ContextParallelCollate(collate, world.cp_size, world.cp_rank)
+    return SequenceParallelCollate(collate, world.sp_size, world.sp_rank)

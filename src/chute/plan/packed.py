@@ -20,6 +20,14 @@ exactly ``max_length`` tokens, in stream order; a sample crossing a cut continue
 so an elastic resume owes a prefix-closed rest (the one sample cut by the resume point is dealt
 again whole). Samples with image tokens cannot be split.
 
+``align`` (context parallelism): every sample takes a multiple of ``align`` tokens of its row,
+its real length rounded up, so the collate can pad each sample to that multiple and the row
+still holds at most ``max_length``. ``PackedCollate(align=2 * cp)`` does the padding, and each
+padded sample then cuts into ``2 * cp`` equal chunks (``chute.collate.context``)::
+
+    align 4, max_length 12    samples a:5  b:2  c:3   take 8, 4, 4 tokens
+    rows                      [a a a a a . . . b b . .]  [c c c . P P P P P P P P]
+
 ``balance`` (``chute.plan.balance``): the image samples are shared out evenly over the rows
 (``pack_spread``), the shuffled rows are grouped into steps of alike patches and the steps
 shuffled, each step's rows are dealt to its ranks by load, and a last step of fewer rows than
@@ -92,6 +100,9 @@ class PackedPlanner(LengthPlanner):
         drop_last: leave out the last partial step of rows.
         wrap: not supported (raises).
         lengths: the source's ``Lengths`` (the ``Loader`` binds them).
+        align: each sample takes its length rounded up to a multiple of ``align`` in its row
+            (``2 * cp`` for context-parallel slices; ``max_length`` must be a multiple).
+            Not with ``split=True``.
     """
 
     kind: ClassVar[str] = "packed"
@@ -110,6 +121,7 @@ class PackedPlanner(LengthPlanner):
         drop_last: bool = False,
         wrap: bool = False,
         lengths: Any = None,
+        align: int = 1,
     ):
         super().__init__(shuffle=shuffle, seed=seed, lengths=lengths)
         if wrap:
@@ -138,6 +150,23 @@ class PackedPlanner(LengthPlanner):
                 "row is exactly max_length tokens (already even) and samples cannot move: drop "
                 "balance, or pack whole samples (split=False)"
             )
+        self.align = check_positive("align", align)
+        if self.max_length % self.align:
+            raise ConfigError(
+                f"max_length={self.max_length} is not a multiple of align={self.align}: every "
+                f"sample takes a multiple of align tokens, so a full row must too. Use "
+                f"max_length={-(-self.max_length // self.align) * self.align} (or "
+                f"{self.max_length // self.align * self.align})",
+                param="max_length",
+            )
+        if self.split and self.align > 1:
+            raise ConfigError(
+                f"align={self.align} pads every sample to a multiple of {self.align} tokens; "
+                f"split=True fills rows with exactly max_length tokens of cut samples, which "
+                f"leaves no room for it. For long documents use Recipe(overflow='split') "
+                f"(windows of max_length) with split=False",
+                param="align",
+            )
         self.drop_last = bool(drop_last)
         self._warned = False
 
@@ -152,7 +181,18 @@ class PackedPlanner(LengthPlanner):
             "drop_last": self.drop_last,
             # only when set: states saved before the option existed stay valid
             **({"balance": self.balance.to_json()} if self.balance is not None else {}),
+            **({"align": self.align} if self.align > 1 else {}),
         }
+
+    def sizes(self, lens: np.ndarray) -> np.ndarray:
+        """The room each sample takes in a row: its length rounded up to a multiple of ``align``.
+
+        Example:
+            >>> PackedPlanner(8, align=4).sizes(np.array([1, 4, 5])).tolist()
+            [4, 4, 8]
+        """
+        lens = np.asarray(lens, dtype=np.int64)
+        return lens if self.align == 1 else -(-lens // self.align) * self.align
 
     def plan_ids(self, ids: np.ndarray, *, epoch: int, world_size: int) -> TablePlan:
         lens_all = self.require_lengths()
@@ -173,7 +213,7 @@ class PackedPlanner(LengthPlanner):
         balance = self.balance if world_size > 1 else None
         cost = None if balance is None else balance.columns(lens_all, ids, cap)
         spread = None if balance is None or cost is None else balance.spread(cost)
-        members, counts = self._pack(lens, spread)  # rows in opening order
+        members, counts = self._pack(self.sizes(lens), spread)  # rows in opening order
         row_bounds = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
         num_rows = len(counts)
         rows = np.arange(num_rows, dtype=np.int64)
@@ -196,7 +236,8 @@ class PackedPlanner(LengthPlanner):
         undealt = np.concatenate([undealt, picked[dealt:]])
         stats["dropped"] += len(picked) - dealt
         tokens = int(lens.sum())
-        stats.update(rows=num_rows, tokens=tokens, bound=packing_bound(lens, cap), max_length=cap)
+        bound = packing_bound(self.sizes(lens), cap)
+        stats.update(rows=num_rows, tokens=tokens, bound=bound, max_length=cap)
         self._check_efficiency(stats)
         return TablePlan(
             IdOrder(ids),
@@ -256,7 +297,7 @@ class PackedPlanner(LengthPlanner):
         full = (len(row_bounds) - 1) // unit
         lo = int(row_bounds[full * unit])
         if 0 < len(row_bounds) - 1 - full * unit < world_size:  # ranks left without a row
-            size = np.minimum(self.require_lengths().length[head[lo:]], self.max_length)
+            size = self.sizes(np.minimum(self.require_lengths().length[head[lo:]], self.max_length))
             spread = spread_tail(
                 cost[lo:],
                 size,
