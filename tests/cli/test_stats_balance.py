@@ -36,7 +36,7 @@ def test_every_plan_reports_its_imbalance_and_balance_cuts_it() -> None:
     assert even["balance"] == {"weights": {"tokens": 1.0, "patches": 1.0}, "tolerance": 0.05}
     for name, report in plain["plans"].items():
         imb = report["imbalance"]
-        assert set(imb) == {"tokens", "patches", "patch_steps"}, name
+        assert set(imb) == {"tokens", "patches", "cost", "patch_steps"}, name
         assert 1.0 <= imb["tokens"]["mean"] <= imb["tokens"]["worst"]
         assert 1.0 <= imb["patches"]["mean"] <= imb["patches"]["worst"] <= 8.0
     for name in ("budget", "packed"):
@@ -108,3 +108,66 @@ def test_real_images_and_text_over_eight_ranks(shared_data: Path, tmp_path: Path
     table = runner.invoke(app, [*args, "--balance", "patches"])
     assert table.exit_code == 0, table.output
     assert "patches max/mean" in table.output and "balanced ({'patches': 1.0})" in table.output
+
+
+def long_documents(n: int = 3000, seed: int = 0) -> Lengths:
+    """Short samples, and 2% of documents cut into full windows of 8192 tokens."""
+    rng = np.random.default_rng(seed)
+    length = np.where(rng.random(n) < 0.02, 8192, rng.integers(30, 900, n))
+    return Lengths(length.astype(np.int32))
+
+
+def test_compute_is_reported_for_every_plan_and_balance_cost_evens_it() -> None:
+    lens = long_documents()
+    options = dict(max_length=8192, batch_size=1, world_size=8)
+    plain = padding_stats(lens, **options)  # type: ignore[arg-type]
+    even = padding_stats(lens, balance="cost", **options)  # type: ignore[arg-type]
+    # 8192 tokens with Llama-3-8B's shape: attention is 8192 / (57256 + 8192) of the cost
+    assert plain["cost"]["attention_share"] == pytest.approx(8192 / (57256 + 8192), abs=1e-4)
+    assert plain["cost"]["long_samples"] and plain["cost"]["model"]["name"] == "llama3-8b"
+    model = {k: v for k, v in plain["cost"]["model"].items() if k != "name"}
+    assert even["balance"] == {"weights": {"cost": 1.0}, "tolerance": 0.05, "cost": model}
+    before = plain["plans"]["packed"]["imbalance"]["cost"]
+    after = even["plans"]["packed"]["imbalance"]["cost"]
+    assert before["mean"] > 1.05 and after["mean"] < 1.02 and after["epoch"] < before["epoch"]
+    other = padding_stats(lens, cost={"b": 1, "c": 1}, **options)  # type: ignore[arg-type]
+    assert other["cost"]["model"] == {"a": 0.0, "b": 1.0, "c": 1.0, "name": ""}
+    assert other["balance"] is None  # a model for the report alone balances nothing
+    tilted = other["plans"]["packed"]["imbalance"]["cost"]["mean"]
+    assert tilted > before["mean"]  # attention weighs more in this model: rows differ more
+
+
+def test_the_table_shows_compute_for_long_documents_or_when_balanced(tmp_path: Path) -> None:
+    rng = np.random.default_rng(1)
+    lines = [{"input_ids": [7] * int(rng.integers(20, 300))} for _ in range(200)]
+    short = tmp_path / "short.jsonl"
+    short.write_text("".join(json.dumps(r) + "\n" for r in lines))
+    long = tmp_path / "long.jsonl"
+    long.write_text(
+        "".join(json.dumps(r) + "\n" for r in [*lines, *[{"input_ids": [7] * 8192}] * 6])
+    )
+    args = ["--max-length", "8192", "--batch-size", "1", "--world-size", "4"]
+    quiet = runner.invoke(app, ["stats", str(short), *args])
+    assert quiet.exit_code == 0, quiet.output
+    assert "cost max/mean" not in quiet.output  # short samples: compute follows tokens
+    for path, extra in ((long, []), (short, ["--balance", "cost"])):
+        shown = runner.invoke(app, ["stats", str(path), *args, *extra])
+        assert shown.exit_code == 0, shown.output
+        header = next(line for line in shown.output.splitlines() if line.startswith("plan "))
+        assert header.split()[:4] == ["plan", "efficiency", "cost", "max/mean"], header
+        assert "compute: llama3-8b: a + b*n + c*n^2 with a=0, b=4.5028e+10, c=786432" in (
+            shown.output
+        )
+    out = orjson.loads(
+        runner.invoke(app, ["stats", str(long), *args, "--json", "--cost", "b=1,c=0.001"]).stdout
+    )
+    assert out["cost"]["model"] == {"a": 0.0, "b": 1.0, "c": 0.001, "name": ""}
+    assert out["plans"]["packed"]["imbalance"]["cost"]["mean"] >= 1.0
+    named = orjson.loads(
+        runner.invoke(app, ["stats", str(long), *args, "--json", "--cost", "qwen3-8b"]).stdout
+    )
+    assert named["cost"]["model"]["name"] == "qwen3-8b"
+    bad = runner.invoke(app, ["stats", str(long), *args, "--cost", "b=lots"])
+    assert bad.exit_code != 0 and "--cost: b='lots' is not a number" in bad.output
+    unknown = runner.invoke(app, ["stats", str(long), *args, "--cost", "gpt-9"])
+    assert unknown.exit_code != 0 and "--cost: no cost model is named 'gpt-9'" in unknown.output

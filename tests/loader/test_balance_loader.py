@@ -16,6 +16,9 @@ pytestmark = [
 PLANS = {
     "budget": ("budget", {"max_tokens": 40, "balance": True}),
     "packed": ("packed", {"max_length": 24, "balance": "patches"}),
+    # compute, with a model whose attention term matters at these lengths
+    "packed_cost": ("packed", {"max_length": 24, "balance": "cost", "cost": {"b": 1, "c": 0.2}}),
+    "budget_cost": ("budget", {"max_tokens": 40, "balance": "tokens+cost", "cost": "qwen3-8b"}),
 }
 
 
@@ -105,3 +108,18 @@ def test_a_state_saved_without_balance_is_refused_with_it() -> None:
     with pytest.raises(StateMismatch, match="balance"):
         make({"max_length": 24, "balance": True}).load_state_dict(state)
     make({"max_length": 24}).load_state_dict(state)  # the same options still resume
+
+
+def test_a_state_saved_with_another_cost_model_is_refused() -> None:
+    source = WithImages(80)
+
+    def make(cost: object) -> Loader:
+        options = {"max_length": 24, "balance": "cost", "cost": cost}
+        return Loader(source, batch_size=2, world=World(0, 2), plan="packed", plan_options=options)
+
+    first = make({"b": 1, "c": 0.2})
+    take(first, 2)
+    state = first.state_dict()
+    with pytest.raises(StateMismatch, match="balance"):
+        make("llama3-8b").load_state_dict(state)
+    make({"a": 0, "b": 1, "c": 0.2}).load_state_dict(state)  # the same model resumes

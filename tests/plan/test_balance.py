@@ -79,13 +79,13 @@ def test_the_option_takes_true_names_and_weights() -> None:
 @pytest.mark.parametrize(
     "value,match",
     [
-        ("flops", r"balance: dimensions must be among \['patches', 'tokens'\].*'flops'"),
+        ("flops", r"balance: dimensions must be among \['cost', 'patches', 'tokens'\].*'flops'"),
         ("tokens+", "expected dimension names joined by '\\+'"),
         ({"patches": 0}, "the weight of 'patches' must be a number > 0, got 0"),
         ({"patches": True}, "the weight of 'patches' must be a number > 0"),
         ({"patches": 1, "tolerance": -1}, "tolerance must be a number >= 0.*got -1"),
         ({"tolerance": 0.1}, "dimensions must be among"),
-        (3, "expected True, 'tokens\\+patches', 'tokens', 'patches' or a mapping"),
+        (3, "expected True, 'tokens\\+patches', 'tokens', 'patches', 'cost' or a mapping"),
     ],
 )
 def test_bad_values_name_the_option_and_the_fix(value: object, match: str) -> None:

@@ -229,6 +229,8 @@ FLAGS = Spelling(
         "template_vars": "--template-var",
         "workers": "--workers",
         "max_bad_fraction": "--max-bad-fraction",
+        "balance": "--balance",
+        "cost": "--cost",
     },
     assign=" ",
     quote=False,

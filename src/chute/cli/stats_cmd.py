@@ -24,6 +24,7 @@ from chute.cli._options import (
 from chute.cli._output import emit_json, fail, guarded, shown, table
 from chute.errors import ConfigError
 from chute.lengths import Lengths, lengths_of
+from chute.plan.cost import CostModel, CostOption
 from chute.sources import open_source
 from chute.stats import padding_stats
 
@@ -100,8 +101,17 @@ def stats(
     balance: str | None = typer.Option(
         None,
         "--balance",
-        help="Budget and packed plans: even out tokens and image patches across the ranks of "
-        "each step (true, tokens+patches, patches, or weights: tokens=1,patches=2,tolerance=0.1).",
+        help="Budget and packed plans: even out tokens, image patches or compute across the "
+        "ranks of each step (true, tokens+patches, patches, cost, or weights: "
+        "tokens=1,patches=2,tolerance=0.1).",
+    ),
+    cost: str | None = typer.Option(
+        None,
+        "--cost",
+        help="Compute per sample of n tokens, a + b*n + c*n^2, for the cost max/mean column and "
+        "--balance cost: a model's name (llama3-8b, the default; llama3-70b, qwen3-8b), the "
+        "constants (a=0,b=1,c=1.7e-5) or a shape (layers=32,hidden=4096,intermediate=14336,"
+        "heads=32,kv_heads=8,vocab=128256).",
     ),
     plot: Path | None = typer.Option(
         None, "--plot", help="Draw the histogram and efficiencies to this PNG (chute[plot])."
@@ -144,6 +154,7 @@ def stats(
                 window=window,
                 seed=seed,
                 balance=parse_balance(balance),
+                cost=parse_cost(cost),
             ),
             plot=plot,
             cache_dir=cache_dir,
@@ -182,6 +193,7 @@ def stats(
         window=window,
         seed=seed,
         balance=parse_balance(balance),
+        cost=parse_cost(cost),
     )
     result["input"] = {"paths": paths, "recipe": repr(built) if built else "pre-tokenized"}
     if plot is not None:
@@ -225,6 +237,40 @@ def parse_balance(text: str | None) -> Any:
     return out
 
 
+def parse_cost(text: str | None) -> CostOption:
+    """``--cost``'s text as the plans' ``cost`` option (``chute.plan.cost.CostModel.of``).
+
+    Example:
+        >>> parse_cost("llama3-70b"), parse_cost("b=1,c=1.7e-5"), parse_cost("layers=2,heads=4")
+        ('llama3-70b', {'b': 1.0, 'c': 1.7e-05}, {'layers': 2, 'heads': 4})
+    """
+    if text is None:
+        return None
+    if "=" not in text:
+        return text.strip()
+    out: dict[str, float | str] = {}
+    for key, value in parse_pairs(text, "--cost").items():
+        if key == "name":
+            out[key] = value
+            continue
+        try:
+            # a shape's sizes are integers, the constants any number
+            whole = value.lstrip("-").isdigit() and key not in ("a", "b", "c")
+            out[key] = int(value) if whole else float(value)
+        except ValueError:
+            raise ConfigError(
+                f"--cost: {key}={value!r} is not a number; give the constants (a=0,b=1,c=1.7e-5) "
+                f"or a model shape (layers=32,hidden=4096,...) as numbers"
+            ) from None
+    return out
+
+
+def _shows_cost(result: dict[str, Any]) -> bool:
+    """The table shows compute when it is balanced or the data has long samples."""
+    balanced = result.get("balance") or {}
+    return "cost" in balanced.get("weights", {}) or bool(result.get("cost", {}).get("long_samples"))
+
+
 def _imbalance(report: dict[str, Any], dim: str) -> str:
     figures = report.get("imbalance", {}).get(dim, {})
     if figures.get("mean") is None:
@@ -253,10 +299,12 @@ def _print(result: dict[str, Any]) -> None:
         typer.echo(f"  {lo:>7,}-{hi - 1:<7,} {count:>9,} {bar}")
     if hist.get("over"):
         typer.echo(f"  {'> max_length':<15} {hist['over']:>9,}")
+    cost = _shows_cost(result)
     rows = [
         [
             name,
             f"{100 * r['efficiency']:.1f}%",
+            *([_imbalance(r, "cost")] if cost else []),
             r["steps"],
             r["rows"],
             r["padded"],
@@ -274,6 +322,7 @@ def _print(result: dict[str, Any]) -> None:
             [
                 "plan",
                 "efficiency",
+                *(["cost max/mean"] if cost else []),
                 "steps",
                 "rows",
                 "padded tokens",
@@ -290,8 +339,18 @@ def _print(result: dict[str, Any]) -> None:
     )
     if result["world_size"] > 1:
         typer.echo(
-            "max/mean: the busiest rank's tokens (image patches) over the mean across ranks, per "
-            "step: mean / worst over steps"
+            "max/mean: the busiest rank's tokens (image patches"
+            + (", compute" if cost else "")
+            + ") over the mean across ranks, per step: mean / worst over steps"
+        )
+    if cost:
+        model, about = result["cost"]["model"], result["cost"]
+        typer.echo(
+            f"compute: {CostModel(model['a'], model['b'], model['c'], model['name']).describe()}"
+        )
+        typer.echo(
+            f"  the longest sample fed ({about['longest']:,} tokens) spends "
+            f"{100 * about['attention_share']:.0f}% of its compute in attention"
         )
     bound = result["packing_bound"]
     typer.echo(

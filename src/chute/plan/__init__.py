@@ -6,6 +6,7 @@ deterministic: no I/O, no processes, no torch.
 
 from chute.plan.base import Plan, Planner
 from chute.plan.budget import BudgetPlanner
+from chute.plan.cost import CostModel
 from chute.plan.efficiency import PaddingReport, padding_report
 from chute.plan.elastic import continue_epoch, dealt_ids
 from chute.plan.grouped import GroupedPlanner
@@ -23,6 +24,7 @@ __all__ = [
     "REMAINDERS",
     "BatchPlan",
     "BudgetPlanner",
+    "CostModel",
     "GroupedPlanner",
     "IdOrder",
     "LengthPlanner",

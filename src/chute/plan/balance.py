@@ -38,15 +38,26 @@ Dimensions, measured per sample (``DIMENSIONS``):
   a fixed-size one (LLaVA-1.5: 576 tokens) is as many patches as tokens. Within one recipe that
   factor is the same for every image, and balance compares each rank with the step's mean, so
   it cancels: patches are counted in image tokens.
+* ``cost``: compute, ``a + b*n + c*n^2`` per sample of ``n`` tokens (``chute.plan.cost``:
+  the dense layers per token, attention per token squared; a packed row costs the sum over its
+  samples, which attend only within themselves). Long-context data needs it: a row holding
+  one 32k-token document costs 1.57x a row of short samples of the same tokens (Llama-3-8B's
+  shape, the default model; ``cost=`` sets another).
+
+How the dimensions are evened out: ``patches`` are sparse (a few samples hold them all), so
+packed plans share those samples out over the rows first (``spread``); ``cost`` is carried by
+every sample and cannot be shared out that way (a row of fixed tokens holding one long document
+costs more than any row of short samples can), so, like patches, it decides which rows (budget:
+batches) form a step: alike ones (``load``).
 
 The option's value (``Balance.of``): ``True`` or ``"tokens+patches"`` (both, equal weight),
-``"tokens"``, ``"patches"``, or a mapping of weights with an optional ``tolerance``:
-``{"tokens": 1, "patches": 2, "tolerance": 0.1}``. Weights are relative importance (each
-dimension is first divided by the step's mean); a later cost model is one more entry of
-``DIMENSIONS``. The tolerance (default 5%) is the goal per step: a step whose every rank is
-within ``1 + tolerance`` of the mean keeps its shuffled dealing; the plan counts the steps that
-stay above it (``stats["unbalanced_steps"]``: an image's patches cannot be split, so a step
-holding one image, or the epoch's last partial step, cannot be even).
+``"tokens"``, ``"patches"``, ``"cost"``, names joined by ``+`` (``"cost+patches"``), or a
+mapping of weights with an optional ``tolerance``: ``{"tokens": 1, "patches": 2, "tolerance":
+0.1}``. Weights are relative importance (each dimension is first divided by the step's mean).
+The tolerance (default 5%) is the goal per step: a step whose every rank is within
+``1 + tolerance`` of the mean keeps its shuffled dealing; the plan counts the steps that stay
+above it (``stats["unbalanced_steps"]``: an image's patches cannot be split, so a step holding
+one image, or the epoch's last partial step, cannot be even).
 
 Example:
     >>> b = Balance.of(True)
@@ -54,6 +65,8 @@ Example:
     {'weights': {'tokens': 1.0, 'patches': 1.0}, 'tolerance': 0.05}
     >>> Balance.of({"patches": 1, "tolerance": 0.2}).names
     ('patches',)
+    >>> Balance.of("cost", cost={"b": 1, "c": 0.001}).to_json()["cost"]
+    {'a': 0.0, 'b': 1.0, 'c': 0.001}
 """
 
 from __future__ import annotations
@@ -68,6 +81,7 @@ import numpy as np
 from chute.errors import ConfigError
 from chute.lengths.base import Lengths
 from chute.plan.base import Plan
+from chute.plan.cost import DEFAULT_COST, CostModel, CostOption, sample_costs
 from chute.plan.mixed import as_table
 from chute.plan.table import TablePlan
 
@@ -94,11 +108,20 @@ def _patches(lengths: Lengths, ids: np.ndarray) -> np.ndarray:
     return np.maximum(np.asarray(lengths.image_tokens)[ids], 0).astype(np.int64)
 
 
-# The cost of each dimension for the samples ``ids`` (global ids): non-negative int64.
+def _cost(lengths: Lengths, ids: np.ndarray) -> np.ndarray:
+    return sample_costs(DEFAULT_COST, lengths, ids)
+
+
+# The cost of each dimension for the samples ``ids`` (global ids): non-negative int64. ``cost``
+# here is the default model's; a ``Balance`` computes it with its own (``Balance.cost``).
 DIMENSIONS: dict[str, Callable[[Lengths, np.ndarray], np.ndarray]] = {
     "tokens": _tokens,
     "patches": _patches,
+    "cost": _cost,
 }
+# Dimensions every sample carries in proportion to its size: plans do not share their samples
+# out over rows (``Balance.spread``), only group alike rows into steps (``Balance.load``).
+_DENSE = ("tokens", "cost")
 
 
 @dataclass(frozen=True)
@@ -109,14 +132,18 @@ class Balance:
         weights: ``(dimension, weight)`` pairs, weights > 0, dimensions from ``DIMENSIONS``.
         tolerance: a step is left alone once every rank is within ``1 + tolerance`` of the
             step's mean in every balanced dimension (max / mean <= 1 + tolerance).
+        cost: the cost model of the ``cost`` dimension (``None`` when it is not balanced).
 
     Example:
         >>> Balance.of("tokens+patches") == Balance.of(True)
         True
+        >>> Balance.of("cost").cost.name
+        'llama3-8b'
     """
 
     weights: tuple[tuple[str, float], ...]
     tolerance: float = DEFAULT_TOLERANCE
+    cost: CostModel | None = None
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -124,16 +151,27 @@ class Balance:
         return tuple(name for name, _ in self.weights)
 
     @classmethod
-    def of(cls, value: Any) -> Balance | None:
+    def of(cls, value: BalanceOption, cost: CostOption = None) -> Balance | None:
         """The ``balance`` option as a ``Balance`` (``None``/``False``: off).
 
+        Args:
+            value: the option (see the module docstring).
+            cost: the ``cost`` dimension's model (``chute.plan.cost.CostModel.of``; ``None``:
+                a ``Balance``'s own, else ``DEFAULT_COST``); only with ``cost`` balanced.
+
         Raises:
-            ConfigError: naming ``balance``, the value and what it may be.
+            ConfigError: naming ``balance`` (or ``cost``), the value and what it may be.
         """
         if value is None or value is False:
+            if cost is not None:
+                raise _cost_unused(value)
             return None
         if isinstance(value, Balance):
-            return value
+            if cost is None:
+                return value
+            if "cost" not in value.names:
+                raise _cost_unused(value.names)
+            return cls(value.weights, value.tolerance, CostModel.of(cost))
         if value is True:
             value = "tokens+patches"
         tolerance: Any = DEFAULT_TOLERANCE
@@ -150,8 +188,8 @@ class Balance:
             tolerance = value.get("tolerance", DEFAULT_TOLERANCE)
         else:
             raise ConfigError(
-                f"expected True, 'tokens+patches', 'tokens', 'patches' or a mapping of weights "
-                f"such as {{'tokens': 1, 'patches': 2}}, got {value!r}",
+                f"expected True, 'tokens+patches', 'tokens', 'patches', 'cost' or a mapping of "
+                f"weights such as {{'tokens': 1, 'patches': 2}}, got {value!r}",
                 param="balance",
             )
         unknown = sorted(set(weights) - set(DIMENSIONS))
@@ -185,7 +223,11 @@ class Balance:
                 f"mean), got {tolerance!r}",
                 param="balance",
             )
-        return cls(tuple(checked), float(tolerance))
+        names = [name for name, _ in checked]
+        if "cost" not in names and cost is not None:
+            raise _cost_unused(names)
+        model = CostModel.of(cost) if "cost" in names else None
+        return cls(tuple(checked), float(tolerance), model)
 
     def without(self, name: str) -> Balance | None:
         """This balance without dimension ``name`` (``None`` if nothing is left).
@@ -195,11 +237,20 @@ class Balance:
             ('patches',)
         """
         rest = tuple((n, w) for n, w in self.weights if n != name)
-        return Balance(rest, self.tolerance) if rest else None
+        if not rest:
+            return None
+        return Balance(rest, self.tolerance, self.cost if name != "cost" else None)
 
     def to_json(self) -> dict[str, Any]:
-        """What a plan's ``params()`` records (a resume state compares it)."""
-        return {"weights": dict(self.weights), "tolerance": self.tolerance}
+        """What a plan's ``params()`` records (a resume state compares it).
+
+        The cost model appears only with ``cost`` balanced, so states saved before it existed
+        compare equal.
+        """
+        out: dict[str, Any] = {"weights": dict(self.weights), "tolerance": self.tolerance}
+        if self.cost is not None:
+            out["cost"] = self.cost.to_json()
+        return out
 
     def columns(self, lengths: Lengths, ids: np.ndarray, cap: int | None = None) -> np.ndarray:
         """``(len(ids), dimensions)`` int64: each sample's cost in each balanced dimension.
@@ -209,18 +260,22 @@ class Balance:
         ids = np.asarray(ids, dtype=np.int64)
         out = np.empty((len(ids), len(self.weights)), dtype=np.int64)
         for j, name in enumerate(self.names):
-            values = DIMENSIONS[name](lengths, ids)
+            if name == "cost":
+                values = sample_costs(self.cost or DEFAULT_COST, lengths, ids, cap)
+            else:
+                values = DIMENSIONS[name](lengths, ids)
             if name == "tokens" and cap is not None:
                 values = np.minimum(values, cap)
             out[:, j] = values
         return out
 
     def spread(self, cost: np.ndarray) -> np.ndarray | None:
-        """Each sample's weight in the balanced dimensions other than tokens (image patches).
+        """Each sample's weight in the sparse balanced dimensions (image patches).
 
         Each dimension is divided by its total; ``None`` when no sample has any. ``cost`` is
-        ``columns(...)`` of the samples. Plans share the samples with a weight out evenly
-        before anything else (packed rows, budget steps).
+        ``columns(...)`` of the samples. Packed plans share the samples with a weight out
+        evenly over the rows before packing the rest. Tokens and compute (``cost``) are left
+        out: every sample carries them.
 
         Example:
             >>> lens = Lengths(np.array([5, 5, 5]), image_tokens=np.array([3, 0, 1]))
@@ -228,11 +283,27 @@ class Balance:
             >>> b.spread(b.columns(lens, np.arange(3))).tolist()
             [0.75, 0.0, 0.25]
         """
-        others = [j for j, name in enumerate(self.names) if name != "tokens"]
-        if not others or not len(cost):
+        return self._weight(cost, [j for j, n in enumerate(self.names) if n not in _DENSE])
+
+    def load(self, cost: np.ndarray) -> np.ndarray | None:
+        """Each sample's weight in the balanced dimensions other than tokens (patches, cost).
+
+        As ``spread``, with compute (``cost``) too: plans group rows (budget: batches) of
+        alike load into steps by it. ``None`` when no sample has any.
+
+        Example:
+            >>> lens = Lengths(np.array([5, 5, 10]), image_tokens=np.array([3, 0, 1]))
+            >>> b = Balance.of({"patches": 1, "cost": 1}, cost={"b": 1})
+            >>> b.load(b.columns(lens, np.arange(3))).tolist()
+            [1.0, 0.25, 0.75]
+        """
+        return self._weight(cost, [j for j, n in enumerate(self.names) if n != "tokens"])
+
+    def _weight(self, cost: np.ndarray, columns: list[int]) -> np.ndarray | None:
+        if not columns or not len(cost):
             return None
         out = np.zeros(len(cost), dtype=np.float64)
-        for j in others:  # element-wise: the same on every machine
+        for j in columns:  # element-wise: the same on every machine
             total = int(cost[:, j].sum())
             if total > 0:
                 out += cost[:, j] * (self.weights[j][1] / total)
@@ -294,22 +365,33 @@ def rank_loads(plan: Plan, values: np.ndarray) -> np.ndarray:
 BalanceOption = bool | str | Mapping[str, float] | Balance | None
 
 
+def _cost_unused(balance: object) -> ConfigError:
+    return ConfigError(
+        f"sets the model of the 'cost' dimension, but balance is {balance!r}, which does not "
+        f"balance cost: add it (balance='cost', or 'tokens+cost') or leave cost out",
+        param="cost",
+    )
+
+
 @dataclass
 class ImbalanceReport:
-    """Per-step imbalance of a plan in tokens and in image patches.
+    """Per-step imbalance of a plan in tokens, image patches and compute.
 
     A step's imbalance is the busiest rank's load over the mean across ranks (1.0: even).
     ``mean`` and ``worst`` are over steps; ``epoch`` is the sum over steps of the busiest rank's
     load over the sum of the means: how much longer a run that waits for its slowest rank at
     every step spends on that work than an even one would (a step with one small image weighs
     little there). A dimension's figures cover the steps where it is not zero (``patch_steps``
-    hold an image); ``None`` where no step has any.
+    hold an image); ``None`` where no step has any. ``cost`` is compute by ``cost_model``
+    (``chute.plan.cost``: ``a + b*n + c*n^2`` per sample).
     """
 
     steps: int
     tokens: tuple[float, float, float] | None  # mean, worst, epoch
     patches: tuple[float, float, float] | None
     patch_steps: int
+    cost: tuple[float, float, float] | None = None
+    cost_model: CostModel | None = None
 
     def to_json(self) -> dict[str, Any]:
         def figures(values: tuple[float, float, float] | None) -> dict[str, float | None]:
@@ -320,39 +402,46 @@ class ImbalanceReport:
         return {
             "tokens": figures(self.tokens),
             "patches": figures(self.patches),
+            "cost": figures(self.cost),
             "patch_steps": self.patch_steps,
         }
 
 
-def imbalance_report(plan: Plan, lengths: Any, *, max_length: int | None = None) -> ImbalanceReport:
-    """How unevenly each step's tokens and image patches fall on the ranks of ``plan``.
+def imbalance_report(
+    plan: Plan, lengths: Any, *, max_length: int | None = None, cost: CostOption = None
+) -> ImbalanceReport:
+    """How unevenly each step's tokens, image patches and compute fall on the ranks of ``plan``.
 
     Args:
         plan: any plan.
         lengths: the ``Lengths`` (or lengths array: no patches) of every global id.
         max_length: tokens beyond it are not fed (packed plans default to their row length).
+        cost: the compute model (``chute.plan.cost.CostModel.of``; ``None``: ``DEFAULT_COST``).
 
     Example:
         >>> from chute.plan import RandomPlanner
         >>> plan = RandomPlanner(2, shuffle=False).build(4, epoch=0, world_size=2)
         >>> lens = Lengths(np.array([9, 1, 5, 5]), image_tokens=np.array([8, 0, 0, 0]))
-        >>> report = imbalance_report(plan, lens)
-        >>> report.tokens, report.patches
-        ((1.0, 1.0, 1.0), (2.0, 2.0, 2.0))
+        >>> report = imbalance_report(plan, lens, cost={"b": 1, "c": 1})
+        >>> report.tokens, report.patches, round(report.cost[0], 3)  # cost 90 + 2 | 30 + 30
+        ((1.0, 1.0, 1.0), (2.0, 2.0, 2.0), 1.211)
     """
     lengths = Lengths.of(lengths)
+    model = CostModel.of(cost)
     table = _table(plan)
     ids = table.ids.astype(np.int64)
     cap = max_length or (table.stats.get("max_length") if table.row_bounds is not None else None)
     if table.spans is not None:
         tokens = (table.spans[1] - table.spans[0]).astype(np.int64)
+        compute = model.units(np.minimum(tokens, int(cap)) if cap else tokens)
     else:
         tokens = _tokens(lengths, ids)
+        compute = sample_costs(model, lengths, ids, int(cap) if cap else None)
     if cap:
         tokens = np.minimum(tokens, int(cap))
-    loads = rank_loads(table, np.stack([tokens, _patches(lengths, ids)], axis=1))
+    loads = rank_loads(table, np.stack([tokens, _patches(lengths, ids), compute], axis=1))
     figures: list[tuple[float, float, float] | None] = []
-    for j in range(2):
+    for j in range(3):
         load = loads[:, :, j]
         total = load.sum(axis=1)
         live = total > 0
@@ -364,7 +453,9 @@ def imbalance_report(plan: Plan, lengths: Any, *, max_length: int | None = None)
         epoch = float(busiest.sum()) * table.world_size / float(total[live].sum())
         figures.append((float(ratio.mean()), float(ratio.max()), epoch))
     patch_steps = int(np.count_nonzero(loads[:, :, 1].sum(axis=1) > 0))
-    return ImbalanceReport(table.num_batches, figures[0], figures[1], patch_steps)
+    return ImbalanceReport(
+        table.num_batches, figures[0], figures[1], patch_steps, figures[2], model
+    )
 
 
 def _table(plan: Plan) -> TablePlan:

@@ -12,8 +12,10 @@ so memory is flat and padding is low. ``max_tokens = 12``::
 Equal batch counts per rank: the batches are dealt in steps of ``world_size`` consecutive
 batches (neighbours in length, so ranks stay balanced within a step: similar padded tokens and
 similar attention cost). With ``balance`` (``chute.plan.balance``), the batches are first
-ordered by their image patches, heaviest first (batches without images keep their order), so a
-step's batches carry alike patches as well as about ``max_tokens`` padded tokens each. When
+ordered by their image patches (and compute, with ``"cost"``), heaviest first (batches without
+any keep their order), so a step's batches carry alike patches (compute) as well as about
+``max_tokens`` padded tokens each: one batch of a 32k-token document and one of 64 samples of
+512 pad to the same tokens, but the first costs 1.57x the second (``chute.plan.cost``). When
 their count is not a multiple of ``world_size``, the batches with the most rows are split in two
 (which never adds padding) until it is; only when there are too few samples for that do some
 ranks get an empty last batch (the loader's placeholder row). The steps are then shuffled in
@@ -40,6 +42,7 @@ import numpy as np
 from chute.errors import ConfigError
 from chute.plan.balance import Balance, BalanceOption
 from chute.plan.base import check_positive
+from chute.plan.cost import CostOption
 from chute.plan.lengthed import LengthPlanner, derive_seed, shuffle_units, sort_within
 from chute.plan.order import IdOrder
 from chute.plan.table import TablePlan, gather_segments
@@ -125,11 +128,13 @@ class BudgetPlanner(LengthPlanner):
         group_size: optimizer steps per mega-batch (as in ``grouped``).
         grad_accum: micro-batches per optimizer step.
         longest_first: put the steps holding the longest sample first.
-        balance: even out image patches (and tokens) across the ranks of each step
-            (``True``, ``"tokens+patches"``, ``"patches"``, or weights:
+        balance: even out image patches, tokens or compute across the ranks of each step
+            (``True``, ``"tokens+patches"``, ``"patches"``, ``"cost"``, or weights:
             ``chute.plan.balance.Balance``): the epoch's batches (still cut from mega-batches
-            sorted by length) form steps by their patches, heaviest first. ``None``: steps are
-            runs of neighbouring batches.
+            sorted by length) form steps by their patches (compute), heaviest first.
+            ``None``: steps are runs of neighbouring batches.
+        cost: the compute model of ``balance="cost"`` (``chute.plan.cost.CostModel``, a name,
+            or ``{"a": ..., "b": ..., "c": ...}``; default ``DEFAULT_COST``).
         shuffle: a new order every epoch.
         seed: the shuffle's seed.
         drop_last: leave out a last step that would give some ranks an empty batch.
@@ -151,6 +156,7 @@ class BudgetPlanner(LengthPlanner):
         grad_accum: int = 1,
         longest_first: bool = True,
         balance: BalanceOption = None,
+        cost: CostOption = None,
         shuffle: bool = True,
         seed: int = 0,
         drop_last: bool = False,
@@ -181,7 +187,7 @@ class BudgetPlanner(LengthPlanner):
         self.group_size = check_positive("group_size", group_size)
         self.grad_accum = check_positive("grad_accum", grad_accum)
         self.longest_first = bool(longest_first)
-        self.balance = Balance.of(balance)
+        self.balance = Balance.of(balance, cost)
         self.drop_last = bool(drop_last)
 
     def params(self) -> dict[str, Any]:
@@ -215,10 +221,10 @@ class BudgetPlanner(LengthPlanner):
         )
         sizes = np.asarray(found, dtype=np.int64)
         balance = self.balance if world_size > 1 else None
-        vision = None if balance is None else balance.without("tokens")
-        spread = None if vision is None else vision.spread(vision.columns(bound, ordered))
-        if spread is not None:  # steps of batches with alike patches
-            ordered, sizes = _by_load(ordered, sizes, spread)
+        other = None if balance is None else balance.without("tokens")
+        load = None if other is None else other.load(other.columns(bound, ordered))
+        if load is not None:  # steps of batches with alike patches (compute)
+            ordered, sizes = _by_load(ordered, sizes, load)
         sizes = _even_out(sizes, world_size)
         steps, short = divmod(len(sizes), world_size)
         starts = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)

@@ -29,9 +29,16 @@ padded sample then cuts into ``2 * cp`` equal chunks (``chute.collate.context``)
     rows                      [a a a a a . . . b b . .]  [c c c . P P P P P P P P]
 
 ``balance`` (``chute.plan.balance``): the image samples are shared out evenly over the rows
-(``pack_spread``), the shuffled rows are grouped into steps of alike patches and the steps
-shuffled, each step's rows are dealt to its ranks by load, and a last step of fewer rows than
-ranks is repacked so every rank gets a share; every row still holds at most ``max_length``.
+(``pack_spread``), the shuffled rows are grouped into steps of alike patches (and compute, with
+``"cost"``) and the steps shuffled, each step's rows are dealt to its ranks by load, and a last
+step of fewer rows than ranks is repacked so every rank gets a share; every row still holds at
+most ``max_length``. Compute (``cost=``, ``chute.plan.cost``) does not change the packing: a
+row of ``max_length`` tokens holding one long document costs more than any row of short
+samples, so no packing of whole samples into equal rows evens it out; steps of alike rows do::
+
+    8 ranks x 1 row of 32,768, Llama-3-8B shape          cost per rank in one step (x 32,768 b)
+    plain     rows of a 32k window next to rows of SFT    1.57 1.01 1.01 1.57 1.01 1.57 1.01 1.01
+    balance   a step of windows, a step of SFT rows...    1.57 1.57 1.57 1.57 1.57 1.57 1.57 1.57
 
 Example:
     >>> import numpy as np
@@ -51,6 +58,7 @@ import numpy as np
 from chute.errors import ConfigError
 from chute.plan.balance import Balance, BalanceOption
 from chute.plan.base import check_positive
+from chute.plan.cost import CostOption
 from chute.plan.lengthed import LengthPlanner, derive_seed
 from chute.plan.order import IdOrder
 from chute.plan.pack import pack_rows, pack_spread, split_rows
@@ -90,11 +98,14 @@ class PackedPlanner(LengthPlanner):
         window: pack within consecutive windows of this many samples of the shuffled order
             (``None``: the whole epoch at once, the tightest packing).
         overflow: a sample longer than ``max_length``: ``"truncate"`` or ``"drop"``.
-        balance: even out image patches and tokens across the ranks of each step
-            (``True``, ``"tokens+patches"``, ``"patches"``, or weights:
+        balance: even out image patches, tokens or compute across the ranks of each step
+            (``True``, ``"tokens+patches"``, ``"patches"``, ``"cost"``, or weights:
             ``chute.plan.balance.Balance``): rows share out the image samples evenly, steps
             are made of rows of alike load, and each step's rows are dealt to ranks by load.
             ``None``: plain packing and dealing.
+        cost: the compute model of ``balance="cost"`` (``chute.plan.cost.CostModel``, a name
+            such as ``"llama3-8b"``, or ``{"a": ..., "b": ..., "c": ...}``; default
+            ``DEFAULT_COST``, Llama-3-8B's shape).
         shuffle: a new order (and new rows) every epoch.
         seed: the shuffle's seed.
         drop_last: leave out the last partial step of rows.
@@ -116,6 +127,7 @@ class PackedPlanner(LengthPlanner):
         window: int | None = None,
         overflow: str = "truncate",
         balance: BalanceOption = None,
+        cost: CostOption = None,
         shuffle: bool = True,
         seed: int = 0,
         drop_last: bool = False,
@@ -143,7 +155,7 @@ class PackedPlanner(LengthPlanner):
         if self.split and self.window is not None:
             raise ConfigError("window= applies to packing whole samples; drop it with split=True")
         self.overflow = overflow
-        self.balance = Balance.of(balance)
+        self.balance = Balance.of(balance, cost)
         if self.split and self.balance is not None:
             raise ConfigError(
                 "balance= moves whole samples between the rows of a step; with split=True every "
@@ -213,14 +225,15 @@ class PackedPlanner(LengthPlanner):
         balance = self.balance if world_size > 1 else None
         cost = None if balance is None else balance.columns(lens_all, ids, cap)
         spread = None if balance is None or cost is None else balance.spread(cost)
+        load = None if balance is None or cost is None else balance.load(cost)
         members, counts = self._pack(self.sizes(lens), spread)  # rows in opening order
         row_bounds = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
         num_rows = len(counts)
         rows = np.arange(num_rows, dtype=np.int64)
         if self.shuffle:
             rows = Permutation(num_rows, derive_seed(self.seed, "rows"), epoch).materialize()
-        if spread is not None:
-            weight = np.take(spread, members)
+        if load is not None:
+            weight = np.take(load, members)
             rows = self._steps_by_load(rows, weight, row_bounds, world_size, epoch)
         at = members[gather_segments(row_bounds[rows], counts[rows])]  # positions into ids
         picked = ids[at]
@@ -257,9 +270,10 @@ class PackedPlanner(LengthPlanner):
         world_size: int,
         epoch: int,
     ) -> np.ndarray:
-        """The rows (shuffled) grouped into steps of alike patches, the steps shuffled.
+        """The rows (shuffled) grouped into steps of alike load, the steps shuffled.
 
-        ``weight``: each packed sample's share of the patches, in packing order. Rows are
+        ``weight``: each packed sample's share of the patches and compute (``Balance.load``),
+        in packing order. Rows are
         ordered by their total, heaviest first (equal ones keep their shuffled order), cut into
         steps of ``world_size x batch_size`` rows, and the full steps shuffled.
         """

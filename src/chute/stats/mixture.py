@@ -28,6 +28,7 @@ from chute.lengths import Lengths
 from chute.mixture.opened import OpenedMixture
 from chute.mixture.source import slice_lengths
 from chute.plan import Planner
+from chute.plan.cost import CostOption
 from chute.plan.mixed import MixturePlanner
 from chute.plan.mixture import Selection
 from chute.stats.padding import PLAN_NAMES, padding_stats
@@ -48,6 +49,7 @@ def mixture_stats(
     seed: int = 0,
     plans: Sequence[str] = PLAN_NAMES,
     balance: Any = None,
+    cost: CostOption = None,
 ) -> dict[str, Any]:
     """Per-dataset and whole-mixture statistics (see the module docstring).
 
@@ -65,6 +67,7 @@ def mixture_stats(
         seed=seed,
         plans=plans,
         balance=balance,
+        cost=cost,
     )
     chosen: dict[str, Any] = {}
 

@@ -3,10 +3,10 @@
 ``padding_stats(lengths, max_length=..., batch_size=..., world_size=...)`` plans one epoch with
 every strategy over the same lengths and reports, per plan, the padding efficiency (real tokens
 / tokens in padded rows), steps (batches per rank) and rows per epoch, samples dropped or
-truncated, and how unevenly each step's tokens and image patches fall on the ranks
+truncated, and how unevenly each step's tokens, image patches and compute fall on the ranks
 (``imbalance``: max over mean across ranks, mean and worst over steps;
-``chute.plan.balance.imbalance_report``); ``balance=`` plans ``budget`` and ``packed`` with
-that ``balance`` option. It is what ``chute stats`` prints; the input is a ``Lengths`` however
+``chute.plan.balance.imbalance_report``; compute by the ``cost`` model, ``chute.plan.cost``);
+``balance=`` plans ``budget`` and ``packed`` with that ``balance`` option. It is what ``chute stats`` prints; the input is a ``Lengths`` however
 obtained (the lengths pass, the lengths cache, or a token cache), so other front ends can reuse
 it.
 
@@ -53,6 +53,7 @@ from chute.plan import (
 )
 from chute.plan.balance import Balance, imbalance_report
 from chute.plan.base import check_positive
+from chute.plan.cost import CostModel, CostOption
 from chute.plan.shuffle import Permutation
 from chute.recipe.outcome import KEPT, OUTCOME_KINDS, TOO_LONG, TRUNCATED, overflow_outcome
 from chute.recipe.windows import check_stride
@@ -64,6 +65,8 @@ MODALITY_PLAN = "grouped_by_modality"
 PERCENTILES = (10, 25, 50, 75, 90, 95, 99)
 # Warn when packing reaches less than this share of the efficiency the lengths allow.
 WARN_RATIO = 0.95
+# Data has long samples when attention is at least this share of the longest one's cost.
+LONG_SHARE = 0.05
 
 
 def padding_stats(
@@ -82,6 +85,7 @@ def padding_stats(
     plans: Sequence[str] = PLAN_NAMES,
     planner_for: Callable[[Planner, Lengths], Planner] | None = None,
     balance: Any = None,
+    cost: CostOption = None,
 ) -> dict[str, Any]:
     """Length statistics and one epoch of each plan (see the module docstring).
 
@@ -102,10 +106,19 @@ def padding_stats(
         planner_for: ``planner_for(planner, fed_lengths)``: the planner each plan is built
             with (e.g. over a mixture's selection, ``chute.stats.mixture``); default: itself.
         balance: the ``balance`` option of the ``budget`` and ``packed`` plans (``True``,
-            ``"tokens+patches"``, ...; ``None``: off).
+            ``"tokens+patches"``, ``"cost"``, ...; ``None``: off).
+        cost: the compute model (``chute.plan.cost.CostModel.of``; ``None``: ``DEFAULT_COST``)
+            of the ``cost`` imbalance, and of ``balance="cost"``.
+
+    ``out["cost"]``: the ``model``, the ``longest`` sample fed (tokens), the part of its cost
+    that is attention (``attention_share``, ``c*n^2``) and ``long_samples``: whether that part
+    is 5% or more (8192 tokens: 13% with the default model).
     """
     max_length = check_positive("max_length", max_length)
+    model = CostModel.of(cost)
     balance = Balance.of(balance)
+    if balance is not None and "cost" in balance.names:  # else the model is the report's only
+        balance = Balance.of(balance, model)
     if overflow not in ("truncate", "drop", "split"):
         raise ConfigError(f"overflow must be 'truncate', 'drop' or 'split', got {overflow!r}")
     unknown = sorted(set(plans) - {*PLAN_NAMES, MODALITY_PLAN})
@@ -178,7 +191,8 @@ def padding_stats(
             balance,
         )
         report = padding_report(plan, fed, max_length=max_length).to_json()
-        report["imbalance"] = imbalance_report(plan, fed_lengths, max_length=max_length).to_json()
+        imbalance = imbalance_report(plan, fed_lengths, max_length=max_length, cost=model)
+        report["imbalance"] = imbalance.to_json()
         if "unbalanced_steps" in getattr(plan, "stats", {}):
             report["unbalanced_steps"] = plan.stats["unbalanced_steps"]
         report["dropped"] += dropped
@@ -190,6 +204,14 @@ def padding_stats(
     out["plans"] = reports
     out["efficiency"] = {name: r["efficiency"] for name, r in reports.items()}
     out["balance"] = None if balance is None else balance.to_json()
+    longest = int(kept.max()) if kept.size else 0
+    share = float(model.c * longest**2 / model.cost(np.array([longest]))[0]) if longest else 0.0
+    out["cost"] = {
+        "model": {**model.to_json(), "name": model.name},
+        "longest": longest,
+        "attention_share": round(share, 4),
+        "long_samples": share >= LONG_SHARE,
+    }
     out["warnings"] = _warnings(out)
     return out
 
