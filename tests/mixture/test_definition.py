@@ -64,6 +64,17 @@ def test_every_problem_is_named_by_its_key() -> None:
         assert expected in text, (expected, text)
 
 
+def test_another_tools_name_for_the_files_points_to_sources() -> None:
+    """``path:`` is a newcomer's first guess; the nearest spelling ("repeat") would mislead."""
+    bad = {"datasets": {"a": {"path": "a.jsonl"}, "b": {"data_files": ["b.jsonl"]}}}
+    with pytest.raises(ConfigError) as info:
+        Mixture.from_dict(bad)
+    text = str(info.value)
+    assert "datasets.a.path: unknown key (chute calls it sources (a list of paths" in text
+    assert "datasets.b.data_files: unknown key (chute calls it sources" in text
+    assert "did you mean repeat" not in text
+
+
 def test_python_names_the_same_problems() -> None:
     with pytest.raises(ConfigError, match=r"datasets\.x\.samples: expected an integer >= 0"):
         Dataset("x", "x.jsonl", samples=-1)

@@ -113,12 +113,28 @@ def raise_problems(
         raise ConfigError(f"invalid {what}:\n{lines}")
 
 
-def unknown_keys(data: Mapping[str, Any], known: Sequence[str], prefix: str) -> Problems:
+def unknown_keys(
+    data: Mapping[str, Any],
+    known: Sequence[str],
+    prefix: str,
+    aliases: Mapping[str, str] | None = None,
+) -> Problems:
+    """Each key of ``data`` not in ``known``, with the nearest known key as a hint.
+
+    ``aliases`` names the key another tool's spelling means (``path`` -> ``sources``), where the
+    nearest spelling would point elsewhere.
+
+    Example:
+        >>> unknown_keys({"path": "a.jsonl"}, ["sources", "repeat"], "d.", {"path": "sources"})
+        [('d.path', 'unknown key (chute calls it sources)')]
+    """
     out: Problems = []
     for key in data:
         if key not in known:
             close = difflib.get_close_matches(str(key), known, n=1)
             hint = f"did you mean {close[0]}?" if close else f"known keys: {', '.join(known)}"
+            if aliases and key in aliases:
+                hint = f"chute calls it {aliases[key]}"
             out.append((f"{prefix}{key}", f"unknown key ({hint})"))
     return out
 

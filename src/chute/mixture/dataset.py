@@ -64,6 +64,15 @@ RUN_WIDE = tuple(k for k in RecipeConfig.KINDS if k not in PER_DATASET)
 AMOUNT_KEYS = ("weight", "proportion", "repeat", "samples", "max_samples", "val")
 
 
+# How other tools name a dataset's files (LLaMA-Factory's ``file_name``, datasets' ``data_files``,
+# XTuner's ``data_path``): a newcomer's first guess, which the nearest spelling ("repeat" for
+# "path") would not explain.
+SOURCES_ALIASES = {
+    name: "sources (a list of paths or globs)"
+    for name in ("path", "paths", "file", "files", "file_name", "data_files", "data_path", "source")
+}
+
+
 def _number(v: Any) -> bool:
     return isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
 
@@ -112,7 +121,8 @@ def dataset_problems(name: Any, entry: Mapping[str, Any], prefix: str) -> Proble
                     "run-wide (it defines the model): set it in the mixture's recipe",
                 )
             )
-    out += unknown_keys({k: v for k, v in entry.items() if k not in RUN_WIDE}, known, prefix)
+    rest = {k: v for k, v in entry.items() if k not in RUN_WIDE}
+    out += unknown_keys(rest, known, prefix, SOURCES_ALIASES)
     sources = entry.get("sources")
     if isinstance(sources, str | os.PathLike):
         sources = [sources]
