@@ -31,6 +31,7 @@ from chute.loader.mixing import (
 from chute.loader.options import (
     PathLike,
     as_source,
+    check_augment,
     check_seconds,
     check_workers,
     fingerprint_of,
@@ -210,6 +211,7 @@ class Loader:
         self.media, self.collate = media_stage_for(
             media, self.recipe, self.collate, self.source, setup.lengths
         )
+        check_augment(self.media, recipe)
         self.rejects_path = rejects_path_for(rejects, self.world) if rejects is not None else None
         self.books = Accounting(
             ErrorBudget(max_bad_fraction, max_consecutive_bad, budget_min_samples),
@@ -228,6 +230,7 @@ class Loader:
             keep_rejects=self.rejects_path is not None,
             media=self.media,
             media_guard=self.media is None and media_guard(media, self.recipe),
+            seed=seed,
         )
         self._fingerprint = fingerprint_of(self.source)
         self._epoch, self._consumed = 0, 0

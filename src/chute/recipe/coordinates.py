@@ -1,0 +1,120 @@
+"""The recipe's step that keeps coordinates in the text true to the pixels (issue 33).
+
+Tokens are made from the text before any pixel is decoded, so boxes must move where the text
+is still text: here, between the format reader and the template. What moves them is known from
+the image's header and the sample's draw (``chute.media.augment.SampleDraw``: a pure function
+of seed, epoch and sample id), so the media stage, drawing again from the same key, moves the
+pixels the same way without any state passing between them::
+
+    record ──► Conversation ──► move_coordinates(geometry, header sizes, draw) ──► template ...
+                                    │ flip refused for "left"/"right" text: sample["no_flip"]
+    media stage: draw.image(i, prepared size) ──► the same crop and flip on the pixels
+
+Example:
+    >>> from chute.sample.conversation import Conversation, Message
+    >>> says_left_right(Conversation([Message("user", "What is on the left?")]))
+    True
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from typing import Any
+
+from chute.errors import SampleError
+from chute.media.geometry import Geometry, prepared_map
+from chute.media.paths import is_remote
+from chute.media.sizes import image_size
+from chute.sample.conversation import Conversation, Message, Part
+
+__all__ = ["move_coordinates", "says_left_right"]
+
+# Words whose meaning a horizontal flip reverses (English and Chinese: the shared data has both).
+_LEFT_RIGHT = re.compile(r"\b(?:left|right)(?:most|wards?|-hand)?\b|左|右", re.IGNORECASE)
+
+
+def _texts(conv: Conversation) -> list[str]:
+    out = []
+    for message in conv.messages:
+        if isinstance(message.content, str):
+            out.append(message.content)
+        else:
+            out += [p.value for p in message.content if p.kind == "text"]
+    return out
+
+
+def says_left_right(conv: Conversation) -> bool:
+    """Whether any text of the conversation says left or right (a flip would falsify it)."""
+    return any(_LEFT_RIGHT.search(text) for text in _texts(conv))
+
+
+def move_coordinates(
+    conv: Conversation,
+    geometry: Geometry | None,
+    media: Any,
+    default_transform: Any,
+    path: str | None,
+    draw: Any = None,
+) -> tuple[Conversation, bool]:
+    """``(conversation with coordinates moved, whether a flip is allowed)``.
+
+    ``media``: the recipe's ``MediaPlan`` (resolves image paths); ``default_transform``: the
+    geometry used without a draw (the recipe's rule's transform); ``draw``: the sample's
+    ``SampleDraw`` (``None``: no augmentation, e.g. a lengths pass).
+
+    Raises:
+        SampleError: ``flip_left_right`` (``Augment(left_right="reject")``), ``box_outside``,
+            ``box_ambiguous``, ``box_invalid``.
+    """
+    flip_ok = True
+    if draw is not None and draw.augment.flip > 0 and says_left_right(conv):
+        if draw.augment.left_right == "reject":
+            raise SampleError(
+                "flip_left_right",
+                "the text says left or right and the augmentation may flip the image "
+                "(Augment(left_right='reject')); left_right='skip' keeps such samples unflipped",
+            )
+        flip_ok = False
+    if geometry is None or geometry.convention == "none":
+        return conv, flip_ok
+    texts = _texts(conv)
+    if not any(geometry.find(t) for t in texts):
+        return conv, flip_ok  # nothing to move: no header is read
+    images = [p for p in conv.media() if p.kind == "image"]
+    transform = draw.transform if draw is not None and draw.transform else default_transform
+    maps = []
+    for i, part in enumerate(images):
+        resolved = media.resolve(part.value, path)
+        if is_remote(resolved):
+            raise SampleError(
+                "url_not_allowed",
+                f"{resolved}: moving the coordinates in the text needs the image's size, and "
+                f"chute reads no URL's header",
+            )
+        w, h = image_size(resolved)
+        image = prepared_map(transform, w, h)
+        if draw is not None:
+            height, width = image.size
+            image = dataclasses.replace(image, draw=draw.image(i, height, width, flip_ok))
+        maps.append(image)
+    messages = []
+    for message in conv.messages:
+        content: Any = message.content
+        if isinstance(content, str):
+            content = geometry.rewrite(content, maps)
+        else:
+            content = [
+                Part("text", geometry.rewrite(p.value, maps)) if p.kind == "text" else p
+                for p in content
+            ]
+        messages.append(_with_content(message, content))
+    return Conversation(messages, conv.tools, conv.kind), flip_ok
+
+
+def _with_content(message: Message, content: Any) -> Message:
+    out = Message.__new__(Message)
+    for key in Message.__slots__:
+        setattr(out, key, getattr(message, key))
+    out.content = content
+    return out
