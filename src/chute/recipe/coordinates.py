@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+from collections.abc import Callable
 from typing import Any
 
 from chute.errors import SampleError
@@ -53,14 +54,14 @@ def move_coordinates(
     conv: Conversation,
     geometry: Geometry | None,
     media: Any,
-    default_transform: Any,
+    default_transform: Callable[[], Any],
     path: str | None,
     draw: Any = None,
 ) -> tuple[Conversation, bool]:
     """``(conversation with coordinates moved, whether a flip is allowed)``.
 
-    ``media``: the recipe's ``MediaPlan`` (resolves image paths); ``default_transform``: the
-    geometry used without a draw (the recipe's rule's transform); ``draw``: the sample's
+    ``media``: the recipe's ``MediaPlan`` (resolves image paths); ``default_transform``: makes
+    the geometry used without a draw (the recipe's rule's transform; asked only when needed); ``draw``: the sample's
     ``SampleDraw`` (``None``: no augmentation, e.g. a lengths pass).
 
     Raises:
@@ -82,7 +83,7 @@ def move_coordinates(
     if not any(geometry.find(t) for t in texts):
         return conv, flip_ok  # nothing to move: no header is read
     images = [p for p in conv.media() if p.kind == "image"]
-    transform = draw.transform if draw is not None and draw.transform else default_transform
+    transform = draw.transform if draw is not None and draw.transform else default_transform()
     maps = []
     for i, part in enumerate(images):
         resolved = media.resolve(part.value, path)

@@ -499,7 +499,6 @@ class Recipe:
             sample["no_flip"] = True  # the text says left or right: the stage does not flip
         return sample if window is None else self._window(sample, window)
 
-    @property
     def _geometry_transform(self) -> Any:
         """The prepared geometry of the default media stage (coordinates without a draw)."""
         rule = self.media.image_rule
