@@ -144,6 +144,16 @@ RECIPE_OPTIONS: tuple[_Flag, ...] = (
         "auto: qwen2-vl when the tokenizer's image token is <|image_pad|>, else 576.",
     ),
     _Flag(
+        "geometry",
+        str | None,
+        None,
+        ("--geometry",),
+        "How the text writes box and point coordinates, rewritten for the image the model "
+        "sees (its resize): qwen2-vl (0-1000), qwen2.5-vl (absolute pixels), normalized, "
+        "llava, or none. Boxes that cannot follow are counted (box_invalid, box_outside, "
+        "box_ambiguous). Default: the text is left as written.",
+    ),
+    _Flag(
         "video_tokens",
         str | None,
         None,
@@ -312,6 +322,7 @@ class RecipeArgs:
     media_root: str | None = None
     media_allowed_roots: Sequence[str] | None = None
     image_tokens: str | None = None
+    geometry: str | None = None
     video_tokens: str | None = None
     audio_tokens: int | None = None
     video_token: str | None = None
@@ -371,6 +382,7 @@ class RecipeArgs:
             "media_root": self.media_root,
             "media_allowed_roots": list(self.media_allowed_roots or ()),
             "image_tokens": self.image_tokens or "auto",
+            "geometry": self.geometry,
             "video_tokens": self.video_tokens,
             "audio_tokens": self.audio_tokens,
             "video_token": self.video_token,

@@ -35,6 +35,7 @@ from chute.loader.options import (
     check_seconds,
     check_workers,
     fingerprint_of,
+    lengths_recipe,
     media_guard,
     media_stage_for,
     pad_id_from,
@@ -178,7 +179,7 @@ class Loader:
         check_collate(collate, pad_id, pad_to_multiple_of)
         setup = resolve_plan(
             self.source,
-            recipe,
+            lengths_recipe(recipe, media),
             plan,
             plan_options,
             batch_size=batch_size,

@@ -265,6 +265,21 @@ def check_seconds(name: str, value: Any, *, allow_zero: bool) -> float | None:
     return float(value)
 
 
+def lengths_recipe(recipe: Any, media: Any) -> Any:
+    """The recipe the lengths pass runs: with crops or flips, one writing the widest coordinates.
+
+    A crop rewrites a box in the text per draw, so the sample's length changes from epoch to
+    epoch; plans are made once, from lengths counted with every coordinate at its widest form
+    (``Recipe.widest_coordinates``), so an augmented sample is never longer than planned and a
+    packed row never exceeds ``max_length``.
+    """
+    augment = getattr(media, "augment", None)
+    widest = getattr(recipe, "widest_coordinates", None)
+    if augment is None or not augment.geometric or widest is None:
+        return recipe
+    return widest()
+
+
 def check_augment(media: Any, recipe: Any) -> None:
     """Refuse augmentation whose crops or flips the text could not follow.
 

@@ -219,8 +219,14 @@ class Geometry:
         """Whether ``text`` holds coordinates of this convention."""
         return any(p.search(text) for p, _ in _PATTERNS[self.convention])
 
-    def rewrite(self, text: str, maps: Sequence[ImageMap]) -> str:
+    def rewrite(self, text: str, maps: Sequence[ImageMap], widest: bool = False) -> str:
         """``text`` with every coordinate moved through its image's map.
+
+        ``widest``: write every coordinate at the widest form any draw could give (``1000``
+        for ``qwen2-vl``, the image's longest prepared side for ``qwen2.5-vl``, ``0.99..`` with
+        as many decimals as written for ``normalized`` and ``llava``): the text of the
+        lengths pass under augmentation, never shorter than an augmented sample's. Numbers
+        are still checked (``box_invalid``); nothing is moved, so nothing is outside.
 
         Raises:
             SampleError: ``box_outside`` (a box or point left the image), ``box_ambiguous``
@@ -229,7 +235,16 @@ class Geometry:
         """
         if not maps or not self.find(text):
             return text
+        if widest:
+            for pattern, n in _PATTERNS[self.convention]:
+                text = pattern.sub(functools.partial(self._widest, n=n, maps=maps), text)
+            return text
         if not any(m.moves for m in maps):
+            if len(maps) == 1:  # still checked: an invalid box is one whatever the image
+                for pattern, n in _PATTERNS[self.convention]:
+                    for match in pattern.finditer(text):
+                        raw = np.array([float(match.group(i + 2)) for i in range(n)])
+                        self._read(raw[0::2], raw[1::2], maps[0], match.group(0))
             return text
         if len(maps) > 1:
             raise SampleError(
@@ -244,6 +259,25 @@ class Geometry:
         return text
 
     # -- one match ---------------------------------------------------------------------------
+
+    def _widest(self, match: re.Match[str], n: int, maps: Sequence[ImageMap]) -> str:
+        raw = [match.group(i + 2) for i in range(n)]
+        vals = np.array([float(v) for v in raw])
+        for image in maps:  # invalid for every image it could refer to: as the real pass
+            try:
+                self._read(vals[0::2], vals[1::2], image, match.group(0))
+                break
+            except SampleError:
+                if image is maps[-1]:
+                    raise
+        c = self.convention
+        if c == "qwen2-vl":
+            return match.group(1) + ",".join(["(1000,1000)"] * (n // 2))
+        if c == "qwen2.5-vl":
+            side = str(max(max(m.size) for m in maps))
+            return match.group(1) + "[" + ", ".join([side] * n) + "]"
+        digits = max(2, max(len(v.split(".")[1]) if "." in v else 0 for v in raw))
+        return match.group(1) + "[" + ", ".join(["0." + "9" * digits] * n) + "]"
 
     def _move(self, match: re.Match[str], n: int, image: ImageMap) -> str:
         raw = [match.group(i + 2) for i in range(n)]

@@ -57,12 +57,15 @@ def move_coordinates(
     default_transform: Callable[[], Any],
     path: str | None,
     draw: Any = None,
+    widest: bool = False,
 ) -> tuple[Conversation, bool]:
     """``(conversation with coordinates moved, whether a flip is allowed)``.
 
     ``media``: the recipe's ``MediaPlan`` (resolves image paths); ``default_transform``: makes
     the geometry used without a draw (the recipe's rule's transform; asked only when needed); ``draw``: the sample's
-    ``SampleDraw`` (``None``: no augmentation, e.g. a lengths pass).
+    ``SampleDraw`` (``None``: no augmentation, e.g. a lengths pass); ``widest``: write each
+    coordinate at its widest form (``Geometry.rewrite``), for the lengths pass of a Loader that
+    crops or flips: the planned length is then never below an augmented sample's.
 
     Raises:
         SampleError: ``flip_left_right`` (``Augment(left_right="reject")``), ``box_outside``,
@@ -95,7 +98,7 @@ def move_coordinates(
             )
         w, h = image_size(resolved)
         image = prepared_map(transform, w, h)
-        if draw is not None:
+        if draw is not None and not widest:
             height, width = image.size
             image = dataclasses.replace(image, draw=draw.image(i, height, width, flip_ok))
         maps.append(image)
@@ -103,10 +106,10 @@ def move_coordinates(
     for message in conv.messages:
         content: Any = message.content
         if isinstance(content, str):
-            content = geometry.rewrite(content, maps)
+            content = geometry.rewrite(content, maps, widest)
         else:
             content = [
-                Part("text", geometry.rewrite(p.value, maps)) if p.kind == "text" else p
+                Part("text", geometry.rewrite(p.value, maps, widest)) if p.kind == "text" else p
                 for p in content
             ]
         messages.append(_with_content(message, content))

@@ -36,6 +36,7 @@ Example:
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -299,6 +300,7 @@ class Recipe:
         )
         self._reader = FormatReader(self.format, max_turns=max_turns)
         self.geometry = Geometry.of(geometry)
+        self._widest = False  # the lengths pass of a Loader that crops or flips
         if self.geometry is not None and task != "sft":
             raise ConfigError(
                 f"coordinates follow the pixels for {spell_set('task', 'sft')} only, got "
@@ -421,6 +423,8 @@ class Recipe:
                     self._check_size(record)
                 data = record.data if isinstance(record, Record) else record
                 conv = self._reader(data)
+                if self.geometry is not None:
+                    conv = self._coordinates(conv, where[0])[0]
                 rendered = self.template.render(conv, self._ctx)
                 slots = self.media.slots(rendered.media, where[0]) if rendered.media else None
             except SampleError as exc:
@@ -491,13 +495,33 @@ class Recipe:
         conv = self._reader(data)
         flip_ok = True
         if self.geometry is not None or draw is not None:
-            conv, flip_ok = move_coordinates(
-                conv, self.geometry, self.media, self._geometry_transform, path, draw
-            )
+            conv, flip_ok = self._coordinates(conv, path, draw)
         sample = self._finish(self._fit(conv, self._encode(conv, path), path), path, line, index)
         if not flip_ok:
             sample["no_flip"] = True  # the text says left or right: the stage does not flip
         return sample if window is None else self._window(sample, window)
+
+    def _coordinates(
+        self, conv: Conversation, path: str | None, draw: Any = None
+    ) -> tuple[Conversation, bool]:
+        return move_coordinates(
+            conv, self.geometry, self.media, self._geometry_transform, path, draw, self._widest
+        )
+
+    def widest_coordinates(self) -> Recipe:
+        """This recipe, writing each coordinate of the text at its widest form.
+
+        The lengths pass of a Loader whose media stage crops or flips runs it: an augmented
+        sample's boxes are only known per draw, so its planned length is counted with every
+        coordinate as long as any draw could write it (``Geometry.rewrite(widest=True)``),
+        and a packed row or a token budget planned from these lengths is never exceeded. Its
+        ``fingerprint`` differs, so its lengths are cached apart.
+        """
+        if self.geometry is None or self.geometry.convention == "none" or self._widest:
+            return self
+        out = copy.copy(self)
+        out._widest = True
+        return out
 
     def _geometry_transform(self) -> Any:
         """The prepared geometry of the default media stage (coordinates without a draw)."""
@@ -714,6 +738,7 @@ class Recipe:
             "tokenizer": self.tokenizer.fingerprint(),
             "media": self.media.to_json(),
             **({"geometry": self.geometry.fingerprint()} if self.geometry is not None else {}),
+            **({"coordinates": "widest"} if self._widest else {}),
         }
 
     def __repr__(self) -> str:
