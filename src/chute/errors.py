@@ -230,6 +230,10 @@ SAMPLE_ERROR_KINDS: dict[str, str] = {
     "first corner is not its top left",
     "flip_left_right": "the text says left or right and the augmentation may flip its image "
     "(Augment(left_right='reject'))",
+    "timestamp_outside": "a time in a video sample's text lies past the end of its clip (the "
+    "header's duration)",
+    "timestamp_ambiguous": "times in the text must snap to sampled frames but the sample has "
+    "several videos, or its video's frame times are unknown",
     "unexpected_error": "processing raised an exception chute did not anticipate (see message)",
     # chute validate --overlap (a line of its rejects file)
     "duplicate": "the record's content (normalized text and media references) equals an earlier "

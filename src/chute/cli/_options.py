@@ -154,6 +154,15 @@ RECIPE_OPTIONS: tuple[_Flag, ...] = (
         "box_ambiguous). Default: the text is left as written.",
     ),
     _Flag(
+        "timestamps",
+        str | None,
+        None,
+        ("--timestamps",),
+        "Times in the text of video samples (00:12, 12.5s, 3.5 to 7 seconds): check rejects "
+        "one past the clip's end (timestamp_outside); seconds (or qwen2.5-vl, qwen3-vl) also "
+        "writes each as Qwen reads time (12.0 seconds). Default: not read.",
+    ),
+    _Flag(
         "video_tokens",
         str | None,
         None,
@@ -323,6 +332,7 @@ class RecipeArgs:
     media_allowed_roots: Sequence[str] | None = None
     image_tokens: str | None = None
     geometry: str | None = None
+    timestamps: str | None = None
     video_tokens: str | None = None
     audio_tokens: int | None = None
     video_token: str | None = None
@@ -383,6 +393,7 @@ class RecipeArgs:
             "media_allowed_roots": list(self.media_allowed_roots or ()),
             "image_tokens": self.image_tokens or "auto",
             "geometry": self.geometry,
+            "timestamps": self.timestamps,
             "video_tokens": self.video_tokens,
             "audio_tokens": self.audio_tokens,
             "video_token": self.video_token,

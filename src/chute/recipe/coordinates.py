@@ -27,9 +27,10 @@ from chute.errors import SampleError
 from chute.media.geometry import Geometry, prepared_map
 from chute.media.paths import is_remote
 from chute.media.sizes import image_size
+from chute.media.timestamps import Clip, Timestamps
 from chute.sample.conversation import Conversation, Message, Part
 
-__all__ = ["move_coordinates", "says_left_right"]
+__all__ = ["move_coordinates", "move_timestamps", "says_left_right"]
 
 # Words whose meaning a horizontal flip reverses (English and Chinese: the shared data has both).
 _LEFT_RIGHT = re.compile(r"\b(?:left|right)(?:most|wards?|-hand)?\b|左|右", re.IGNORECASE)
@@ -114,6 +115,55 @@ def move_coordinates(
             ]
         messages.append(_with_content(message, content))
     return Conversation(messages, conv.tools, conv.kind), flip_ok
+
+
+def move_timestamps(
+    conv: Conversation, timestamps: Timestamps | None, media: Any, path: str | None
+) -> Conversation:
+    """The conversation with the times in its text checked against its videos (and rewritten).
+
+    Only samples with a video are read; a video's duration comes from its header (and, with
+    ``snap``, its sampled frame groups' times from the recipe's ``video_tokens`` rule).
+
+    Raises:
+        SampleError: ``timestamp_outside``, ``timestamp_ambiguous``, the header's kinds.
+    """
+    if timestamps is None:
+        return conv
+    videos = [p for p in conv.media() if p.kind == "video"]
+    if not videos or not any(Timestamps.find(t) for t in _texts(conv)):
+        return conv
+    from chute.media.video import probe_video  # PyAV: only for samples with videos and times
+
+    clips = []
+    for part in videos:
+        resolved = media.resolve(part.value, path)
+        if is_remote(resolved):
+            raise SampleError(
+                "url_not_allowed",
+                f"{resolved}: checking the times in the text needs the video's header, and "
+                f"chute reads no URL's header",
+            )
+        info = probe_video(resolved)
+        duration = info.duration or (info.frames / info.fps if info.fps > 0 else 0.0)
+        groups = None
+        rule = media.video_tokens
+        if timestamps.snap and callable(getattr(rule, "sampling", None)):
+            groups = rule.sampling(resolved).timestamps
+        clips.append(Clip(duration, groups))
+    return _map_texts(conv, lambda text: timestamps.rewrite(text, clips))
+
+
+def _map_texts(conv: Conversation, fn: Callable[[str], str]) -> Conversation:
+    messages = []
+    for message in conv.messages:
+        content: Any = message.content
+        if isinstance(content, str):
+            content = fn(content)
+        else:
+            content = [Part("text", fn(p.value)) if p.kind == "text" else p for p in content]
+        messages.append(_with_content(message, content))
+    return Conversation(messages, conv.tools, conv.kind)
 
 
 def _with_content(message: Message, content: Any) -> Message:

@@ -51,8 +51,9 @@ from chute.media.geometry import Geometry
 from chute.media.images import DEFAULT_MAX_PIXELS
 from chute.media.refs import MediaPlan, MediaSlot
 from chute.media.stage import default_media_stage
+from chute.media.timestamps import Timestamps
 from chute.media.tokens import DynamicImageTokens
-from chute.recipe.coordinates import move_coordinates
+from chute.recipe.coordinates import move_coordinates, move_timestamps
 from chute.recipe.encode import Encoded, encode, fit_length
 from chute.recipe.preference import (
     TASKS,
@@ -158,6 +159,12 @@ class Recipe:
             they are rewritten for the image the model sees (resize, and the Loader's
             augmentation crops and flips); ``None`` (default): the text is left as written.
             See docs/media.md, "Augmentation and geometry".
+        timestamps: times in the text of a video sample (``00:12``, ``12.5s``, ``3.5 to 7
+            seconds``): ``check`` rejects a time past the clip's end (``timestamp_outside``),
+            ``seconds`` (or ``qwen2.5-vl``, ``qwen3-vl``) also writes each as Qwen reads time
+            (``12.0 seconds``), or a ``chute.media.timestamps.Timestamps`` (``snap=True``:
+            to the nearest sampled frame group's time); ``None`` (default): not read. See
+            docs/media.md, "Times in the text".
         image_token_id: the id written for image tokens (default: ``image_token``'s id; LLaVA's
             original code uses ``-200``).
         video_tokens: tokens per video: a fixed count, a ``chute.media.video.VideoFrames``
@@ -217,6 +224,7 @@ class Recipe:
         max_record_bytes: int | None = MAX_RECORD_BYTES,
         max_turns: int | None = MAX_TURNS,
         geometry: Any = None,
+        timestamps: Any = None,
     ):
         self.tokenizer: Tokenizer = load_tokenizer(
             tokenizer,
@@ -301,6 +309,13 @@ class Recipe:
         self._reader = FormatReader(self.format, max_turns=max_turns)
         self.geometry = Geometry.of(geometry)
         self._widest = False  # the lengths pass of a Loader that crops or flips
+        self.timestamps = Timestamps.of(timestamps)
+        if self.timestamps is not None and task != "sft":
+            raise ConfigError(
+                f"times in the text are checked for {spell_set('task', 'sft')} only, got "
+                f"{spell_value(task)}",
+                param="timestamps",
+            )
         if self.geometry is not None and task != "sft":
             raise ConfigError(
                 f"coordinates follow the pixels for {spell_set('task', 'sft')} only, got "
@@ -425,6 +440,7 @@ class Recipe:
                 conv = self._reader(data)
                 if self.geometry is not None:
                     conv = self._coordinates(conv, where[0])[0]
+                conv = move_timestamps(conv, self.timestamps, self.media, where[0])
                 rendered = self.template.render(conv, self._ctx)
                 slots = self.media.slots(rendered.media, where[0]) if rendered.media else None
             except SampleError as exc:
@@ -496,6 +512,7 @@ class Recipe:
         flip_ok = True
         if self.geometry is not None or draw is not None:
             conv, flip_ok = self._coordinates(conv, path, draw)
+        conv = move_timestamps(conv, self.timestamps, self.media, path)
         sample = self._finish(self._fit(conv, self._encode(conv, path), path), path, line, index)
         if not flip_ok:
             sample["no_flip"] = True  # the text says left or right: the stage does not flip
@@ -739,6 +756,7 @@ class Recipe:
             "media": self.media.to_json(),
             **({"geometry": self.geometry.fingerprint()} if self.geometry is not None else {}),
             **({"coordinates": "widest"} if self._widest else {}),
+            **({"timestamps": self.timestamps.fingerprint()} if self.timestamps else {}),
         }
 
     def __repr__(self) -> str:
