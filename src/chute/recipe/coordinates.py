@@ -19,6 +19,8 @@ Example:
 from __future__ import annotations
 
 import dataclasses
+import json
+import math
 import re
 from collections.abc import Callable
 from typing import Any
@@ -30,7 +32,7 @@ from chute.media.sizes import image_size
 from chute.media.timestamps import Clip, Timestamps
 from chute.sample.conversation import Conversation, Message, Part
 
-__all__ = ["move_coordinates", "move_timestamps", "says_left_right"]
+__all__ = ["move_coordinates", "move_timestamps", "objects_answer", "says_left_right"]
 
 # Words whose meaning a horizontal flip reverses (English and Chinese: the shared data has both).
 _LEFT_RIGHT = re.compile(r"\b(?:left|right)(?:most|wards?|-hand)?\b|左|右", re.IGNORECASE)
@@ -115,6 +117,94 @@ def move_coordinates(
             ]
         messages.append(_with_content(message, content))
     return Conversation(messages, conv.tools, conv.kind), flip_ok
+
+
+def objects_answer(
+    conv: Conversation, data: Any, geometry: Geometry | None, media: Any, path: str | None
+) -> Conversation:
+    """The conversation answered from the record's ``objects`` (or ``bbox``) column.
+
+    A grounding record may hold its boxes as data rather than text: ``"objects": [{"bbox":
+    [x1, y1, x2, y2], "label": "dog"}, ...]`` or a top-level ``"bbox"`` (with an optional
+    ``"label"``), corners in pixels of the original image. When the conversation ends with the
+    user's turn (the record has no answer), the answer is those objects written in the
+    ``geometry``'s convention, which the rewrite that follows then moves with the pixels, with
+    the sample's own draw::
+
+        qwen2.5-vl  [{"bbox_2d": [x1, y1, x2, y2], "label": "dog"}]
+        qwen2-vl    <|object_ref_start|>dog<|object_ref_end|><|box_start|>(x1,y1),(x2,y2)<|box_end|>
+        normalized  [{"bbox": [0.1, 0.25, 0.5, 0.75], "label": "dog"}]   (llava: of the square)
+
+    A record that has an answer keeps it: its columns are not read (the text is what the model
+    reads, and it is rewritten itself).
+
+    Raises:
+        SampleError: ``box_invalid`` (a column that is not a list of four numbers),
+            ``box_ambiguous`` (several images).
+    """
+    if geometry is None or geometry.convention == "none" or not isinstance(data, dict):
+        return conv
+    if "objects" in data:
+        objects = data["objects"]
+    elif "bbox" in data:
+        objects = [{"bbox": data["bbox"], "label": data.get("label")}]
+    else:
+        return conv
+    if not conv.messages or conv.messages[-1].role != "user":
+        return conv  # answered in the text: the columns are not what the model reads
+    images = [p for p in conv.media() if p.kind == "image"]
+    if len(images) != 1:
+        raise SampleError(
+            "box_ambiguous",
+            f"the record's objects are boxes of one image and the sample has {len(images)}",
+        )
+    if not isinstance(objects, list):
+        raise SampleError("box_invalid", f"objects: expected a list, got {type(objects).__name__}")
+    resolved = media.resolve(images[0].value, path)
+    size = None if geometry.convention == "qwen2.5-vl" else image_size(resolved)
+    rendered = [_render(geometry.convention, obj, size, k) for k, obj in enumerate(objects)]
+    if geometry.convention == "qwen2-vl":
+        answer = "\n".join(rendered)
+    else:
+        answer = "[" + ", ".join(rendered) + "]"
+    return Conversation([*conv.messages, Message("assistant", answer)], conv.tools, conv.kind)
+
+
+def _render(convention: str, obj: Any, size: tuple[int, int] | None, k: int) -> str:
+    box = obj.get("bbox") if isinstance(obj, dict) else None
+    if not (
+        isinstance(box, list)
+        and len(box) == 4
+        and all(isinstance(v, int | float) and not isinstance(v, bool) for v in box)
+    ):
+        raise SampleError(
+            "box_invalid", f"objects[{k}].bbox: expected [x1, y1, x2, y2] in pixels, got {box!r}"
+        )
+    label = obj.get("label")
+    x1, y1, x2, y2 = (float(v) for v in box)
+    if convention == "qwen2.5-vl":
+        entry: dict[str, Any] = {"bbox_2d": [_num(v) for v in box]}
+        return json.dumps({**entry, **({"label": label} if label is not None else {})})
+    w, h = size or (1, 1)
+    if convention == "qwen2-vl":  # 0-1000 of the original, rounded outwards
+        a, b = math.floor(x1 / w * 1000), math.floor(y1 / h * 1000)
+        c, d = math.ceil(x2 / w * 1000), math.ceil(y2 / h * 1000)
+        ref = f"<|object_ref_start|>{label}<|object_ref_end|>" if label is not None else ""
+        return f"{ref}<|box_start|>({a},{b}),({c},{d})<|box_end|>"
+    if convention == "llava":  # of the image padded to a square, centred
+        side = max(w, h)
+        xs = [(x + (side - w) / 2) / side for x in (x1, x2)]
+        ys = [(y + (side - h) / 2) / side for y in (y1, y2)]
+    else:
+        xs, ys = [x1 / w, x2 / w], [y1 / h, y2 / h]
+    body = [math.floor(xs[0] * 1000) / 1000, math.floor(ys[0] * 1000) / 1000]
+    body += [math.ceil(xs[1] * 1000) / 1000, math.ceil(ys[1] * 1000) / 1000]
+    entry = {"bbox": [round(v, 3) for v in body]}
+    return json.dumps({**entry, **({"label": label} if label is not None else {})})
+
+
+def _num(value: float) -> int | float:
+    return int(value) if float(value).is_integer() else float(value)
 
 
 def move_timestamps(

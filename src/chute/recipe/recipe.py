@@ -53,7 +53,7 @@ from chute.media.refs import MediaPlan, MediaSlot
 from chute.media.stage import default_media_stage
 from chute.media.timestamps import Timestamps
 from chute.media.tokens import DynamicImageTokens
-from chute.recipe.coordinates import move_coordinates, move_timestamps
+from chute.recipe.coordinates import move_coordinates, move_timestamps, objects_answer
 from chute.recipe.encode import Encoded, encode, fit_length
 from chute.recipe.preference import (
     TASKS,
@@ -439,6 +439,7 @@ class Recipe:
                 data = record.data if isinstance(record, Record) else record
                 conv = self._reader(data)
                 if self.geometry is not None:
+                    conv = objects_answer(conv, data, self.geometry, self.media, where[0])
                     conv = self._coordinates(conv, where[0])[0]
                 conv = move_timestamps(conv, self.timestamps, self.media, where[0])
                 rendered = self.template.render(conv, self._ctx)
@@ -511,6 +512,7 @@ class Recipe:
         conv = self._reader(data)
         flip_ok = True
         if self.geometry is not None or draw is not None:
+            conv = objects_answer(conv, data, self.geometry, self.media, path)
             conv, flip_ok = self._coordinates(conv, path, draw)
         conv = move_timestamps(conv, self.timestamps, self.media, path)
         sample = self._finish(self._fit(conv, self._encode(conv, path), path), path, line, index)
