@@ -40,7 +40,10 @@ def test_the_forms_read_and_what_is_not_a_time():
     }
     for text, expected in cases.items():
         assert SECONDS.rewrite(text, clip) == expected, text
-    not_times = "3 dogs, 2.5 images, a 16:9 frame, the 1990s, 12:30:45:10, 5 sets, v1.5s"
+    not_times = (
+        "3 dogs, 2.5 images, a 16:9 frame, the 1990s, 12:30:45:10, 5 sets, v1.5s, at 10:30 am, "
+        "5:00 p.m., 3:15 o'clock, 3:00 PM"
+    )
     assert not Timestamps.find(not_times) and SECONDS.rewrite(not_times, clip) == not_times
     assert Timestamps("check").rewrite("at 00:12", clip) == "at 00:12"  # checked, kept
 

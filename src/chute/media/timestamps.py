@@ -13,8 +13,10 @@ frame group (``<12.5 seconds>``) and in the unit of Qwen2.5-VL's absolute-time p
     3.5 to 7 seconds   3.5-7s                 3.5 to 7.0 seconds   3.5-7.0 seconds
 
 A clock needs two-digit seconds (``16:9`` is not a time) and is not part of a longer run of
-numbers (``12:30:45:10``); a decade (``1990s``) is not a time; a number without a unit is
-not read. A time may be written less precisely than the clip is measured, so one is outside
+numbers (``12:30:45:10``) nor a time of day (``10:30 am``, ``5:00 p.m.``, ``3:15 o'clock``); a
+decade (``1990s``) is not a time; a number without a unit is not read. A clock time of day
+written bare (``the clock shows 10:30``) is read as a time into the video: past a short clip's
+end it is rejected, and the rejects file shows it. A time may be written less precisely than the clip is measured, so one is outside
 only past the end by more than half its last written digit (``00:13`` of a 12.6 s clip is
 kept; ``00:14`` is rejected).
 
@@ -47,6 +49,7 @@ _NUM = r"\d+(?:\.\d+)?"
 _UNIT = r"(?:seconds?|secs?|s)\b"
 _CLOCK = re.compile(
     r"(?<![\d:.])(?:(\d{1,2}):([0-5]\d)|(\d{1,3})):([0-5]\d)(?:\.(\d{1,3}))?(?![\d:])"
+    r"(?!\s*(?i:[ap]\.?m\b|[ap]\.m\.|o'clock))"
 )
 _SECONDS = re.compile(
     rf"(?<![\w.])(?!(?:1[5-9]|20)\d0s\b)({_NUM})(?:(\s*(?:-|–|to)\s*)({_NUM}))?\s?{_UNIT}"
