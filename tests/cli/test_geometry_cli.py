@@ -11,12 +11,21 @@ from PIL import Image
 from typer.testing import CliRunner
 
 from chute.cli import app
+from recipe_helpers import tiny_tokenizer
 
-TOKENIZER = Path(__file__).resolve().parents[2] / ".." / "shared" / "data" / "tokenizers" / "qwen3"
 runner = CliRunner()
-pytestmark = pytest.mark.skipif(not TOKENIZER.exists(), reason="no Qwen3 tokenizer in shared data")
 
-QWEN = ["--tokenizer", str(TOKENIZER), "--template", "chatml", "--image-tokens", "qwen2-vl"]
+
+@pytest.fixture
+def qwen(tmp_path: Path) -> list[str]:
+    """Recipe flags with a small tokenizer that has Qwen's <|image_pad|>."""
+    folder = tmp_path / "tok"
+    folder.mkdir()
+    (folder / "tokenizer.json").write_text(tiny_tokenizer().rust.to_str())
+    (folder / "tokenizer_config.json").write_text(
+        json.dumps({"bos_token": "<s>", "eos_token": "</s>"})
+    )
+    return ["--tokenizer", str(folder), "--template", "chatml", "--image-tokens", "qwen2-vl"]
 
 
 def _data(tmp_path: Path) -> Path:
@@ -42,9 +51,9 @@ def _data(tmp_path: Path) -> Path:
     return path
 
 
-def test_validate_counts_invalid_boxes_with_geometry(tmp_path: Path) -> None:
+def test_validate_counts_invalid_boxes_with_geometry(tmp_path: Path, qwen: list[str]) -> None:
     data = _data(tmp_path)
-    args = ["validate", str(data), *QWEN, "--workers", "1", "--max-bad-fraction", "0.9", "--json"]
+    args = ["validate", str(data), *qwen, "--workers", "1", "--max-bad-fraction", "0.9", "--json"]
     result = runner.invoke(app, [*args, "--geometry", "qwen2-vl"])
     assert result.exit_code == 0, result.output
     out = orjson.loads(result.stdout)
@@ -52,7 +61,9 @@ def test_validate_counts_invalid_boxes_with_geometry(tmp_path: Path) -> None:
     assert out["valid"] == 2 and out["by_reason"] == {"box_invalid": 2}
 
 
-def test_inspect_shows_the_box_in_the_resized_images_pixels(tmp_path: Path) -> None:
+def test_inspect_shows_the_box_in_the_resized_images_pixels(
+    tmp_path: Path, qwen: list[str]
+) -> None:
     Image.new("RGB", (300, 168), (128, 128, 128)).save(tmp_path / "b.png")
     record = {
         "messages": [
@@ -63,7 +74,7 @@ def test_inspect_shows_the_box_in_the_resized_images_pixels(tmp_path: Path) -> N
     }
     data = tmp_path / "one.jsonl"
     data.write_text(json.dumps(record) + "\n")
-    args = ["inspect", str(data), *QWEN[:-1], "qwen2.5-vl", "--json"]
+    args = ["inspect", str(data), *qwen[:-1], "qwen2.5-vl", "--json"]
     before = orjson.loads(runner.invoke(app, args).stdout)["text"]
     after = orjson.loads(runner.invoke(app, [*args, "--geometry", "qwen2.5-vl"]).stdout)["text"]
     assert '{"bbox_2d": [30, 20, 150, 100]}' in before

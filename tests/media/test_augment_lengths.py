@@ -8,10 +8,12 @@ each against its planned length, then run packed plans over several epochs.
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import random
 from pathlib import Path
+from typing import Any
 
 import pytest
 from PIL import Image
@@ -21,6 +23,7 @@ from chute.lengths import lengths_of
 from chute.media import DynamicResolution, MediaStage
 from chute.media.augment import Augment, RandomResizedCrop, SampleDraw
 from chute.sources import JsonlSource
+from chute.tokenize import load_tokenizer
 
 TOKENIZER = Path(__file__).resolve().parents[2] / ".." / "shared" / "data" / "tokenizers" / "qwen3"
 TRANSFORM = DynamicResolution(min_pixels=28 * 28, max_pixels=280 * 280)
@@ -62,12 +65,16 @@ def _data(tmp_path: Path, convention: str, n: int = 24) -> Path:
     return path
 
 
+@functools.cache
+def _tokenizer() -> Any:
+    return load_tokenizer(TOKENIZER, backend="hf")  # loaded once for every recipe here
+
+
 def _recipe(convention: str, **kw):  # type: ignore[no-untyped-def]
     return Recipe(
-        tokenizer=TOKENIZER,
+        tokenizer=_tokenizer(),
         template="chatml",
         image_tokens=TRANSFORM.rule("qwen2.5-vl"),
-        tokenizer_backend="hf",
         geometry=convention,
         **kw,
     )

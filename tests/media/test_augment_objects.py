@@ -7,6 +7,7 @@ convention; the same draw that crops and flips the pixels moves them (checked on
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from pathlib import Path
@@ -21,6 +22,7 @@ from chute import Loader, Recipe
 from chute.errors import SampleError
 from chute.media import DynamicResolution, MediaStage
 from chute.media.augment import Augment, RandomResizedCrop
+from chute.tokenize import load_tokenizer
 
 TOKENIZER = Path(__file__).resolve().parents[2] / ".." / "shared" / "data" / "tokenizers" / "qwen3"
 TRANSFORM = DynamicResolution(min_pixels=28 * 28, max_pixels=112 * 112)
@@ -54,12 +56,16 @@ def _data(tmp_path: Path) -> Path:
     return path
 
 
+@functools.cache
+def _tokenizer() -> Any:
+    return load_tokenizer(TOKENIZER, backend="hf")  # loaded once for every recipe here
+
+
 def _recipe(geometry: str) -> Recipe:
     return Recipe(
-        tokenizer=TOKENIZER,
+        tokenizer=_tokenizer(),
         template="chatml",
         image_tokens=TRANSFORM.rule("qwen2.5-vl"),
-        tokenizer_backend="hf",
         geometry=geometry,
     )
 
