@@ -236,6 +236,12 @@ def move_timestamps(
             )
         info = probe_video(resolved)
         duration = info.duration or (info.frames / info.fps if info.fps > 0 else 0.0)
+        if duration <= 0:
+            raise SampleError(
+                "video_unsupported",
+                f"{resolved}: the header gives no duration (nor frame count and rate), so the "
+                f"times in the text cannot be checked against it; leave timestamps unset",
+            )
         groups = None
         rule = media.video_tokens
         if timestamps.snap and callable(getattr(rule, "sampling", None)):
