@@ -221,6 +221,19 @@ SAMPLE_ERROR_KINDS: dict[str, str] = {
     "audio_corrupt": "an audio file cannot be opened or decoded",
     "audio_too_large": "an audio clip is longer than the configured limit",
     "audio_token_mismatch": "the audio tokens in input_ids differ from the clip's token count",
+    # Augmentation and geometry (issue 33)
+    "box_outside": "after a crop, a box or point in the text has nothing left inside the image "
+    "(or, with outside='reject', leaves it)",
+    "box_ambiguous": "coordinates in the text must move but the sample has several images, and "
+    "which one a box refers to is not written",
+    "box_invalid": "coordinates in the text are outside their convention's range, or a box's "
+    "first corner is not its top left",
+    "flip_left_right": "the text says left or right and the augmentation may flip its image "
+    "(Augment(left_right='reject'))",
+    "timestamp_outside": "a time in a video sample's text lies past the end of its clip (the "
+    "header's duration)",
+    "timestamp_ambiguous": "times in the text must snap to sampled frames but the sample has "
+    "several videos, or its video's frame times are unknown",
     "unexpected_error": "processing raised an exception chute did not anticipate (see message)",
     # chute validate --overlap (a line of its rejects file)
     "duplicate": "the record's content (normalized text and media references) equals an earlier "

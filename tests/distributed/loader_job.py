@@ -13,22 +13,29 @@ Modes:
           each rank's zig-zag slice; each step's loss summed over the cp group (a process group
           per group, from World.groups); rank 0 writes every rank's slices and losses, and the
           reject counts of a random-plan epoch summed over ranks.
+
+--augment TOKENIZER: the data has images, loaded with an augmentation (``augmented_loader``);
+each batch's record also holds a digest of every sample's augmented pixels.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import os
 import time
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import orjson
 import torch
 import torch.distributed as dist
 
-from chute import ErrorBudgetExceeded, Loader, LockstepError, World
+from chute import ErrorBudgetExceeded, Loader, LockstepError, Recipe, World
 from chute.collate import loss_sum
+from chute.media import ImageTransform, MediaStage
+from chute.media.augment import Augment, ColorJitter, RandomResizedCrop
 
 BATCH_SIZE = 4
 SEED = 11
@@ -39,6 +46,35 @@ def write_atomic(path: Path, data: object) -> None:
     tmp = path.with_name(f".{path.name}.tmp")
     tmp.write_bytes(orjson.dumps(data))
     os.replace(tmp, path)
+
+
+def torch_noise(image: torch.Tensor) -> torch.Tensor:
+    """A torchvision-style transform: it draws from torch's global generator."""
+    noise = torch.randint(-10, 11, image.shape)
+    return (image.to(torch.int16) + noise).clamp(0, 255).to(torch.uint8)
+
+
+AUGMENT = Augment(
+    crop=RandomResizedCrop(scale=(0.3, 1.0)),
+    flip=0.5,
+    jitter=ColorJitter(0.3, 0.3, 0.3, 0.05),
+    transform=torch_noise,
+)
+
+
+def augmented_loader(tokenizer: str) -> dict[str, Any]:
+    """The recipe and media stage of the augmented runs (tiny images, 4 tokens each)."""
+    recipe = Recipe(tokenizer=tokenizer, template="chatml", image_tokens=4, geometry="none")
+    image = ImageTransform(size=(28, 28), crop=None, tokens_per_image=4)
+    return {"recipe": recipe, "media": MediaStage(image, augment=AUGMENT)}
+
+
+def pixel_digests(batch: dict[str, Any]) -> list[str]:
+    """One digest per sample of its augmented pixels (one image per sample)."""
+    return [
+        hashlib.blake2b(x.numpy().tobytes(), digest_size=8).hexdigest()
+        for x in batch["pixel_values"]
+    ]
 
 
 def latest_checkpoint(ckpt: Path) -> int:
@@ -56,6 +92,7 @@ def main() -> None:
     ap.add_argument("--every", type=int, default=2)
     ap.add_argument("--delay", type=float, default=0.05)
     ap.add_argument("--plan", choices=["random", "packed"], default="random")
+    ap.add_argument("--augment", default=None, help="a tokenizer folder: augmented images")
     args = ap.parse_args()
     dist.init_process_group("gloo")
     rank, world_size = dist.get_rank(), dist.get_world_size()
@@ -65,8 +102,11 @@ def main() -> None:
         context_parallel(args.data, out, rank, world_size)
         return
     # world=None: the loader finds its rank through World.detect() and torch.distributed
+    media = augmented_loader(args.augment) if args.augment else {}
     loader = Loader(
         args.data,
+        media.pop("recipe", None),
+        media=media.pop("media", None),
         batch_size=BATCH_SIZE,
         seed=SEED,
         num_workers=2,
@@ -87,9 +127,12 @@ def main() -> None:
         )
     batches: list[list[int]] = []
     rows: list[list[list[int]]] = []
+    pixels: list[list[str]] = []
     planned = loader.batches_left
     for k, batch in enumerate(loader):
         batches.append(batch["sample_ids"].tolist())
+        if args.augment:
+            pixels.append(pixel_digests(batch))
         if "row_sample_ids" in batch:
             rows.append(batch["row_sample_ids"].tolist())
         if args.mode == "train":
@@ -102,7 +145,7 @@ def main() -> None:
                     write_atomic(ckpt / f"step{k}.done", {"batches": k + 1})
             time.sleep(args.delay)
     gathered: list = [None] * world_size
-    mine = {"rank": rank, "batches": batches, "rows": rows, "planned": planned}
+    mine = {"rank": rank, "batches": batches, "rows": rows, "planned": planned, "pixels": pixels}
     dist.all_gather_object(gathered, mine)
     stats = loader.stats_all_ranks()
     lockstep = "ok"

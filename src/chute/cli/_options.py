@@ -144,6 +144,25 @@ RECIPE_OPTIONS: tuple[_Flag, ...] = (
         "auto: qwen2-vl when the tokenizer's image token is <|image_pad|>, else 576.",
     ),
     _Flag(
+        "geometry",
+        str | None,
+        None,
+        ("--geometry",),
+        "How the text writes box and point coordinates, rewritten for the image the model "
+        "sees (its resize): qwen2-vl (0-1000), qwen2.5-vl (absolute pixels), normalized, "
+        "llava, or none. Boxes that cannot follow are counted (box_invalid, box_outside, "
+        "box_ambiguous). Default: the text is left as written.",
+    ),
+    _Flag(
+        "timestamps",
+        str | None,
+        None,
+        ("--timestamps",),
+        "Times in the text of video samples (00:12, 12.5s, 3.5 to 7 seconds): check rejects "
+        "one past the clip's end (timestamp_outside); seconds (or qwen2.5-vl, qwen3-vl) also "
+        "writes each as Qwen reads time (12.0 seconds). Default: not read.",
+    ),
+    _Flag(
         "video_tokens",
         str | None,
         None,
@@ -314,6 +333,8 @@ class RecipeArgs:
     media_root: str | None = None
     media_allowed_roots: Sequence[str] | None = None
     image_tokens: str | None = None
+    geometry: str | None = None
+    timestamps: str | None = None
     video_tokens: str | None = None
     audio_tokens: int | None = None
     video_token: str | None = None
@@ -373,6 +394,8 @@ class RecipeArgs:
             "media_root": self.media_root,
             "media_allowed_roots": list(self.media_allowed_roots or ()),
             "image_tokens": self.image_tokens or "auto",
+            "geometry": self.geometry,
+            "timestamps": self.timestamps,
             "video_tokens": self.video_tokens,
             "audio_tokens": self.audio_tokens,
             "video_token": self.video_token,

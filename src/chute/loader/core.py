@@ -31,9 +31,11 @@ from chute.loader.mixing import (
 from chute.loader.options import (
     PathLike,
     as_source,
+    check_augment,
     check_seconds,
     check_workers,
     fingerprint_of,
+    lengths_recipe,
     media_guard,
     media_stage_for,
     pad_id_from,
@@ -192,7 +194,7 @@ class Loader:
         )
         setup = resolve_plan(
             self.source,
-            recipe,
+            lengths_recipe(recipe, media),
             plan,
             plan_options,
             batch_size=batch_size,
@@ -226,6 +228,7 @@ class Loader:
             media, self.recipe, self.collate, self.source, setup.lengths
         )
         self.collate = slice_collate(self.collate, slices, self.world)
+        check_augment(self.media, recipe)
         self.rejects_path = rejects_path_for(rejects, self.world) if rejects is not None else None
         self.books = Accounting(
             ErrorBudget(max_bad_fraction, max_consecutive_bad, budget_min_samples),
@@ -244,6 +247,7 @@ class Loader:
             keep_rejects=self.rejects_path is not None,
             media=self.media,
             media_guard=self.media is None and media_guard(media, self.recipe),
+            seed=seed,
         )
         self._fingerprint = fingerprint_of(self.source)
         self._epoch, self._consumed = 0, 0

@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 import orjson
 
+from chute._internal.spelling import spell, spell_set
 from chute.errors import ConfigError, as_sample_error
 from chute.world import World
 
@@ -262,3 +263,47 @@ def check_seconds(name: str, value: Any, *, allow_zero: bool) -> float | None:
     if value == 0 and not allow_zero:
         return None
     return float(value)
+
+
+def lengths_recipe(recipe: Any, media: Any) -> Any:
+    """The recipe the lengths pass runs: with crops or flips, one writing the widest coordinates.
+
+    A crop rewrites a box in the text per draw, so the sample's length changes from epoch to
+    epoch; plans are made once, from lengths counted with every coordinate at its widest form
+    (``Recipe.widest_coordinates``), so an augmented sample is never longer than planned and a
+    packed row never exceeds ``max_length``.
+    """
+    augment = getattr(media, "augment", None)
+    widest = getattr(recipe, "widest_coordinates", None)
+    if augment is None or not augment.geometric or widest is None:
+        return recipe
+    return widest()
+
+
+def check_augment(media: Any, recipe: Any) -> None:
+    """Refuse augmentation whose crops or flips the text could not follow.
+
+    A crop or flip moves what boxes in the text point at, and a flip falsifies "left" and
+    "right": only a chute ``Recipe`` run in the worker, with its ``geometry`` set (``"none"``
+    says the text holds no coordinates), rewrites and checks the text with the same draw.
+    Colour jitter and pixel transforms alone need nothing of the text.
+    """
+    augment = getattr(media, "augment", None)
+    if augment is None or not augment.geometric:
+        return
+    if recipe is None:
+        raise ConfigError(
+            "the media stage's augmentation crops or flips images, but the samples come "
+            "tokenized (a token cache): boxes in their text cannot follow the pixels, nor can "
+            "left/right be checked. Read the source with its recipe, or augment colours only "
+            "(Augment(jitter=..., transform=...))",
+            param="augment",
+        )
+    if getattr(recipe, "geometry", None) is None:
+        raise ConfigError(
+            f"the media stage's augmentation crops or flips images, but the recipe says "
+            f"nothing of coordinates in the text; pass {spell('geometry')} with the data's "
+            f"convention (qwen2-vl, qwen2.5-vl, normalized, llava) so boxes follow the pixels, "
+            f"or {spell_set('geometry', 'none')} if the text holds none",
+            param="geometry",
+        )

@@ -29,8 +29,9 @@ from chute.collate.packed import row_sample_ids
 from chute.errors import ConfigError, SampleError, as_sample_error
 from chute.loader.transport import share_one_storage
 from chute.loader.watchdog import SampleTimeout, Watchdog
+from chute.media.augment import SampleDraw
 from chute.recipe.outcome import sample_of
-from chute.sample.contract import bad_values, describe_item, location_of
+from chute.sample.contract import bad_values, check_sample, describe_item, location_of
 from chute.sample.rejects import reject_entry
 from chute.sources.record import Record
 
@@ -129,6 +130,8 @@ class BatchBuilder:
             ``chute.media.MediaStage``: decodes and checks images), or ``None``.
         media_guard: without a media stage, stop (``ConfigError``) at a sample that references
             media rather than deliver its media tokens without pixels.
+        seed: the seed of the media stage's augmentation (``MediaStage(augment=...)``): each
+            sample's draw is keyed by ``(seed, epoch, sample id)``, never by the worker.
     """
 
     def __init__(
@@ -142,6 +145,7 @@ class BatchBuilder:
         keep_rejects: bool = False,
         media: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
         media_guard: bool = False,
+        seed: int = 0,
     ):
         self.source = source
         self.recipe = recipe
@@ -151,6 +155,10 @@ class BatchBuilder:
         self.keep_rejects = keep_rejects
         self.media = media
         self.media_guard = media_guard
+        self.seed = seed
+        self.augment = getattr(media, "augment", None)
+        # coordinates in the text follow the draw only through a recipe that knows them
+        self._recipe_draws = self.augment is not None and hasattr(recipe, "geometry")
         self._watchdog = Watchdog(sample_timeout)
         self._name = type(source).__name__
         self._pid = -1
@@ -189,10 +197,13 @@ class BatchBuilder:
                 try:
                     with dog:
                         item = source[index]
-                        sample = sample_of(recipe, item)  # as every entry point judges it
-                        if media is not None:
-                            sample = media(sample)
-                        elif self.media_guard:
+                        if self.augment is not None:
+                            sample = self._augmented(item, task.epoch, index)
+                        elif media is not None:
+                            sample = media(sample_of(recipe, item))  # as every entry point judges
+                        else:
+                            sample = sample_of(recipe, item)
+                        if media is None and self.media_guard:
                             refuse_media_without_stage(sample)
                         if spans is not None:
                             sample = piece_of(sample, spans[2 * j], spans[2 * j + 1])
@@ -234,6 +245,20 @@ class BatchBuilder:
             batch = share_one_storage(batch)
         report.seconds = time.perf_counter() - t0
         return batch, report
+
+    def _augmented(self, item: Any, epoch: int, index: int) -> dict[str, Any]:
+        """The sample with its augmentation, drawn once per (seed, epoch, sample id).
+
+        The draw moves the coordinates in the text (the recipe) and the pixels (the media
+        stage) alike.
+        """
+        media: Any = self.media
+        draw = SampleDraw(media.augment, self.seed, epoch, index, media.image)
+        if self._recipe_draws:
+            sample = check_sample(self.recipe(item, draw=draw))  # type: ignore[call-arg,misc]
+        else:
+            sample = sample_of(self.recipe, item)
+        return media(sample, draw)
 
     def _timed_out(self, item: Any, index: int) -> SampleError:
         error = SampleError(

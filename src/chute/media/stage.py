@@ -34,6 +34,7 @@ import numpy as np
 from chute._internal.spelling import spell_set
 from chute.errors import ConfigError, SampleError
 from chute.media.anyres import AnyresImageTokens
+from chute.media.augment import Augment, SampleDraw
 from chute.media.images import DecodeOptions, decode_image
 from chute.media.paths import is_remote
 from chute.media.processor import ProcessorTransform
@@ -74,6 +75,11 @@ class MediaStage:
             from the recipe's media roots by ``bind``.
         token_ids: kind -> the token id marking that kind in ``input_ids``; filled in from the
             recipe by ``bind`` (the Loader calls it).
+        augment: an ``Augment`` (random resized crop, flip, colour jitter, a torchvision v2
+            transform) applied to the prepared pixels, after the pixel store and before
+            ``finish``, drawn from each sample's ``SampleDraw`` (the Loader gives it; without
+            one the pixels are left clean). Needs an ``ImageTransform`` or
+            ``DynamicResolution``.
     """
 
     image: Any = None
@@ -85,6 +91,7 @@ class MediaStage:
     remote: RemoteMedia | None = None
     token_ids: Mapping[str, int] | None = None
     fixed_tokens: int | None = None
+    augment: Augment | None = None
 
     def __post_init__(self) -> None:
         if self.image is not None and not isinstance(
@@ -110,6 +117,18 @@ class MediaStage:
             )
         if self.has_store:
             self.store.check_transform(self.image)
+        if self.augment is not None:
+            if not isinstance(self.augment, Augment):
+                raise ConfigError(
+                    f"expected a chute.media.augment.Augment, got {type(self.augment).__name__}",
+                    param="augment",
+                )
+            if not isinstance(self.image, ImageTransform | DynamicResolution):
+                raise ConfigError(
+                    f"augmentation works on the prepared pixels of an ImageTransform or a "
+                    f"DynamicResolution, not a {type(self.image).__name__}",
+                    param="augment",
+                )
 
     @property
     def has_store(self) -> bool:
@@ -145,8 +164,10 @@ class MediaStage:
 
     # -- per sample ----------------------------------------------------------------------------
 
-    def __call__(self, sample: Mapping[str, Any]) -> dict[str, Any]:
+    def __call__(self, sample: Mapping[str, Any], draw: SampleDraw | None = None) -> dict[str, Any]:
         """``sample`` plus its media inputs (a new dict; ``sample`` is not modified).
+
+        ``draw``: the sample's augmentation key; with ``augment``, its images are augmented.
 
         Raises:
             SampleError: the decoder's kinds, ``image_token_mismatch`` (and video/audio ones).
@@ -166,7 +187,10 @@ class MediaStage:
             if len(refs) > 1 and hasattr(loader, "for_images"):  # OneVision pads several images
                 loader = loader.for_images(len(refs))
             where = sample.get("path")
-            feats = [self._load(kind, loader, ref, where) for ref in refs]
+            moves = None
+            if kind == "image" and draw is not None and self.augment is not None:
+                moves = (draw, not sample.get("no_flip"))
+            feats = [self._load(kind, loader, ref, where, moves, i) for i, ref in enumerate(refs)]
             self._check(kind, sample["input_ids"], refs, feats)
             values_key, grid_key = OUTPUT_KEYS[kind]
             out[values_key] = [f.pixels for f in feats]
@@ -177,7 +201,13 @@ class MediaStage:
         return out
 
     def _load(
-        self, kind: str, loader: Any, ref: Mapping[str, Any], data_path: str | None
+        self,
+        kind: str,
+        loader: Any,
+        ref: Mapping[str, Any],
+        data_path: str | None,
+        moves: tuple[SampleDraw, bool] | None = None,
+        index: int = 0,
     ) -> ImageFeatures:
         path = ref["path"]
         remote = is_remote(path) and self.fetch is None and self.remote is not None
@@ -188,7 +218,7 @@ class MediaStage:
         if self.has_store and loader is self.image:  # (not a OneVision multi-image square)
             pixels = self.store.get(path)
             if pixels is not None:
-                return loader.finish(pixels)
+                return loader.finish(self._augment(pixels, moves, index))
         source: Any = path
         if is_remote(path) and self.fetch is not None:
             source = self.fetch(path)
@@ -200,7 +230,19 @@ class MediaStage:
             if not isinstance(source, bytes) or "<bytes>" not in exc.message:
                 raise
             raise SampleError(exc.kind, exc.message.replace("<bytes>", path)) from None
+        if moves is not None:
+            return loader.finish(self._augment(loader.prepare(image), moves, index))
         return loader(image)
+
+    def _augment(
+        self, pixels: np.ndarray, moves: tuple[SampleDraw, bool] | None, index: int
+    ) -> np.ndarray:
+        """Prepared pixels, augmented by the sample's draw (the clean ones without a draw)."""
+        if moves is None or self.augment is None:
+            return pixels
+        draw, flip_ok = moves
+        h, w = pixels.shape[:2]
+        return self.augment.apply(pixels, draw.image(index, h, w, flip_ok))
 
     def _check(self, kind: str, ids: np.ndarray, refs: Any, feats: list[ImageFeatures]) -> None:
         token_id = (self.token_ids or {}).get(kind)
@@ -247,6 +289,8 @@ class MediaStage:
     def fingerprint(self) -> dict[str, Any]:
         """What shapes the model inputs: transform, decoding options (JSON-able)."""
         out: dict[str, Any] = {"decode": dataclasses.asdict(self.decode)}
+        if self.augment is not None:
+            out["augment"] = self.augment.fingerprint()
         for kind in ("image", "video", "audio"):
             loader = getattr(self, kind)
             if loader is not None:

@@ -36,6 +36,7 @@ Example:
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -46,8 +47,13 @@ from chute.errors import ConfigError, SampleError
 from chute.formats import FormatReader, FormatSpec
 from chute.formats.preference import read_pair, read_rated
 from chute.formats.spec import MAX_TURNS
+from chute.media.geometry import Geometry, GeometryOption
 from chute.media.images import DEFAULT_MAX_PIXELS
 from chute.media.refs import MediaPlan, MediaSlot
+from chute.media.stage import default_media_stage
+from chute.media.timestamps import Timestamps, TimestampsOption
+from chute.media.tokens import DynamicImageTokens
+from chute.recipe.coordinates import move_coordinates, move_timestamps, objects_answer
 from chute.recipe.encode import Encoded, encode, fit_length
 from chute.recipe.preference import (
     TASKS,
@@ -148,6 +154,17 @@ class Recipe:
         max_turns: the most messages one record may hold (and content parts one message may
             hold); a record with more is rejected as ``too_many_turns`` before its messages
             are built, templated or tokenized (default 10,000; ``None``: no limit).
+        geometry: how the text writes box and point coordinates (``qwen2-vl``, ``qwen2.5-vl``,
+            ``normalized``, ``llava``, ``none``, or a ``chute.media.geometry.Geometry``):
+            they are rewritten for the image the model sees (resize, and the Loader's
+            augmentation crops and flips); ``None`` (default): the text is left as written.
+            See docs/media.md, "Augmentation and geometry".
+        timestamps: times in the text of a video sample (``00:12``, ``12.5s``, ``3.5 to 7
+            seconds``): ``check`` rejects a time past the clip's end (``timestamp_outside``),
+            ``seconds`` (or ``qwen2.5-vl``, ``qwen3-vl``) also writes each as Qwen reads time
+            (``12.0 seconds``), or a ``chute.media.timestamps.Timestamps`` (``snap=True``:
+            to the nearest sampled frame group's time); ``None`` (default): not read. See
+            docs/media.md, "Times in the text".
         image_token_id: the id written for image tokens (default: ``image_token``'s id; LLaVA's
             original code uses ``-200``).
         video_tokens: tokens per video: a fixed count, a ``chute.media.video.VideoFrames``
@@ -206,6 +223,8 @@ class Recipe:
         tokenizer_backend: str = "auto",
         max_record_bytes: int | None = MAX_RECORD_BYTES,
         max_turns: int | None = MAX_TURNS,
+        geometry: GeometryOption = None,
+        timestamps: TimestampsOption = None,
     ):
         self.tokenizer: Tokenizer = load_tokenizer(
             tokenizer,
@@ -288,6 +307,21 @@ class Recipe:
             allowed_roots=media_allowed_roots,
         )
         self._reader = FormatReader(self.format, max_turns=max_turns)
+        self.geometry = Geometry.of(geometry)
+        self._widest = False  # the lengths pass of a Loader that crops or flips
+        self.timestamps = Timestamps.of(timestamps)
+        if self.timestamps is not None and task != "sft":
+            raise ConfigError(
+                f"times in the text are checked for {spell_set('task', 'sft')} only, got "
+                f"{spell_value(task)}",
+                param="timestamps",
+            )
+        if self.geometry is not None and task != "sft":
+            raise ConfigError(
+                f"coordinates follow the pixels for {spell_set('task', 'sft')} only, got "
+                f"{spell_value(task)}",
+                param="geometry",
+            )
         self._ctx = RenderContext(
             bos=self.tokenizer.bos_token,
             eos=self.tokenizer.eos_token,
@@ -303,17 +337,23 @@ class Recipe:
 
     # -- the pipeline ----------------------------------------------------------------------
 
-    def __call__(self, record: Record | Any) -> dict[str, Any]:
-        """The sample of a ``Record`` (or of an already-parsed record: a dict or list)."""
+    def __call__(self, record: Record | Any, *, draw: Any = None) -> dict[str, Any]:
+        """The sample of a ``Record`` (or of an already-parsed record: a dict or list).
+
+        ``draw``: the sample's augmentation key (``chute.media.augment.SampleDraw``, given by
+        the Loader): coordinates in the text follow its crops and flips (``geometry``).
+        """
         if isinstance(record, Record):
             path, line = record.path, record.line
             try:
                 self._check_size(record)
-                return self._sample(record.data, path, line, record.index, record.window)
+                return self._sample(record.data, path, line, record.index, record.window, draw)
             except SampleError as exc:
                 raise exc.with_location(path, line) from None
         if isinstance(record, Windowed):
             return self.process(record.item, window=record.window)
+        if draw is not None:
+            return self._sample(record, None, None, None, None, draw)
         return self.process(record)
 
     def process(
@@ -398,6 +438,10 @@ class Recipe:
                     self._check_size(record)
                 data = record.data if isinstance(record, Record) else record
                 conv = self._reader(data)
+                if self.geometry is not None:
+                    conv = objects_answer(conv, data, self.geometry, self.media, where[0])
+                    conv = self._coordinates(conv, where[0])[0]
+                conv = move_timestamps(conv, self.timestamps, self.media, where[0])
                 rendered = self.template.render(conv, self._ctx)
                 slots = self.media.slots(rendered.media, where[0]) if rendered.media else None
             except SampleError as exc:
@@ -454,6 +498,7 @@ class Recipe:
         line: int | None,
         index: int | None,
         window: int | None = None,
+        draw: Any = None,
     ) -> dict[str, Any]:
         if window is not None and self.task == "sft":
             return self._window_sample(self._reader(data), window, path, line, index)
@@ -465,8 +510,44 @@ class Recipe:
             enc = self._fit(conv, self._encode(conv, path, "completion"), path, rated.response)
             return {**self._finish(enc, path, line, index), "label": rated.label}
         conv = self._reader(data)
+        flip_ok = True
+        if self.geometry is not None or draw is not None:
+            conv = objects_answer(conv, data, self.geometry, self.media, path)
+            conv, flip_ok = self._coordinates(conv, path, draw)
+        conv = move_timestamps(conv, self.timestamps, self.media, path)
         sample = self._finish(self._fit(conv, self._encode(conv, path), path), path, line, index)
+        if not flip_ok:
+            sample["no_flip"] = True  # the text says left or right: the stage does not flip
         return sample if window is None else self._window(sample, window)
+
+    def _coordinates(
+        self, conv: Conversation, path: str | None, draw: Any = None
+    ) -> tuple[Conversation, bool]:
+        return move_coordinates(
+            conv, self.geometry, self.media, self._geometry_transform, path, draw, self._widest
+        )
+
+    def widest_coordinates(self) -> Recipe:
+        """This recipe, writing each coordinate of the text at its widest form.
+
+        The lengths pass of a Loader whose media stage crops or flips runs it: an augmented
+        sample's boxes are only known per draw, so its planned length is counted with every
+        coordinate as long as any draw could write it (``Geometry.rewrite(widest=True)``),
+        and a packed row or a token budget planned from these lengths is never exceeded. Its
+        ``fingerprint`` differs, so its lengths are cached apart.
+        """
+        if self.geometry is None or self.geometry.convention == "none" or self._widest:
+            return self
+        out = copy.copy(self)
+        out._widest = True
+        return out
+
+    def _geometry_transform(self) -> Any:
+        """The prepared geometry of the default media stage (coordinates without a draw)."""
+        rule = self.media.image_rule
+        if isinstance(rule, DynamicImageTokens):
+            return rule
+        return default_media_stage(rule).image
 
     def _window_sample(
         self, conv: Conversation, window: int, path: str | None, line: int | None, index: int | None
@@ -675,6 +756,9 @@ class Recipe:
             **({"max_turns": self.max_turns} if self.max_turns != MAX_TURNS else {}),
             "tokenizer": self.tokenizer.fingerprint(),
             "media": self.media.to_json(),
+            **({"geometry": self.geometry.fingerprint()} if self.geometry is not None else {}),
+            **({"coordinates": "widest"} if self._widest else {}),
+            **({"timestamps": self.timestamps.fingerprint()} if self.timestamps else {}),
         }
 
     def __repr__(self) -> str:

@@ -1,0 +1,137 @@
+"""Planned lengths under augmentation: an augmented sample is never longer than planned.
+
+A crop rewrites the boxes in the text per draw, so a sample's length changes from epoch to
+epoch. The Loader's lengths pass writes every coordinate at its widest form
+(``Recipe.widest_coordinates``); these tests tokenize many draws with Qwen's tokenizer and check
+each against its planned length, then run packed plans over several epochs.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import logging
+import random
+from pathlib import Path
+from typing import Any
+
+import pytest
+from PIL import Image
+
+from chute import Loader, Recipe
+from chute.lengths import lengths_of
+from chute.media import DynamicResolution, MediaStage
+from chute.media.augment import Augment, RandomResizedCrop, SampleDraw
+from chute.sources import JsonlSource
+from chute.tokenize import load_tokenizer
+
+TOKENIZER = Path(__file__).resolve().parents[2] / ".." / "shared" / "data" / "tokenizers" / "qwen3"
+TRANSFORM = DynamicResolution(min_pixels=28 * 28, max_pixels=280 * 280)
+AUG = Augment(crop=RandomResizedCrop(scale=(0.25, 1.0)), flip=0.5)
+
+pytestmark = pytest.mark.skipif(not TOKENIZER.exists(), reason="no Qwen3 tokenizer in shared data")
+
+
+def _box(rng: random.Random, convention: str, w: int, h: int) -> str:
+    x1, y1 = rng.randrange(0, w - 8), rng.randrange(0, h - 8)
+    x2, y2 = rng.randrange(x1 + 4, w), rng.randrange(y1 + 4, h)
+    if convention == "qwen2.5-vl":
+        return json.dumps({"bbox_2d": [x1, y1, x2, y2], "label": "cat"})
+    if convention == "qwen2-vl":
+        c = [round(x1 / w * 1000), round(y1 / h * 1000), round(x2 / w * 1000), round(y2 / h * 1000)]
+        return f"<|box_start|>({c[0]},{c[1]}),({c[2]},{c[3]})<|box_end|>"
+    return "[" + ", ".join(f"{v:.2f}" for v in (x1 / w, y1 / h, x2 / w, y2 / h)) + "]"
+
+
+def _data(tmp_path: Path, convention: str, n: int = 24) -> Path:
+    rng = random.Random(convention)
+    rows = []
+    for i in range(n):
+        w, h = rng.choice([(150, 100), (300, 168), (90, 240), (280, 280)])
+        Image.new("RGB", (w, h), (128, 90, 60)).save(tmp_path / f"{i}.png")
+        boxes = " and ".join(_box(rng, convention, w, h) for _ in range(rng.randint(1, 4)))
+        words = " ".join(["cat"] * rng.randint(0, 30))
+        rows.append(
+            {
+                "messages": [
+                    {"role": "user", "content": f"<image>Where are the cats? {words}"},
+                    {"role": "assistant", "content": boxes},
+                ],
+                "images": [f"{i}.png"],
+            }
+        )
+    path = tmp_path / "boxes.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+@functools.cache
+def _tokenizer() -> Any:
+    return load_tokenizer(TOKENIZER, backend="hf")  # loaded once for every recipe here
+
+
+def _recipe(convention: str, **kw):  # type: ignore[no-untyped-def]
+    return Recipe(
+        tokenizer=_tokenizer(),
+        template="chatml",
+        image_tokens=TRANSFORM.rule("qwen2.5-vl"),
+        geometry=convention,
+        **kw,
+    )
+
+
+@pytest.mark.parametrize("convention", ["qwen2.5-vl", "qwen2-vl", "normalized"])
+def test_no_draw_makes_a_sample_longer_than_its_planned_length(tmp_path: Path, convention: str):
+    data = _data(tmp_path, convention)
+    recipe = _recipe(convention)
+    widest = recipe.widest_coordinates()
+    assert widest.fingerprint() != recipe.fingerprint()  # its lengths are cached apart
+    planned = lengths_of(JsonlSource(data), widest, cache=False).length
+    plain = lengths_of(JsonlSource(data), recipe, cache=False).length
+    records = [json.loads(line) for line in data.read_text().splitlines()]
+    transform = recipe._geometry_transform()
+    longer_than_plain = checked = 0
+    for i, record in enumerate(records):
+        for epoch in range(12):
+            draw = SampleDraw(AUG, seed=3, epoch=epoch, sample_id=i, transform=transform)
+            try:
+                sample = recipe._sample(record, str(data), None, i, None, draw)
+            except Exception as exc:  # a box the crop lost: a counted reject, no length
+                assert getattr(exc, "kind", None) == "box_outside", exc
+                continue
+            assert sample["length"] <= planned[i], (i, epoch, sample["length"], planned[i])
+            longer_than_plain += sample["length"] > plain[i]
+            checked += 1
+    assert checked >= 150
+    # the un-augmented lengths would have been exceeded: the bound is what keeps plans true
+    assert longer_than_plain > 0
+
+
+def test_packed_rows_with_augmentation_never_exceed_max_length(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+):
+    data = _data(tmp_path, "qwen2.5-vl", n=30)
+    recipe = _recipe("qwen2.5-vl", max_length=256)
+    media = MediaStage(TRANSFORM, augment=AUG)
+    loader = Loader(data, recipe, plan="packed", seed=1, media=media)
+    planned = loader.lengths.length
+    caplog.set_level(logging.WARNING)
+    delivered = 0
+    for epoch in range(3):
+        loader.set_epoch(epoch)
+        for batch in loader:
+            cu = batch["cu_seqlens"].tolist()
+            width = batch["input_ids"].shape[1]
+            seg = 0
+            for row in batch["row_sample_ids"].tolist():
+                used = 0
+                for i in (i for i in row if i >= 0):
+                    n = cu[seg + 1] - cu[seg]
+                    assert n <= planned[i], (epoch, i, n, planned[i])
+                    used, seg, delivered = used + n, seg + 1, delivered + 1
+                assert used <= 256 == width
+                seg += used < width  # the padding tail, a segment of its own
+            assert seg == len(cu) - 1
+    assert "held more than max_length" not in caplog.text
+    # every sample delivered or a counted reject (a crop that lost a box): none was cut
+    assert delivered + loader.stats.get("box_outside", 0) == 3 * 30 and delivered >= 45

@@ -1,0 +1,150 @@
+"""Boxes in an ``objects`` / ``bbox`` column: written as the answer, moved with the pixels.
+
+A record without an answer and with ``objects`` is answered by its objects in the geometry's
+convention; the same draw that crops and flips the pixels moves them (checked on the delivered
+``pixel_values``: the box decoded from ``input_ids`` encloses the red object).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from PIL import Image
+from PIL import ImageDraw as PILDraw
+
+from chute import Loader, Recipe
+from chute.errors import SampleError
+from chute.media import DynamicResolution, MediaStage
+from chute.media.augment import Augment, RandomResizedCrop
+from chute.tokenize import load_tokenizer
+
+TOKENIZER = Path(__file__).resolve().parents[2] / ".." / "shared" / "data" / "tokenizers" / "qwen3"
+TRANSFORM = DynamicResolution(min_pixels=28 * 28, max_pixels=112 * 112)
+AUG = Augment(crop=RandomResizedCrop(scale=(0.4, 1.0)), flip=0.5)
+BOXES = [(40, 30, 90, 70), (10, 10, 60, 50), (70, 20, 140, 90), (30, 40, 80, 95)]
+
+pytestmark = pytest.mark.skipif(not TOKENIZER.exists(), reason="no Qwen3 tokenizer in shared data")
+
+
+def _record(i: int, box: tuple[int, ...], column: str = "objects") -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "messages": [{"role": "user", "content": "<image>Locate the red box, as JSON."}],
+        "images": [f"{i}.png"],
+    }
+    if column == "objects":
+        out["objects"] = [{"bbox": list(box), "label": "red box"}]
+    else:
+        out.update(bbox=list(box), label="red box")
+    return out
+
+
+def _data(tmp_path: Path) -> Path:
+    rows = []
+    for i, box in enumerate(BOXES * 3):
+        image = Image.new("RGB", (150, 100), (128, 128, 128))
+        PILDraw.Draw(image).rectangle([box[0], box[1], box[2] - 1, box[3] - 1], fill=(255, 0, 0))
+        image.save(tmp_path / f"{i}.png")
+        rows.append(_record(i, box, "objects" if i % 2 else "bbox"))
+    path = tmp_path / "objects.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+@functools.cache
+def _tokenizer() -> Any:
+    return load_tokenizer(TOKENIZER, backend="hf")  # loaded once for every recipe here
+
+
+def _recipe(geometry: str) -> Recipe:
+    return Recipe(
+        tokenizer=_tokenizer(),
+        template="chatml",
+        image_tokens=TRANSFORM.rule("qwen2.5-vl"),
+        geometry=geometry,
+    )
+
+
+def _answer(recipe: Recipe, record: dict[str, Any], where: Path) -> str:
+    ids = recipe.process(record, path=str(where))["input_ids"].tolist()
+    text = recipe.tokenizer.decode([t for t in ids if t != recipe.media.token_id("image")])
+    return text.split("<|im_start|>assistant\n")[1].split("<|im_end|>")[0]
+
+
+def test_the_objects_become_the_answer_in_each_convention(tmp_path: Path):
+    where = _data(tmp_path)
+    record = _record(0, BOXES[0])
+    # 150x100 is over max_pixels 112x112: scaled by sqrt(15000/12544) = 1.0935 and floored to
+    # multiples of 28: 112x84. x * 112/150, y * 84/100, rounded outwards:
+    # (40, 30, 90, 70) -> (29.87, 25.2, 67.2, 58.8) -> [29, 25, 68, 59]
+    assert _answer(_recipe("qwen2.5-vl"), record, where) == (
+        '[{"bbox_2d": [29, 25, 68, 59], "label": "red box"}]'
+    )
+    # 0-1000 of 150x100: (266.7, 300, 600, 700) -> (266,300),(600,700); a resize keeps them
+    assert _answer(_recipe("qwen2-vl"), record, where) == (
+        "<|object_ref_start|>red box<|object_ref_end|><|box_start|>(266,300),(600,700)<|box_end|>"
+    )
+    assert _answer(_recipe("normalized"), record, where) == (
+        '[{"bbox": [0.266, 0.3, 0.6, 0.7], "label": "red box"}]'
+    )
+    # llava: written of the 150x150 square (the image 25 pixels down), y (30+25)/150 -> 0.366,
+    # (70+25)/150 -> 0.634 outwards; then moved to the 112x84 image's square (14 pixels down):
+    # (0.366*150 - 25) * 0.84 + 14 = 39.116 -> /112 = 0.349; (0.634*150 - 25) * 0.84 + 14
+    # = 72.884 -> 0.651 (x: the square's width is the image's, unchanged)
+    assert _answer(_recipe("llava"), _record(0, BOXES[0], "bbox"), where) == (
+        '[{"bbox": [0.266, 0.349, 0.6, 0.651], "label": "red box"}]'
+    )
+    # an answered record keeps its answer: the column is not what the model reads
+    answered = {
+        **record,
+        "messages": [*record["messages"], {"role": "assistant", "content": "No."}],
+    }
+    assert _answer(_recipe("qwen2.5-vl"), answered, where) == "No."
+    with pytest.raises(SampleError, match="box_invalid"):
+        _recipe("qwen2.5-vl").process({**record, "objects": [{"bbox": [1, 2]}]}, path=str(where))
+    with pytest.raises(SampleError, match="box_invalid"):  # past the 150x100 image
+        _recipe("qwen2.5-vl").process(_record(0, (10, 10, 160, 50)), path=str(where))
+
+
+def _images(batch: Any) -> list[np.ndarray]:
+    p, m, tp = TRANSFORM.patch_size, TRANSFORM.merge_size, TRANSFORM.temporal_patch_size
+    out, start = [], 0
+    for gt, gh, gw in batch["image_grid_thw"].tolist():
+        n = gt * gh * gw
+        x = batch["pixel_values"][start : start + n].numpy()
+        start += n
+        x = x.reshape(gt, gh // m, gw // m, m, m, 3, tp, p, p).transpose(0, 6, 5, 1, 3, 7, 2, 4, 8)
+        out.append(x.reshape(gt, tp, 3, gh * p, gw * p)[0, 0].transpose(1, 2, 0))
+    return out
+
+
+def test_objects_follow_the_crop_and_flip_through_the_loader(tmp_path: Path):
+    recipe = _recipe("qwen2.5-vl")
+    loader = Loader(
+        _data(tmp_path),
+        recipe,
+        batch_size=4,
+        shuffle=False,
+        seed=5,
+        media=MediaStage(TRANSFORM, augment=AUG),
+    )
+    image_id = recipe.media.token_id("image")
+    moved = 0
+    for epoch in range(2):
+        loader.set_epoch(epoch)
+        for batch in loader:
+            for row, image in zip(batch["input_ids"], _images(batch), strict=True):
+                text = recipe.tokenizer.decode([t for t in row.tolist() if t != image_id])
+                x1, y1, x2, y2 = (
+                    int(v) for v in re.findall(r"\[(\d+), (\d+), (\d+), (\d+)\]", text)[0]
+                )
+                ys, xs = np.nonzero(image[..., 0] - image[..., 1] > 1.0)  # red
+                assert x1 - 2 <= xs.min() and y1 - 2 <= ys.min()
+                assert xs.max() + 1 <= x2 + 2 and ys.max() + 1 <= y2 + 2
+                moved += 1
+    assert loader.stats == {} and moved == 24
