@@ -7,10 +7,17 @@ through random resized crop (scale 0.08-1), horizontal flip (p=0.5) and colour j
 (brightness, contrast, saturation 0.4, hue 0.1) to a normalised ``(3, 224, 224)`` float32 tensor,
 in a ``torch.utils.data.DataLoader`` with one worker (images/s is then per worker), batches of 16:
 
+* **torchvision v2**: ``v2.Compose([PILToTensor, RandomResizedCrop(224), RandomHorizontalFlip,
+  ColorJitter, ToDtype, Normalize])`` on the Pillow decode, in a plain map-style dataset: what
+  most training scripts write. torchvision 0.28.0 is the release for torch 2.13.0, but its wheel
+  is a CUDA build whose C extension does not load beside the CPU torch; its v2 transforms are
+  Python over torch ops, so it is imported without the extension's operator registrations
+  (``_torchvision``; no transform used here calls the extension). Install it out of the venv:
+  ``pip install --no-deps --target /tmp/tvlib torchvision==0.28.0`` and run with
+  ``PYTHONPATH=/tmp/tvlib``; without it, this row is left out;
 * **plain**: the same transforms written as a user would without torchvision: a map-style
   dataset, Pillow's crop-resize, flip and ``ImageEnhance``, numpy normalisation, torch's global
-  generator for the draws (torchvision v2 itself cannot be installed beside the pinned CPU torch
-  here, so it is not measured);
+  generator for the draws;
 * **chute stage**: ``MediaStage(ImageTransform(224, crop=224), augment=Augment(...))`` per
   sample in the same harness: decode, the clean resize + centre crop (what a pixel store keeps),
   the draw from (seed, epoch, id), crop back to 224, flip, jitter, normalise;
@@ -101,6 +108,48 @@ class Plain(torch.utils.data.Dataset):  # type: ignore[type-arg]
         return torch.from_numpy((x - MEAN) / STD)
 
 
+def _torchvision() -> Any:
+    """torchvision's ``transforms.v2``, or None where it is not importable (see the docstring)."""
+    import importlib.util
+    import types
+
+    if importlib.util.find_spec("torchvision") is None:
+        return None
+    # the CUDA wheel's C extension registers operators the CPU torch lacks: skip that module
+    sys.modules.setdefault(
+        "torchvision._meta_registrations", types.ModuleType("torchvision._meta_registrations")
+    )
+    import torchvision
+    from torchvision.transforms import v2
+
+    v2.version = torchvision.__version__  # type: ignore[attr-defined]
+    return v2
+
+
+class TorchvisionV2(torch.utils.data.Dataset):  # type: ignore[type-arg]
+    """The same transforms as most training scripts write them, with torchvision's v2."""
+
+    def __init__(self, paths: list[str], v2: Any):
+        self.paths = paths
+        self.transform = v2.Compose(
+            [
+                v2.PILToTensor(),
+                v2.RandomResizedCrop(SIZE, scale=(0.08, 1.0), antialias=True),
+                v2.RandomHorizontalFlip(0.5),
+                v2.ColorJitter(0.4, 0.4, 0.4, 0.1),
+                v2.ToDtype(torch.float32, scale=True),
+                v2.Normalize(MEAN.ravel().tolist(), STD.ravel().tolist()),
+            ]
+        )
+
+    def __len__(self) -> int:
+        return len(self.paths)
+
+    def __getitem__(self, i: int) -> torch.Tensor:
+        out: torch.Tensor = self.transform(Image.open(self.paths[i]).convert("RGB"))
+        return out
+
+
 class Staged(torch.utils.data.Dataset):  # type: ignore[type-arg]
     """chute's media stage, per sample, in the same harness."""
 
@@ -174,7 +223,13 @@ def main() -> None:
         data.write_text("".join(json.dumps(r) + "\n" for r in rows))
         stage = MediaStage(TRANSFORM, augment=AUG, store=False)
         stored = MediaStage(TRANSFORM, augment=AUG, store=PixelStore(root / "px", TRANSFORM))
+        v2 = _torchvision()
         results = {
+            **(
+                {"torchvision v2 DataLoader": rate(TorchvisionV2(paths, v2), args.rounds)}
+                if v2 is not None
+                else {}
+            ),
             "plain DataLoader (Pillow + torch RNG)": rate(Plain(paths), args.rounds),
             "chute stage, augmented": rate(Staged(paths, stage, True), args.rounds),
             "chute stage, clean": rate(Staged(paths, stage, False), args.rounds),
@@ -188,7 +243,7 @@ def main() -> None:
             "photos": len(found),
             "workers": 1,
             "images_per_second_per_worker": {k: round(v, 1) for k, v in results.items()},
-            "torchvision": "not installable beside the pinned CPU torch 2.13.0; not measured",
+            "torchvision": v2.version if v2 is not None else "not installed: not measured",
         },
     )
 
