@@ -14,6 +14,7 @@ from cache_helpers import write_alpaca, write_tokenizer
 from chute import FingerprintMismatch, PreprocessConfig, Recipe, open_cache, preprocess
 from chute.cache import RecipeConfig
 from chute.cache.layout import Layout
+from chute.errors import ConfigError
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -61,6 +62,8 @@ CHANGES = [
     ("allow_urls", True, "media.allow_urls differs: cache False, recipe True"),
     ("max_image_pixels", 1000, "media.max_image_pixels differs"),
     ("media_allowed_roots", ["OTHER"], "media.allowed_roots (length) differs: cache 0, recipe 1"),
+    ("geometry", "qwen2-vl", "geometry"),
+    ("timestamps", "seconds", "timestamps"),
 ]
 
 
@@ -75,6 +78,13 @@ def test_each_recipe_field_changed_alone_is_named(built: dict, field, value, nam
     assert named in message
     assert len(info.value.fields) == len(message.splitlines()) - 2  # only what changed
     assert f"chute preprocess {built['cache']}/config.yaml --out {built['cache']}" in message
+
+
+def test_a_config_takes_geometry_and_timestamps_as_the_recipe_does() -> None:
+    config = RecipeConfig(tokenizer="t", geometry="qwen2-vl", timestamps={"mode": "check"})
+    assert (config.geometry, config.timestamps) == ("qwen2-vl", {"mode": "check"})
+    with pytest.raises(ConfigError, match=r"geometry: expected a name, a mapping of its fields"):
+        RecipeConfig(tokenizer="t", geometry=5)  # type: ignore[arg-type]
 
 
 def test_same_recipe_config_or_object_opens(built: dict) -> None:

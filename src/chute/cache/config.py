@@ -116,6 +116,8 @@ class RecipeConfig:
     tokenizer_backend: str = "auto"
     max_record_bytes: int | None = MAX_RECORD_BYTES
     max_turns: int | None = MAX_TURNS
+    geometry: str | dict[str, str] | None = None
+    timestamps: str | dict[str, Any] | None = None
 
     KINDS: ClassVar[dict[str, Any]] = {
         "tokenizer": "str",
@@ -149,6 +151,8 @@ class RecipeConfig:
         "tokenizer_backend": choice(BACKENDS),
         "max_record_bytes": "int+?",
         "max_turns": "int+?",
+        "geometry": "name_or_fields",
+        "timestamps": "name_or_fields",
     }
     # Options that change how samples are computed, never what they are (not in config.yaml).
     NOT_SHAPING: ClassVar[tuple[str, ...]] = ("tokenizer_backend",)

@@ -78,6 +78,14 @@ _CHECKS: dict[str, tuple[Any, str]] = {
         "a token count, fps (sampling at a rate: fps=1,max_frames=64), frames=8, a mapping of "
         "VideoFrames fields, or null",
     ),
+    "name_or_fields": (
+        lambda v: (
+            v is None
+            or (isinstance(v, str) and v != "")
+            or (isinstance(v, Mapping) and all(isinstance(k, str) for k in v))
+        ),
+        "a name, a mapping of its fields, or null",
+    ),
     "paths": (
         lambda v: isinstance(v, list | tuple) and all(isinstance(x, str) and x for x in v),
         "a list of folders",

@@ -299,6 +299,17 @@ def check_augment(media: Any, recipe: Any) -> None:
             "(Augment(jitter=..., transform=...))",
             param="augment",
         )
+    from chute.mixture.source import MixtureRecipe  # here: options is imported by every Loader
+
+    if isinstance(recipe, MixtureRecipe):
+        # Each dataset's recipe would have to write its own widest coordinates for the lengths
+        # pass; until it does, a crop could make a sample longer than its planned row.
+        raise ConfigError(
+            "the media stage's augmentation crops or flips images over a mixture: boxes in "
+            "each dataset's text cannot follow them yet. Augment colours only "
+            "(Augment(jitter=..., transform=...)), or load the grounding dataset on its own",
+            param="augment",
+        )
     if getattr(recipe, "geometry", None) is None:
         raise ConfigError(
             f"the media stage's augmentation crops or flips images, but the recipe says "
