@@ -56,8 +56,9 @@ import numpy as np
 
 from chute.errors import ConfigError
 from chute.plan.base import check_positive
+from chute.plan.bulk import id_dtype, sort_desc
 from chute.plan.lengthed import LengthPlanner, derive_seed, shuffle_units, sort_within
-from chute.plan.order import IdOrder
+from chute.plan.order import IdOrder, Order
 from chute.plan.table import TablePlan, even_bounds, gather_segments
 
 __all__ = ["GroupedPlanner", "mixed_batches"]
@@ -121,6 +122,57 @@ class GroupedPlanner(LengthPlanner):
             **({"by_modality": True} if self.by_modality else {}),
             "drop_last": self.drop_last,
         }
+
+    def plan_order(self, order: Order, *, epoch: int, world_size: int) -> TablePlan:
+        """Mega-batch by mega-batch: the order is read, sorted and placed one group at a time.
+
+        Memory: two ``int32`` arrays of the epoch's ids (sorted, then steps shuffled) and one
+        mega-batch of temporaries; the same plan as ``plan_ids`` over the materialised order.
+        """
+        if self.by_modality:
+            return super().plan_order(order, epoch=epoch, world_size=world_size)
+        lengths = self.require_lengths().pad_lengths  # a pair: its longer side
+        n = len(order)
+        step = world_size * self.batch_size
+        mega = self.group_size * self.grad_accum * step
+        full = n // step
+        dtype = id_dtype(len(lengths))
+        ordered = order.take_range(0, n, np.empty(n, dtype=dtype))
+        longest, first = -1, None
+        for lo in range(0, n, mega):
+            hi = min(n, lo + mega)
+            ids = ordered[lo:hi]
+            lens = lengths[ids]
+            ordered[lo:hi] = sort_desc(ids, lens)
+            if lo < full * step and int(lens.max()) > longest:  # sorted: the group's first
+                longest, first = int(lens.max()), lo // step
+        if self.shuffle and full:
+            steps = shuffle_units(
+                full,
+                self.grad_accum,
+                derive_seed(self.seed, "steps"),
+                epoch,
+                first if self.longest_first else None,
+            )
+            head = ordered[: full * step].reshape(full, step)
+            shuffled = np.empty_like(ordered)
+            np.take(head, steps, axis=0, out=shuffled[: full * step].reshape(full, step))
+            shuffled[full * step :] = ordered[full * step :]
+            del head
+            ordered = shuffled
+        return self._table(order, ordered, world_size)
+
+    def _table(self, order: Order, ordered: np.ndarray, world_size: int) -> TablePlan:
+        bounds = even_bounds(len(ordered), world_size, self.batch_size, self.drop_last)
+        dealt = int(bounds[-1])
+        return TablePlan(
+            order,
+            world_size,
+            ids=ordered[:dealt],
+            batch_bounds=bounds,
+            undealt=ordered[dealt:],
+            stats={"dropped": len(ordered) - dealt},
+        )
 
     def plan_ids(self, ids: np.ndarray, *, epoch: int, world_size: int) -> TablePlan:
         bound = self.require_lengths()

@@ -51,6 +51,7 @@ Example:
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterator
 from typing import Any, ClassVar
 
 import numpy as np
@@ -58,10 +59,11 @@ import numpy as np
 from chute.errors import ConfigError
 from chute.plan.balance import Balance, BalanceOption
 from chute.plan.base import check_positive
+from chute.plan.bulk import CHUNK, id_dtype, place_desc, take_segments
 from chute.plan.cost import CostOption
 from chute.plan.lengthed import LengthPlanner, derive_seed
-from chute.plan.order import IdOrder
-from chute.plan.pack import pack_rows, pack_spread, split_rows
+from chute.plan.order import IdOrder, Order
+from chute.plan.pack import pack_rows, pack_sorted, pack_spread, split_rows
 from chute.plan.rebalance import deal_rows, spread_tail
 from chute.plan.shuffle import Permutation
 from chute.plan.table import TablePlan, even_bounds, gather_segments
@@ -205,6 +207,87 @@ class PackedPlanner(LengthPlanner):
         """
         lens = np.asarray(lens, dtype=np.int64)
         return lens if self.align == 1 else -(-lens // self.align) * self.align
+
+    def plan_order(self, order: Order, *, epoch: int, world_size: int) -> TablePlan:
+        """Packing by size buckets: O(max_length) state beyond three ``int32`` id arrays.
+
+        The order's ids are counted by size, placed longest first by a counting sort (no
+        argsort of the epoch) and packed over the histogram (``pack_sorted``), which writes
+        every id straight into its row: the same rows as ``plan_ids`` over the materialised
+        order. ``split``, ``window`` and ``balance`` take that path.
+        """
+        if self.split or self.window is not None or (self.balance is not None and world_size > 1):
+            return super().plan_order(order, epoch=epoch, world_size=world_size)
+        cap = self.max_length
+        n = len(order)
+        ids = order.take_range(0, n, np.empty(n, dtype=id_dtype(len(self.require_lengths()))))
+        histogram = np.zeros(cap + 1, dtype=np.int64)
+        tokens = room = halves = over = 0
+        dropped = []
+        for _, size, lens, cut, longer in self._sized(ids):
+            histogram += np.bincount(np.maximum(size, 1), minlength=cap + 1)
+            tokens += int(lens.sum(dtype=np.int64))
+            room += int(size.sum(dtype=np.int64))
+            halves += int(np.count_nonzero(2 * size > cap))
+            over += longer
+            dropped.append(cut)
+        keys = ((part, np.maximum(size, 1)) for part, size, _, _, _ in self._sized(ids))
+        ordered = place_desc(keys, histogram, np.empty(int(histogram.sum()), dtype=ids.dtype))
+        del ids
+        members, counts = pack_sorted(ordered, histogram, cap)  # rows in opening order
+        del ordered
+        num_rows = len(counts)
+        rows = np.arange(num_rows, dtype=np.int64)
+        if self.shuffle:
+            rows = Permutation(num_rows, derive_seed(self.seed, "rows"), epoch).materialize()
+        starts = np.cumsum(counts) - counts
+        picked = take_segments(members, starts[rows], counts[rows])
+        del members
+        row_bounds = np.concatenate([[0], np.cumsum(counts[rows])]).astype(np.int64)
+        bounds = even_bounds(num_rows, world_size, self.batch_size, self.drop_last)
+        dealt_rows = int(bounds[-1])
+        dealt = int(row_bounds[dealt_rows])
+        cut_ids = np.concatenate(dropped) if dropped else picked[:0]
+        stats = {
+            "truncated": 0 if self.overflow == "drop" else over,
+            "dropped": (over if self.overflow == "drop" else 0) + len(picked) - dealt,
+            "rows": num_rows,
+            "tokens": tokens,
+            "bound": max(-(-room // cap), halves),
+            "max_length": cap,
+        }
+        self._check_efficiency(stats)
+        return TablePlan(
+            order,
+            world_size,
+            ids=picked[:dealt],
+            batch_bounds=bounds,
+            row_bounds=row_bounds[: dealt_rows + 1],
+            undealt=np.concatenate([cut_ids, picked[dealt:]]).astype(picked.dtype),
+            stats=stats,
+        )
+
+    def _sized(
+        self, ids: np.ndarray
+    ) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, int]]:
+        """Chunks of ``ids``: ``(kept ids, room each takes, length, dropped ids, over)``.
+
+        ``over`` samples are longer than ``max_length``: truncated (nothing dropped) or
+        dropped, as ``overflow`` says.
+        """
+        length = self.require_lengths().length
+        cap = self.max_length
+        for lo in range(0, len(ids), CHUNK):
+            part = ids[lo : lo + CHUNK]
+            lens = length[part].astype(np.int64)
+            over = lens > cap
+            cut = part[:0]
+            if self.overflow == "drop":
+                cut = part[over]
+                part, lens = part[~over], lens[~over]
+            else:
+                lens = np.minimum(lens, cap)
+            yield part, self.sizes(lens), lens, cut, int(np.count_nonzero(over))
 
     def plan_ids(self, ids: np.ndarray, *, epoch: int, world_size: int) -> TablePlan:
         lens_all = self.require_lengths()
