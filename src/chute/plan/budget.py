@@ -43,7 +43,7 @@ import numpy as np
 from chute.errors import ConfigError
 from chute.plan.balance import Balance, BalanceOption
 from chute.plan.base import check_positive
-from chute.plan.bulk import CHUNK, argsort_desc, id_dtype, take_segments
+from chute.plan.bulk import CHUNK, argsort_desc, id_dtype, ordered_map, spans, take_segments
 from chute.plan.cost import CostOption
 from chute.plan.lengthed import LengthPlanner, derive_seed, shuffle_units, sort_within
 from chute.plan.order import IdOrder, Order
@@ -230,7 +230,9 @@ class BudgetPlanner(LengthPlanner):
             **({"balance": self.balance.to_json()} if self.balance is not None else {}),
         }
 
-    def plan_order(self, order: Order, *, epoch: int, world_size: int) -> TablePlan:
+    def plan_order(
+        self, order: Order, *, epoch: int, world_size: int, whole: bool = False
+    ) -> TablePlan:
         """Mega-batch by mega-batch: each is sorted and cut into batches in turn.
 
         Memory: two ``int32`` arrays of the epoch's ids and one mega-batch of temporaries; the
@@ -243,23 +245,37 @@ class BudgetPlanner(LengthPlanner):
         n = len(order)
         ordered = order.take_range(0, n, np.empty(n, dtype=id_dtype(len(lengths))))
         total = 0
-        for lo in range(0, n, CHUNK):
-            total += int(lengths[ordered[lo : lo + CHUNK]].sum(dtype=np.int64))
+        for lo in range(0, len(lengths) if whole else n, CHUNK):
+            if whole:  # every valid id once: the same sum in id order, read sequentially
+                part = lengths[lo : lo + CHUNK][bound.length[lo : lo + CHUNK] >= 0]
+            else:
+                part = lengths[ordered[lo : lo + CHUNK]]
+            total += int(part.sum(dtype=np.int64))
         budget = self.max_tokens // bound.sequences
         mega = self._mega(total / n if n else 1.0, budget, world_size)
         found: list[int] = []
         over = 0
         cap = self.max_rows or n or 1
         heads, tops = [], []  # each mega-batch's start and longest (its first, once sorted)
-        for lo in range(0, n, mega):
-            hi = min(n, lo + mega)
-            lens = lengths[ordered[lo:hi]]
-            perm = argsort_desc(lens)
-            ordered[lo:hi] = ordered[lo:hi][perm]
-            lens = lens[perm]
-            heads.append(lo)
-            tops.append(int(lens[0]))
-            over += _cut(lens, budget, cap, self.multiple, found)
+
+        def cut(span: tuple[int, int]) -> tuple[list[int], list[int], list[int], int]:
+            starts, longest, sizes, over = [], [], [], 0
+            for lo in range(span[0], span[1], mega):
+                hi = min(span[1], lo + mega)
+                lens = lengths[ordered[lo:hi]]
+                perm = argsort_desc(lens)
+                ordered[lo:hi] = ordered[lo:hi][perm]
+                lens = lens[perm]
+                starts.append(lo)
+                longest.append(int(lens[0]))
+                over += _cut(lens, budget, cap, self.multiple, sizes)
+            return starts, longest, sizes, over
+
+        for starts, longest, sizes, more in ordered_map(cut, spans(n, mega)):
+            heads += starts
+            tops += longest
+            found += sizes
+            over += more
         heads_a, tops_a = np.asarray(heads, dtype=np.int64), np.asarray(tops, dtype=np.int64)
 
         def longest_at(limit: int) -> int:  # where argmax(lengths[ordered[:limit]]) is

@@ -149,17 +149,20 @@ class LengthPlanner(Planner):
             self._built.move_to_end(key)
             return self._built[key]
         dealt = self.epoch_order(int(epoch)) if order is None else order
-        plan = self.plan_order(dealt, epoch=int(epoch), world_size=world_size)
+        plan = self.plan_order(dealt, epoch=int(epoch), world_size=world_size, whole=order is None)
         if order is None:
             self._built[key] = plan
             while len(self._built) > self._CACHED_BUILDS:
                 self._built.popitem(last=False)
         return plan
 
-    def plan_order(self, order: Order, *, epoch: int, world_size: int) -> TablePlan:
+    def plan_order(
+        self, order: Order, *, epoch: int, world_size: int, whole: bool = False
+    ) -> TablePlan:
         """The plan dealing exactly the ids of ``order``, in its order, over ``world_size`` ranks.
 
-        This default materialises the order (``int32`` ids where they fit) for ``plan_ids``;
+        ``whole``: the order deals every valid id exactly once (the epoch's own order), so
+        sums and counts over it may be read from the lengths in id order. This default materialises the order (``int32`` ids where they fit) for ``plan_ids``;
         planners that can read it chunk by chunk override it.
         """
         ids = order.materialize(id_dtype(len(self.require_lengths())))

@@ -117,6 +117,7 @@ def pack_sorted(
     histogram: np.ndarray,
     capacity: int,
     rooms: np.ndarray | None = None,
+    arrange: Callable[[np.ndarray], np.ndarray] | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Best-fit decreasing over items already sorted longest first, as ``(members, counts)``.
 
@@ -126,6 +127,10 @@ def pack_sorted(
     runs over the histogram (see the module docstring) and needs O(rows) memory beyond the
     ``members`` it returns (of ``items``' dtype): twice, once to count each row's items, once to
     write each item straight to its row's slot. ``rooms`` as in ``pack_rows``.
+
+    ``arrange(counts)``, when given, returns the order the rows are laid out in (the rows'
+    numbers, a permutation, e.g. a shuffle): ``members`` and ``counts`` then follow that order,
+    and no second copy of the items is needed to reorder them.
 
     Example:
         >>> hist = np.bincount([3, 7, 5, 2, 4], minlength=11)
@@ -140,14 +145,22 @@ def pack_sorted(
             f"the histogram must count the {len(items)} items by size 1 .. capacity, got "
             f"{int(histogram.sum())} items ({int(histogram[:1].sum())} of size 0)"
         )
-    counts = _bfd(histogram, capacity, rooms, None)
-    starts = np.cumsum(counts) - counts
+    bound = 2 * -(-int((histogram * np.arange(len(histogram))).sum()) // capacity) + 1
+    counts = _bfd(histogram, capacity, rooms, None, bound)  # any fit: one row at most half full
+    offset = np.int32 if len(items) < 2**31 else np.int64
+    if arrange is None:
+        starts = (np.cumsum(counts) - counts).astype(offset)
+    else:
+        order = np.asarray(arrange(counts))
+        counts = counts[order]
+        starts = np.empty(len(counts), dtype=offset)
+        starts[order] = np.cumsum(counts) - counts  # where each row (by number) begins
     members = np.empty(len(items), dtype=items.dtype)
 
     def write(pos: int, rows: np.ndarray, slots: np.ndarray) -> None:
         members[starts[rows] + slots] = items[pos : pos + len(rows)]
 
-    _bfd(histogram, capacity, rooms, write)
+    _bfd(histogram, capacity, rooms, write, bound)
     return members, counts
 
 
@@ -252,22 +265,24 @@ def _bfd(
     capacity: int,
     given: np.ndarray | None,
     write: Callable[[int, np.ndarray, np.ndarray], None] | None,
+    expect: int = 1024,
 ) -> np.ndarray:
     """Best-fit decreasing over a histogram of sizes; returns the items of each row.
 
     ``write(pos, rows, slots)``, when given, learns where the sorted items ``pos ..
     pos + len(rows) - 1`` go: each one's row and its place within the row. ``given``: the
-    rooms of rows already open (rows ``0 .. len(given)-1``).
+    rooms of rows already open (rows ``0 .. len(given)-1``); ``expect``: new rows expected
+    (room is made for more if needed). Counts and row numbers are ``int32``.
     """
     opened_before = 0 if given is None else len(given)
-    filled = np.zeros(max(1024, 2 * opened_before), dtype=np.int64)  # items in each row so far
+    filled = np.zeros(max(16, expect + opened_before), dtype=np.int32)  # items in each row
     rooms = _Rooms()
     next_row = opened_before
     if given is not None and len(given):
         given = np.minimum(np.asarray(given, dtype=np.int64), capacity)
         at = np.argsort(given, kind="stable")
         for group in np.split(at, np.flatnonzero(np.diff(given[at])) + 1):
-            rooms.add(int(given[group[0]]), group.astype(np.int64))
+            rooms.add(int(given[group[0]]), group.astype(np.int32))
     pos = 0
     for size in np.flatnonzero(histogram[: capacity + 1])[::-1].tolist():
         end = pos + int(histogram[size])
@@ -278,16 +293,16 @@ def _bfd(
                 q = capacity // size
                 opened = -(-left // q)
                 if next_row + opened > len(filled):
-                    filled = np.concatenate([filled, np.zeros(max(len(filled), opened), np.int64)])
+                    filled = np.concatenate([filled, np.zeros(max(len(filled), opened), np.int32)])
                 if write is not None:
                     within = np.arange(left, dtype=np.int64)
                     write(pos, next_row + within // q, within % q)
                 full, rest = divmod(left, q)
                 filled[next_row : next_row + full] = q
-                rooms.add(capacity - q * size, np.arange(next_row, next_row + full))
+                rooms.add(capacity - q * size, np.arange(next_row, next_row + full, dtype=np.int32))
                 if rest:
                     filled[next_row + full] = rest
-                    rooms.add(capacity - rest * size, np.array([next_row + full]))
+                    rooms.add(capacity - rest * size, np.array([next_row + full], dtype=np.int32))
                 next_row += opened
                 pos = end
                 continue

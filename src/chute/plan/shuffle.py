@@ -31,13 +31,13 @@ Example:
 
 from __future__ import annotations
 
-import os
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
 
 from chute.errors import ConfigError
+from chute.plan.bulk import worker_threads
 from chute.plan.order import Order
 
 __all__ = ["ALGORITHM", "Permutation", "permutation"]
@@ -49,7 +49,6 @@ _MASK64 = (1 << 64) - 1
 _BLOCK = 1 << 16
 # Positions per thread task when a long range is computed on several cores.
 _PART = 1 << 21
-_MAX_THREADS = 8
 _SHIFTS32 = (np.uint32(16), np.uint32(15), np.uint32(16))
 _MULTS32 = (np.uint32(0x7FEB352D), np.uint32(0x846CA68B))
 _SHIFTS64 = (np.uint64(33), np.uint64(33), np.uint64(33))
@@ -129,7 +128,7 @@ class Permutation(Order):
         if out is None:
             out = np.empty(hi - lo, dtype=np.int64)
         parts = [(a, min(hi, a + _PART)) for a in range(lo, hi, _PART)]
-        threads = min(len(parts), _threads())
+        threads = min(len(parts), worker_threads())
         if threads < 2:
             for a, b in parts:
                 self._fill_range(a, b, out[a - lo : b - lo])
@@ -201,15 +200,6 @@ class Permutation(Order):
             h ^= t
             if mult is not None:
                 h *= mult
-
-
-def _threads() -> int:
-    """Cores this process may use (at most ``_MAX_THREADS``) for a long range of positions."""
-    try:
-        cores = len(os.sched_getaffinity(0))
-    except AttributeError:  # not on Linux
-        cores = os.cpu_count() or 1
-    return max(1, min(_MAX_THREADS, cores))
 
 
 def permutation(n: int, seed: int, epoch: int = 0) -> np.ndarray:
