@@ -27,6 +27,7 @@ from chute.lengths.base import Lengths
 from chute.plan.base import Planner, check_positive
 from chute.plan.bulk import id_dtype, valid_ids
 from chute.plan.order import IdOrder, Mapped, Order, Sequential
+from chute.plan.shared import PlanShare
 from chute.plan.shuffle import ALGORITHM, Permutation
 from chute.plan.table import TablePlan, gather_segments
 
@@ -87,12 +88,24 @@ class LengthPlanner(Planner):
         self.shuffle = bool(shuffle)
         self.seed = int(seed)
         self.lengths: Lengths | None = None if lengths is None else Lengths.of(lengths)
+        self.share: PlanShare | None = None
         self._built: OrderedDict[tuple[int, int, int], TablePlan] = OrderedDict()
 
     def with_lengths(self, lengths: Any) -> LengthPlanner:
         """A copy of this planner that plans over ``lengths``."""
         other = copy.copy(self)
         other.lengths = Lengths.of(lengths)
+        other._built = OrderedDict()
+        return other
+
+    def with_share(self, share: PlanShare | None) -> LengthPlanner:
+        """A copy of this planner whose epoch plans are built once per node and memory-mapped.
+
+        ``share`` (``chute.plan.shared.PlanShare``): the folder the ranks of a node meet at.
+        Plans are the same either way; only who builds them and where they live changes.
+        """
+        other = copy.copy(self)
+        other.share = share
         other._built = OrderedDict()
         return other
 
@@ -149,7 +162,17 @@ class LengthPlanner(Planner):
             self._built.move_to_end(key)
             return self._built[key]
         dealt = self.epoch_order(int(epoch)) if order is None else order
-        plan = self.plan_order(dealt, epoch=int(epoch), world_size=world_size, whole=order is None)
+
+        def make() -> TablePlan:
+            return self.plan_order(
+                dealt, epoch=int(epoch), world_size=world_size, whole=order is None
+            )
+
+        if order is None and self.share is not None:
+            params = self.params()
+            plan = self.share.fetch(make, params, dealt, num_samples, int(epoch), world_size)
+        else:
+            plan = make()
         if order is None:
             self._built[key] = plan
             while len(self._built) > self._CACHED_BUILDS:
