@@ -133,6 +133,8 @@ def test_packed_plan_under_torchrun_shares_one_lengths_pass(data: Path, tmp_path
     assert all(sum(1 + i % 7 for i in row if i >= 0) <= 16 for row in rows)
     cached = list((Path(os.environ["CHUTE_CACHE_DIR"]) / "lengths").glob("*.npy"))
     assert len(cached) == 1  # one lengths file for both ranks
+    plans = list((Path(os.environ["CHUTE_CACHE_DIR"]) / "plans").glob("*-e0/plan.json"))
+    assert len(plans) == 1  # one plan for the node, built once, mapped by both ranks
 
 
 def test_sigkill_mid_epoch_then_resume_delivers_exactly_the_rest(data: Path, tmp_path: Path):

@@ -19,16 +19,19 @@ from __future__ import annotations
 
 import inspect
 import logging
+import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from chute._internal.files import cache_root
 from chute.collate import Collate, KTOCollate, PackedPreferenceCollate, PreferenceCollate
 from chute.collate.packed import PackedCollate
 from chute.errors import ConfigError, ErrorBudgetExceeded
 from chute.lengths import Lengths, Pieces, lengths_of
 from chute.media.positions import MRopePositions, positions_rule
 from chute.plan import PLANNERS, LengthPlanner, PackedPlanner, Planner, make_planner
+from chute.plan.shared import PlanShare
 from chute.sample.budget import ErrorBudget
 from chute.world import World
 
@@ -119,11 +122,25 @@ def resolve_plan(
         if planner.lengths is None:
             planner = planner.with_lengths(lengths_of(source, recipe, local_rank=local_rank))
         lengths = planner.require_lengths()
+        if planner.share is None and node_ranks() > 1:
+            planner = planner.with_share(PlanShare(cache_root() / "plans"))
     collate = default_collate(
         planner, task, pad_id, pad_to_multiple_of, positions_of(source, recipe)
     )
     excluded = lengths.rejected if lengths is not None else {}
     return PlanSetup(planner, collate, lengths, excluded)
+
+
+def node_ranks() -> int:
+    """Ranks on this node, as torchrun says (``LOCAL_WORLD_SIZE``; 1 when unset).
+
+    With more than one, length-aware plans are built once per node and memory-mapped by every
+    local rank (``chute.plan.shared``).
+    """
+    try:
+        return max(1, int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
+    except ValueError:
+        return 1
 
 
 def split_source(source: Any, recipe: Any, local_rank: int = 0) -> Any:

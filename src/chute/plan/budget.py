@@ -35,6 +35,7 @@ Example:
 from __future__ import annotations
 
 import itertools
+from collections.abc import Callable
 from typing import Any, ClassVar
 
 import numpy as np
@@ -42,9 +43,10 @@ import numpy as np
 from chute.errors import ConfigError
 from chute.plan.balance import Balance, BalanceOption
 from chute.plan.base import check_positive
+from chute.plan.bulk import CHUNK, argsort_desc, id_dtype, ordered_map, spans, take_segments
 from chute.plan.cost import CostOption
 from chute.plan.lengthed import LengthPlanner, derive_seed, shuffle_units, sort_within
-from chute.plan.order import IdOrder
+from chute.plan.order import IdOrder, Order
 from chute.plan.table import TablePlan, gather_segments
 
 __all__ = ["BudgetPlanner", "budget_sizes"]
@@ -88,6 +90,30 @@ def budget_sizes(
             sizes.append(j - i)
             i = j
     return sizes, over
+
+
+def _cut(lengths: np.ndarray, budget: int, cap: int, multiple: int, sizes: list[int]) -> int:
+    """``budget_sizes`` over one run sorted longest first, appending to ``sizes``.
+
+    One Python step per batch, none per sample: the rows each sample would allow are computed
+    for the whole run at once. Returns how many batches are over the budget.
+
+    Example:
+        >>> found = []
+        >>> _cut(np.array([6, 6, 5, 4, 3, 3, 2]), 12, 7, 1, found), found
+        (0, [2, 2, 3])
+    """
+    width = -(-np.maximum(lengths.astype(np.int64), 1) // multiple) * multiple
+    rows = np.minimum(cap, budget // width)
+    over, i, m = 0, 0, len(lengths)
+    while i < m:
+        r = int(rows[i])
+        if r == 0:
+            r, over = 1, over + 1
+        j = min(m, i + r)
+        sizes.append(j - i)
+        i = j
+    return over
 
 
 def _even_out(sizes: np.ndarray, world_size: int) -> np.ndarray:
@@ -204,15 +230,74 @@ class BudgetPlanner(LengthPlanner):
             **({"balance": self.balance.to_json()} if self.balance is not None else {}),
         }
 
+    def plan_order(
+        self, order: Order, *, epoch: int, world_size: int, whole: bool = False
+    ) -> TablePlan:
+        """Mega-batch by mega-batch: each is sorted and cut into batches in turn.
+
+        Memory: two ``int32`` arrays of the epoch's ids and one mega-batch of temporaries; the
+        same plan as ``plan_ids`` over the materialised order (``balance`` takes that path).
+        """
+        if self.balance is not None and world_size > 1:
+            return super().plan_order(order, epoch=epoch, world_size=world_size)
+        bound = self.require_lengths()
+        lengths = bound.pad_lengths  # a preference pair: two rows of its longer side
+        n = len(order)
+        ordered = order.take_range(0, n, np.empty(n, dtype=id_dtype(len(lengths))))
+        total = 0
+        for lo in range(0, len(lengths) if whole else n, CHUNK):
+            if whole:  # every valid id once: the same sum in id order, read sequentially
+                part = lengths[lo : lo + CHUNK][bound.length[lo : lo + CHUNK] >= 0]
+            else:
+                part = lengths[ordered[lo : lo + CHUNK]]
+            total += int(part.sum(dtype=np.int64))
+        budget = self.max_tokens // bound.sequences
+        mega = self._mega(total / n if n else 1.0, budget, world_size)
+        found: list[int] = []
+        over = 0
+        cap = self.max_rows or n or 1
+        heads, tops = [], []  # each mega-batch's start and longest (its first, once sorted)
+
+        def cut(span: tuple[int, int]) -> tuple[list[int], list[int], list[int], int]:
+            starts, longest, sizes, over = [], [], [], 0
+            for lo in range(span[0], span[1], mega):
+                hi = min(span[1], lo + mega)
+                lens = lengths[ordered[lo:hi]]
+                perm = argsort_desc(lens)
+                ordered[lo:hi] = ordered[lo:hi][perm]
+                lens = lens[perm]
+                starts.append(lo)
+                longest.append(int(lens[0]))
+                over += _cut(lens, budget, cap, self.multiple, sizes)
+            return starts, longest, sizes, over
+
+        for starts, longest, sizes, more in ordered_map(cut, spans(n, mega)):
+            heads += starts
+            tops += longest
+            found += sizes
+            over += more
+        heads_a, tops_a = np.asarray(heads, dtype=np.int64), np.asarray(tops, dtype=np.int64)
+
+        def longest_at(limit: int) -> int:  # where argmax(lengths[ordered[:limit]]) is
+            inside = heads_a < limit
+            top = int(tops_a[inside].max())
+            return int(heads_a[inside][np.flatnonzero(tops_a[inside] == top)[0]])
+
+        sizes = np.asarray(found, dtype=np.int64)
+        return self._finish(order, ordered, sizes, over, longest_at, epoch, world_size)
+
+    def _mega(self, mean: float, budget: int, world_size: int) -> int:
+        """Samples per mega-batch: ``group_size x grad_accum`` steps of average batches."""
+        per_batch = max(1, min(self.max_rows or 1 << 62, int(budget // max(1.0, mean))))
+        return self.group_size * self.grad_accum * world_size * per_batch
+
     def plan_ids(self, ids: np.ndarray, *, epoch: int, world_size: int) -> TablePlan:
         bound = self.require_lengths()
         lengths = bound.pad_lengths  # a preference pair: two rows of its longer side
         lens = lengths[ids]
         # a pair is two padded rows, so a batch holds half as many of them
         budget = self.max_tokens // bound.sequences
-        mean = float(lens.mean()) if len(lens) else 1.0
-        per_batch = max(1, min(self.max_rows or 1 << 62, int(budget // max(1.0, mean))))
-        mega = self.group_size * self.grad_accum * world_size * per_batch
+        mega = self._mega(float(lens.mean()) if len(lens) else 1.0, budget, world_size)
         ordered = ids[sort_within(lens, mega)]
         n = len(ordered)
         runs = [*range(0, n, mega), n]
@@ -225,21 +310,43 @@ class BudgetPlanner(LengthPlanner):
         load = None if other is None else other.load(other.columns(bound, ordered))
         if load is not None:  # steps of batches with alike patches (compute)
             ordered, sizes = _by_load(ordered, sizes, load)
+
+        def longest_at(limit: int) -> int:
+            return int(np.argmax(lengths[ordered[:limit]]))
+
+        return self._finish(IdOrder(ids), ordered, sizes, over, longest_at, epoch, world_size)
+
+    def _finish(
+        self,
+        order: Order,
+        ordered: np.ndarray,
+        sizes: np.ndarray,
+        over: int,
+        longest_at: Callable[[int], int],
+        epoch: int,
+        world_size: int,
+    ) -> TablePlan:
+        """Batches (``sizes`` over ``ordered``) evened out over ranks, steps shuffled, dealt."""
+        bound = self.require_lengths()
+        balance = self.balance if world_size > 1 else None
         sizes = _even_out(sizes, world_size)
         steps, short = divmod(len(sizes), world_size)
         starts = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
         if self.shuffle and steps:
             first = None
             if self.longest_first:
-                at = int(np.argmax(lengths[ordered[: starts[steps * world_size]]]))
+                at = longest_at(int(starts[steps * world_size]))
                 first = int(np.searchsorted(starts, at, side="right") - 1) // world_size
             perm = shuffle_units(
                 steps, self.grad_accum, derive_seed(self.seed, "steps"), epoch, first
             )
             step_lo = starts[perm * world_size]
             step_len = starts[(perm + 1) * world_size] - step_lo
-            head = ordered[gather_segments(step_lo, step_len)]
-            ordered = np.concatenate([head, ordered[starts[steps * world_size] :]])
+            shuffled = np.empty_like(ordered)
+            head = int(starts[steps * world_size])
+            take_segments(ordered, step_lo, step_len, out=shuffled[:head])
+            shuffled[head:] = ordered[head:]
+            ordered = shuffled
             grid = sizes[: steps * world_size].reshape(steps, world_size)[perm].ravel()
             sizes = np.concatenate([grid, sizes[steps * world_size :]])
         dropped = 0
@@ -256,7 +363,7 @@ class BudgetPlanner(LengthPlanner):
             cost = balance.columns(bound, ordered[:dealt])
             stats["unbalanced_steps"] = balance.unbalanced(cost, bounds, world_size)
         return TablePlan(
-            IdOrder(ids),
+            order,
             world_size,
             ids=ordered[:dealt],
             batch_bounds=bounds,

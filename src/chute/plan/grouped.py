@@ -56,8 +56,9 @@ import numpy as np
 
 from chute.errors import ConfigError
 from chute.plan.base import check_positive
+from chute.plan.bulk import id_dtype, ordered_map, sort_desc, spans
 from chute.plan.lengthed import LengthPlanner, derive_seed, shuffle_units, sort_within
-from chute.plan.order import IdOrder
+from chute.plan.order import IdOrder, Order
 from chute.plan.table import TablePlan, even_bounds, gather_segments
 
 __all__ = ["GroupedPlanner", "mixed_batches"]
@@ -122,6 +123,75 @@ class GroupedPlanner(LengthPlanner):
             "drop_last": self.drop_last,
         }
 
+    def plan_order(
+        self, order: Order, *, epoch: int, world_size: int, whole: bool = False
+    ) -> TablePlan:
+        """Mega-batch by mega-batch: each is read, sorted and written where its steps go.
+
+        The order is read in chunks (never held), each mega-batch sorted on its own (on
+        several threads), and its steps written straight to their shuffled places: one
+        ``int32`` array of the epoch's ids and a chunk of temporaries; the same plan as
+        ``plan_ids`` over the materialised order. The block holding the longest sample is
+        known only at the end; moving it first is a swap of two blocks.
+        """
+        if self.by_modality:
+            return super().plan_order(order, epoch=epoch, world_size=world_size)
+        lengths = self.require_lengths().pad_lengths  # a pair: its longer side
+        n = len(order)
+        step = world_size * self.batch_size
+        mega = self.group_size * self.grad_accum * step
+        full = n // step
+        dtype = id_dtype(len(lengths))
+        shuffled = self.shuffle and full > 0
+        seed = derive_seed(self.seed, "steps")
+        base = shuffle_units(full, self.grad_accum, seed, epoch) if shuffled else None
+        where = np.arange(full, dtype=np.int64)  # output step of each sorted step
+        if base is not None:
+            where[base] = np.arange(full, dtype=np.int64)
+        out = np.empty(n, dtype=dtype)
+        grid = out[: full * step].reshape(full, step)
+
+        def sort(span: tuple[int, int]) -> list[tuple[int, int]]:  # (start, longest) each
+            lo0, hi0 = span
+            read = order.take_range(lo0, hi0, np.empty(hi0 - lo0, dtype=dtype))
+            tops = []
+            for lo in range(lo0, hi0, mega):
+                ids = read[lo - lo0 : min(hi0, lo + mega) - lo0]
+                lens = lengths[ids]
+                ids = sort_desc(ids, lens)
+                whole_steps = min(len(ids) // step, full - lo // step)
+                first_step = lo // step
+                grid[where[first_step : first_step + whole_steps]] = ids[
+                    : whole_steps * step
+                ].reshape(whole_steps, step)
+                rest = ids[whole_steps * step :]
+                if len(rest):  # the last partial step stays last, sorted
+                    out[full * step : full * step + len(rest)] = rest
+                tops.append((lo, int(lens.max())))
+            return tops
+
+        longest, first = -1, None
+        for tops in ordered_map(sort, spans(n, mega)):
+            for lo, top in tops:
+                if lo < full * step and top > longest:  # sorted: the group's first
+                    longest, first = top, lo // step
+        if base is not None and self.longest_first and first is not None:
+            final = shuffle_units(full, self.grad_accum, seed, epoch, first)
+            _move_first(grid, where, base, final)
+        return self._table(order, out, world_size)
+
+    def _table(self, order: Order, ordered: np.ndarray, world_size: int) -> TablePlan:
+        bounds = even_bounds(len(ordered), world_size, self.batch_size, self.drop_last)
+        dealt = int(bounds[-1])
+        return TablePlan(
+            order,
+            world_size,
+            ids=ordered[:dealt],
+            batch_bounds=bounds,
+            undealt=ordered[dealt:],
+            stats={"dropped": len(ordered) - dealt},
+        )
+
     def plan_ids(self, ids: np.ndarray, *, epoch: int, world_size: int) -> TablePlan:
         bound = self.require_lengths()
         lengths = bound.pad_lengths  # a pair: its longer side
@@ -155,6 +225,24 @@ class GroupedPlanner(LengthPlanner):
             undealt=ordered[dealt:],
             stats=stats,
         )
+
+
+def _move_first(grid: np.ndarray, where: np.ndarray, base: np.ndarray, final: np.ndarray) -> None:
+    """Turn ``grid`` (rows: steps laid out in the ``base`` order) into the ``final`` order.
+
+    ``where[s]``: the row of step ``s`` in ``base``. ``final`` is ``base`` with two blocks of
+    steps swapped (the one holding the longest sample moved first): only the rows that differ
+    move, through a copy of just those (two blocks; with a partial block, the rows between).
+
+    Example:
+        >>> grid = np.array([[1, 1], [2, 2], [3, 3]])
+        >>> base, final = np.array([0, 1, 2]), np.array([2, 1, 0])
+        >>> _move_first(grid, np.array([0, 1, 2]), base, final); grid[:, 0].tolist()
+        [3, 2, 1]
+    """
+    differ = np.flatnonzero(base != final)
+    if len(differ):
+        grid[differ] = grid[where[final[differ]]]
 
 
 def _by_modality(

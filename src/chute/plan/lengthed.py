@@ -25,7 +25,9 @@ import numpy as np
 from chute.errors import ConfigError
 from chute.lengths.base import Lengths
 from chute.plan.base import Planner, check_positive
-from chute.plan.order import Order
+from chute.plan.bulk import id_dtype, valid_ids
+from chute.plan.order import IdOrder, Mapped, Order, Sequential
+from chute.plan.shared import PlanShare
 from chute.plan.shuffle import ALGORITHM, Permutation
 from chute.plan.table import TablePlan, gather_segments
 
@@ -86,12 +88,24 @@ class LengthPlanner(Planner):
         self.shuffle = bool(shuffle)
         self.seed = int(seed)
         self.lengths: Lengths | None = None if lengths is None else Lengths.of(lengths)
+        self.share: PlanShare | None = None
         self._built: OrderedDict[tuple[int, int, int], TablePlan] = OrderedDict()
 
     def with_lengths(self, lengths: Any) -> LengthPlanner:
         """A copy of this planner that plans over ``lengths``."""
         other = copy.copy(self)
         other.lengths = Lengths.of(lengths)
+        other._built = OrderedDict()
+        return other
+
+    def with_share(self, share: PlanShare | None) -> LengthPlanner:
+        """A copy of this planner whose epoch plans are built once per node and memory-mapped.
+
+        ``share`` (``chute.plan.shared.PlanShare``): the folder the ranks of a node meet at.
+        Plans are the same either way; only who builds them and where they live changes.
+        """
+        other = copy.copy(self)
+        other.share = share
         other._built = OrderedDict()
         return other
 
@@ -115,11 +129,23 @@ class LengthPlanner(Planner):
         }
 
     def epoch_ids(self, epoch: int) -> np.ndarray:
-        """The epoch's order of valid ids (a shuffle, or source order)."""
-        valid = self.require_lengths().valid_ids()
+        """The epoch's order of valid ids (a shuffle, or source order), as int64."""
+        return self.epoch_order(epoch).materialize()
+
+    def epoch_order(self, epoch: int) -> Order:
+        """The epoch's order of valid ids, lazily: a shuffle of the valid ids, or source order.
+
+        Nothing per sample is held when no sample is rejected; otherwise only the valid ids
+        (``int32`` below 2**31 samples).
+        """
+        lengths = self.require_lengths()
+        n = len(lengths)
+        if lengths.num_valid == n:
+            return Permutation(n, self.seed, epoch) if self.shuffle else Sequential(n)
+        valid = valid_ids(lengths.length)
         if not self.shuffle:
-            return valid
-        return valid[Permutation(len(valid), self.seed, epoch).materialize()]
+            return IdOrder(valid)
+        return Mapped(Permutation(len(valid), self.seed, epoch), valid)
 
     def build(
         self, num_samples: int, *, epoch: int, world_size: int, order: Order | None = None
@@ -135,13 +161,35 @@ class LengthPlanner(Planner):
         if order is None and key in self._built:
             self._built.move_to_end(key)
             return self._built[key]
-        ids = self.epoch_ids(epoch) if order is None else order.materialize()
-        plan = self.plan_ids(ids, epoch=int(epoch), world_size=world_size)
+        dealt = self.epoch_order(int(epoch)) if order is None else order
+
+        def make() -> TablePlan:
+            return self.plan_order(
+                dealt, epoch=int(epoch), world_size=world_size, whole=order is None
+            )
+
+        if order is None and self.share is not None:
+            params = self.params()
+            plan = self.share.fetch(make, params, dealt, num_samples, int(epoch), world_size)
+        else:
+            plan = make()
         if order is None:
             self._built[key] = plan
             while len(self._built) > self._CACHED_BUILDS:
                 self._built.popitem(last=False)
         return plan
+
+    def plan_order(
+        self, order: Order, *, epoch: int, world_size: int, whole: bool = False
+    ) -> TablePlan:
+        """The plan dealing exactly the ids of ``order``, in its order, over ``world_size`` ranks.
+
+        ``whole``: the order deals every valid id exactly once (the epoch's own order), so
+        sums and counts over it may be read from the lengths in id order. This default materialises the order (``int32`` ids where they fit) for ``plan_ids``;
+        planners that can read it chunk by chunk override it.
+        """
+        ids = order.materialize(id_dtype(len(self.require_lengths())))
+        return self.plan_ids(ids, epoch=epoch, world_size=world_size)
 
     def plan_ids(self, ids: np.ndarray, *, epoch: int, world_size: int) -> TablePlan:
         """The plan dealing exactly ``ids`` (global sample ids) over ``world_size`` ranks."""

@@ -25,10 +25,18 @@ The result is the same as the sample-by-sample algorithm (tested against it).
 from __future__ import annotations
 
 import bisect
+from collections.abc import Callable
 
 import numpy as np
 
-__all__ = ["best_fit_decreasing", "pack_rows", "pack_spread", "radix_argsort", "split_rows"]
+__all__ = [
+    "best_fit_decreasing",
+    "pack_rows",
+    "pack_sorted",
+    "pack_spread",
+    "radix_argsort",
+    "split_rows",
+]
 
 
 def radix_argsort(keys: np.ndarray) -> np.ndarray:
@@ -72,9 +80,9 @@ def best_fit_decreasing(lengths: np.ndarray, capacity: int) -> tuple[np.ndarray,
         >>> row.tolist(), n
         ([0, 0, 1, 2, 1], 3)
     """
-    order, row_sorted, _, counts = _bfd(lengths, capacity)
-    row = np.empty(len(order), dtype=np.int64)
-    row[order] = row_sorted
+    members, counts = pack_rows(lengths, capacity)
+    row = np.empty(len(members), dtype=np.int64)
+    row[members] = np.repeat(np.arange(len(counts), dtype=np.int64), counts)
     return row, len(counts)
 
 
@@ -98,10 +106,61 @@ def pack_rows(
         >>> pack_rows(np.array([4, 7, 5]), capacity=10, rooms=np.array([4, 0]))[1].tolist()
         [1, 0, 1, 1]
     """
-    order, row_sorted, slot_sorted, counts = _bfd(lengths, capacity, rooms)
-    starts = np.cumsum(counts) - counts
-    members = np.empty(len(order), dtype=np.int64)
-    members[starts[row_sorted] + slot_sorted] = order
+    lens = np.clip(np.asarray(lengths, dtype=np.int64), 1, capacity)
+    order = radix_argsort(capacity - lens)  # longest first, ties in input order
+    histogram = np.bincount(lens, minlength=capacity + 1)
+    return pack_sorted(order, histogram, capacity, rooms)
+
+
+def pack_sorted(
+    items: np.ndarray,
+    histogram: np.ndarray,
+    capacity: int,
+    rooms: np.ndarray | None = None,
+    arrange: Callable[[np.ndarray], np.ndarray] | None = None,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Best-fit decreasing over items already sorted longest first, as ``(members, counts)``.
+
+    ``histogram[L]``: how many items have size ``L`` (``1 <= L <= capacity``); ``items``: the
+    items (indexes or sample ids, any integer dtype) in packing order, the ``histogram[capacity]``
+    items of size ``capacity`` first, then those of ``capacity - 1``, ... The packing itself
+    runs over the histogram (see the module docstring) and needs O(rows) memory beyond the
+    ``members`` it returns (of ``items``' dtype): twice, once to count each row's items, once to
+    write each item straight to its row's slot. ``rooms`` as in ``pack_rows``.
+
+    ``arrange(counts)``, when given, returns the order the rows are laid out in (the rows'
+    numbers, a permutation, e.g. a shuffle): ``members`` and ``counts`` then follow that order,
+    and no second copy of the items is needed to reorder them.
+
+    Example:
+        >>> hist = np.bincount([3, 7, 5, 2, 4], minlength=11)
+        >>> members, counts = pack_sorted(np.array([1, 2, 4, 0, 3]), hist, 10)
+        >>> members.tolist(), counts.tolist()
+        ([1, 0, 2, 4, 3], [2, 2, 1])
+    """
+    items = np.asarray(items)
+    histogram = np.asarray(histogram, dtype=np.int64)
+    if int(histogram.sum()) != len(items) or (len(histogram) and histogram[0]):
+        raise ValueError(
+            f"the histogram must count the {len(items)} items by size 1 .. capacity, got "
+            f"{int(histogram.sum())} items ({int(histogram[:1].sum())} of size 0)"
+        )
+    bound = 2 * -(-int((histogram * np.arange(len(histogram))).sum()) // capacity) + 1
+    counts = _bfd(histogram, capacity, rooms, None, bound)  # any fit: one row at most half full
+    offset = np.int32 if len(items) < 2**31 else np.int64
+    if arrange is None:
+        starts = (np.cumsum(counts) - counts).astype(offset)
+    else:
+        order = np.asarray(arrange(counts))
+        counts = counts[order]
+        starts = np.empty(len(counts), dtype=offset)
+        starts[order] = np.cumsum(counts) - counts  # where each row (by number) begins
+    members = np.empty(len(items), dtype=items.dtype)
+
+    def write(pos: int, rows: np.ndarray, slots: np.ndarray) -> None:
+        members[starts[rows] + slots] = items[pos : pos + len(rows)]
+
+    _bfd(histogram, capacity, rooms, write, bound)
     return members, counts
 
 
@@ -155,91 +214,118 @@ def pack_spread(
     return items[at], counts[counts > 0]
 
 
-def _bfd(
-    lengths: np.ndarray, capacity: int, given: np.ndarray | None = None
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """Best-fit decreasing as ``(order, row, slot, counts)``.
+class _Rooms:
+    """Open rows by the room they have left: room -> rows, in the order they were added.
 
-    ``order``: the items longest first; ``row`` and ``slot``: the row of each item in that
-    order and its place within the row; ``counts``: the number of items of each row.
-    ``given``: the rooms of rows already open (rows ``0 .. len(given)-1``).
+    Rows are kept as numpy arrays (one per addition), never as one Python int per row.
     """
-    n = len(lengths)
-    opened_before = 0 if given is None else len(given)
-    if n == 0:
-        empty = np.empty(0, dtype=np.int64)
-        return empty, empty, empty, np.zeros(opened_before, dtype=np.int64)
-    lens = np.clip(np.asarray(lengths, dtype=np.int64), 1, capacity)
-    order = radix_argsort(capacity - lens)  # longest first, ties in input order
-    sorted_len = lens[order]
-    cuts = np.flatnonzero(np.diff(sorted_len)) + 1
-    starts = np.concatenate([[0], cuts]).tolist()
-    ends = np.concatenate([cuts, [n]]).tolist()
-    row_sorted = np.empty(n, dtype=np.int64)
-    slot_sorted = np.empty(n, dtype=np.int64)
-    filled = np.zeros(n + opened_before, dtype=np.int64)  # items in each row so far
-    rooms: dict[int, list[int]] = {}  # room -> rows with exactly that much room left
-    open_rooms: list[int] = []  # sorted rooms that have rows
 
-    def add(room: int, rows: list[int] | np.ndarray) -> None:
+    def __init__(self) -> None:
+        self.stacks: dict[int, list[np.ndarray]] = {}
+        self.sizes: dict[int, int] = {}
+        self.keys: list[int] = []  # sorted rooms that have rows
+
+    def add(self, room: int, rows: np.ndarray) -> None:
         if room <= 0 or not len(rows):
             return
-        stack = rooms.get(room)
+        stack = self.stacks.get(room)
         if stack is None:
-            stack = rooms[room] = []
-            bisect.insort(open_rooms, room)
-        stack.extend(rows.tolist() if isinstance(rows, np.ndarray) else rows)
+            stack = self.stacks[room] = []
+            self.sizes[room] = 0
+            bisect.insort(self.keys, room)
+        stack.append(rows)
+        self.sizes[room] += len(rows)
 
+    def best(self, size: int) -> int | None:
+        """The least room that holds ``size``, if any row has one."""
+        j = bisect.bisect_left(self.keys, size)
+        return self.keys[j] if j < len(self.keys) else None
+
+    def pop(self, room: int, take: int) -> np.ndarray:
+        """The last ``take`` rows of ``room`` (in the order they were added), removed."""
+        stack, parts, need = self.stacks[room], [], take
+        while need:
+            last = stack[-1]
+            if len(last) <= need:
+                parts.append(stack.pop())
+                need -= len(last)
+            else:
+                parts.append(last[len(last) - need :])
+                stack[-1] = last[: len(last) - need]
+                need = 0
+        self.sizes[room] -= take
+        if not self.sizes[room]:
+            del self.stacks[room], self.sizes[room]
+            self.keys.remove(room)
+        return parts[0] if len(parts) == 1 else np.concatenate(parts[::-1])
+
+
+def _bfd(
+    histogram: np.ndarray,
+    capacity: int,
+    given: np.ndarray | None,
+    write: Callable[[int, np.ndarray, np.ndarray], None] | None,
+    expect: int = 1024,
+) -> np.ndarray:
+    """Best-fit decreasing over a histogram of sizes; returns the items of each row.
+
+    ``write(pos, rows, slots)``, when given, learns where the sorted items ``pos ..
+    pos + len(rows) - 1`` go: each one's row and its place within the row. ``given``: the
+    rooms of rows already open (rows ``0 .. len(given)-1``); ``expect``: new rows expected
+    (room is made for more if needed). Counts and row numbers are ``int32``.
+    """
+    opened_before = 0 if given is None else len(given)
+    filled = np.zeros(max(16, expect + opened_before), dtype=np.int32)  # items in each row
+    rooms = _Rooms()
     next_row = opened_before
     if given is not None and len(given):
         given = np.minimum(np.asarray(given, dtype=np.int64), capacity)
         at = np.argsort(given, kind="stable")
         for group in np.split(at, np.flatnonzero(np.diff(given[at])) + 1):
-            add(int(given[group[0]]), group)
-    for s, e in zip(starts, ends, strict=True):
-        size = int(sorted_len[s])
-        pos = s
-        while pos < e:
-            left = e - pos
-            j = bisect.bisect_left(open_rooms, size)
-            if j == len(open_rooms):  # nothing fits: open new rows, q items each
+            rooms.add(int(given[group[0]]), group.astype(np.int32))
+    pos = 0
+    for size in np.flatnonzero(histogram[: capacity + 1])[::-1].tolist():
+        end = pos + int(histogram[size])
+        while pos < end:
+            left = end - pos
+            room = rooms.best(size)
+            if room is None:  # nothing fits: open new rows, q items each
                 q = capacity // size
                 opened = -(-left // q)
-                within = np.arange(left, dtype=np.int64)
-                row_sorted[pos:e] = next_row + within // q
-                slot_sorted[pos:e] = within % q
+                if next_row + opened > len(filled):
+                    filled = np.concatenate([filled, np.zeros(max(len(filled), opened), np.int32)])
+                if write is not None:
+                    within = np.arange(left, dtype=np.int64)
+                    write(pos, next_row + within // q, within % q)
                 full, rest = divmod(left, q)
                 filled[next_row : next_row + full] = q
-                add(capacity - q * size, np.arange(next_row, next_row + full))
+                rooms.add(capacity - q * size, np.arange(next_row, next_row + full, dtype=np.int32))
                 if rest:
                     filled[next_row + full] = rest
-                    add(capacity - rest * size, [next_row + full])
+                    rooms.add(capacity - rest * size, np.array([next_row + full], dtype=np.int32))
                 next_row += opened
-                pos = e
+                pos = end
                 continue
-            room = open_rooms[j]
-            stack = rooms[room]
             q = room // size
-            take = min(len(stack), -(-left // q))
-            rows = stack[len(stack) - take :]
-            del stack[len(stack) - take :]
-            if not stack:
-                del rooms[room]
-                open_rooms.pop(j)
+            take = min(rooms.sizes[room], -(-left // q))
+            rows = rooms.pop(room, take)
             count = min(left, take * q)
-            taken = np.asarray(rows, dtype=np.int64)
-            row_sorted[pos : pos + count] = np.repeat(taken, q)[:count]
-            slot_sorted[pos : pos + count] = (
-                np.repeat(filled[taken], q) + np.tile(np.arange(q, dtype=np.int64), take)
-            )[:count]
+            if write is not None:
+                write(
+                    pos,
+                    np.repeat(rows, q)[:count],
+                    (np.repeat(filled[rows], q) + np.tile(np.arange(q, dtype=np.int64), take))[
+                        :count
+                    ],
+                )
             full, rest = divmod(count, q)
-            filled[taken[:full]] += q
-            add(room - q * size, rows[:full])
+            filled[rows[:full]] += q
+            rooms.add(room - q * size, rows[:full])
             if rest:
-                filled[taken[full]] += rest
-                add(room - rest * size, rows[full : full + 1])
+                filled[rows[full]] += rest
+                rooms.add(room - rest * size, rows[full : full + 1])
             pos += count
-    return order, row_sorted, slot_sorted, filled[:next_row].copy()
+    return filled[:next_row].copy()
 
 
 def split_rows(

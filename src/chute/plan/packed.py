@@ -51,6 +51,7 @@ Example:
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterator
 from typing import Any, ClassVar
 
 import numpy as np
@@ -58,10 +59,18 @@ import numpy as np
 from chute.errors import ConfigError
 from chute.plan.balance import Balance, BalanceOption
 from chute.plan.base import check_positive
+from chute.plan.bulk import (
+    CHUNK,
+    id_dtype,
+    ordered_map,
+    place_desc,
+    rank_desc,
+    spans,
+)
 from chute.plan.cost import CostOption
 from chute.plan.lengthed import LengthPlanner, derive_seed
-from chute.plan.order import IdOrder
-from chute.plan.pack import pack_rows, pack_spread, split_rows
+from chute.plan.order import IdOrder, Order
+from chute.plan.pack import pack_rows, pack_sorted, pack_spread, split_rows
 from chute.plan.rebalance import deal_rows, spread_tail
 from chute.plan.shuffle import Permutation
 from chute.plan.table import TablePlan, even_bounds, gather_segments
@@ -205,6 +214,111 @@ class PackedPlanner(LengthPlanner):
         """
         lens = np.asarray(lens, dtype=np.int64)
         return lens if self.align == 1 else -(-lens // self.align) * self.align
+
+    def plan_order(
+        self, order: Order, *, epoch: int, world_size: int, whole: bool = False
+    ) -> TablePlan:
+        """Packing by size buckets: O(max_length) state beyond two ``int32`` id arrays.
+
+        The order's ids are counted by size, placed longest first by a counting sort (no
+        argsort of the epoch) and packed over the histogram (``pack_sorted``), which writes
+        every id straight into its row: the same rows as ``plan_ids`` over the materialised
+        order. ``whole``: the order deals every valid id once (an epoch's own order), so the
+        histogram is counted from the lengths in id order and the order is read once, chunk
+        by chunk, never held whole. ``split``, ``window`` and ``balance`` take the
+        ``plan_ids`` path.
+        """
+        if self.split or self.window is not None or (self.balance is not None and world_size > 1):
+            return super().plan_order(order, epoch=epoch, world_size=world_size)
+        cap = self.max_length
+        length = self.require_lengths().length
+        histogram = np.zeros(cap + 1, dtype=np.int64)
+        tokens = room = halves = over = 0
+        if whole:  # the same samples in any order: count them in id order
+            parts: Iterator[np.ndarray] = (c[c >= 0] for c in _chunks_of(length, CHUNK))
+        else:
+            parts = (length[ids] for ids in self._read(order))
+        for lens in parts:
+            size, kept, longer = self._fit(lens.astype(np.int64))
+            histogram += np.bincount(np.maximum(size, 1), minlength=cap + 1)
+            tokens += int(kept.sum(dtype=np.int64))
+            room += int(size.sum(dtype=np.int64))
+            halves += int(np.count_nonzero(2 * size > cap))
+            over += longer
+        dropped: list[np.ndarray] = []
+
+        dtype = id_dtype(len(length))
+
+        def keyed(span: tuple[int, int]) -> tuple[tuple[np.ndarray, ...], np.ndarray]:
+            ids = order.take_range(span[0], span[1], np.empty(span[1] - span[0], dtype=dtype))
+            lens = length[ids].astype(np.int64)
+            cut = ids[:0]
+            if self.overflow == "drop":
+                over = lens > cap
+                cut, ids, lens = ids[over], ids[~over], lens[~over]
+            size, _, _ = self._fit(lens)
+            return rank_desc(ids, np.maximum(size, 1), cap), cut
+
+        def placed() -> Iterator[tuple[np.ndarray, ...]]:
+            for part, cut in ordered_map(keyed, spans(len(order), 1)):
+                if len(cut):  # an empty view would keep its whole chunk alive
+                    dropped.append(cut.copy())
+                yield part
+
+        ordered = place_desc(placed(), histogram, np.empty(int(histogram.sum()), dtype=dtype))
+
+        def arrange(counts: np.ndarray) -> np.ndarray:  # the rows shuffled, as plan_ids does
+            if not self.shuffle:
+                return np.arange(len(counts), dtype=np.int64)
+            seed = derive_seed(self.seed, "rows")
+            return Permutation(len(counts), seed, epoch).materialize(id_dtype(len(counts)))
+
+        picked, counts = pack_sorted(ordered, histogram, cap, arrange=arrange)
+        del ordered
+        num_rows = len(counts)
+        row_bounds = np.zeros(num_rows + 1, dtype=np.int64)
+        np.cumsum(counts, out=row_bounds[1:])
+        bounds = even_bounds(num_rows, world_size, self.batch_size, self.drop_last)
+        dealt_rows = int(bounds[-1])
+        dealt = int(row_bounds[dealt_rows])
+        stats = {
+            "truncated": 0 if self.overflow == "drop" else over,
+            "dropped": (over if self.overflow == "drop" else 0) + len(picked) - dealt,
+            "rows": num_rows,
+            "tokens": tokens,
+            "bound": max(-(-room // cap), halves),
+            "max_length": cap,
+        }
+        self._check_efficiency(stats)
+        return TablePlan(
+            order,
+            world_size,
+            ids=picked[:dealt],
+            batch_bounds=bounds,
+            row_bounds=row_bounds[: dealt_rows + 1],
+            undealt=np.concatenate([*dropped, picked[dealt:]]).astype(picked.dtype),
+            stats=stats,
+        )
+
+    def _read(self, order: Order) -> Iterator[np.ndarray]:
+        """The order's ids, chunk by chunk (``int32`` where they fit)."""
+        dtype = id_dtype(len(self.require_lengths()))
+        for lo in range(0, len(order), CHUNK):
+            hi = min(len(order), lo + CHUNK)
+            yield order.take_range(lo, hi, np.empty(hi - lo, dtype=dtype))
+
+    def _fit(self, lens: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
+        """``(room each takes, lengths packed, how many exceed max_length)`` of valid lengths.
+
+        Samples over ``max_length`` are truncated, or left out with ``overflow="drop"``.
+        """
+        over = lens > self.max_length
+        longer = int(np.count_nonzero(over))
+        if self.overflow == "drop":
+            lens = lens[~over] if longer else lens
+        else:
+            lens = np.minimum(lens, self.max_length)
+        return self.sizes(lens), lens, longer
 
     def plan_ids(self, ids: np.ndarray, *, epoch: int, world_size: int) -> TablePlan:
         lens_all = self.require_lengths()
@@ -408,3 +522,8 @@ class PackedPlanner(LengthPlanner):
             else "the samples' sizes leave gaps no packing can fill (e.g. most samples just over "
             "a third or a half of max_length); a different max_length packs them tighter",
         )
+
+
+def _chunks_of(values: np.ndarray, size: int) -> Iterator[np.ndarray]:
+    for lo in range(0, len(values), size):
+        yield values[lo : lo + size]

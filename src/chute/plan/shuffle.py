@@ -31,11 +31,13 @@ Example:
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
 
 from chute.errors import ConfigError
+from chute.plan.bulk import worker_threads
 from chute.plan.order import Order
 
 __all__ = ["ALGORITHM", "Permutation", "permutation"]
@@ -43,6 +45,14 @@ __all__ = ["ALGORITHM", "Permutation", "permutation"]
 ALGORITHM = "feistel6-v1"
 ROUNDS = 6
 _MASK64 = (1 << 64) - 1
+# Positions encrypted per block: small enough that a round's passes stay in the CPU's cache.
+_BLOCK = 1 << 16
+# Positions per thread task when a long range is computed on several cores.
+_PART = 1 << 21
+_SHIFTS32 = (np.uint32(16), np.uint32(15), np.uint32(16))
+_MULTS32 = (np.uint32(0x7FEB352D), np.uint32(0x846CA68B))
+_SHIFTS64 = (np.uint64(33), np.uint64(33), np.uint64(33))
+_MULTS64 = (np.uint64(0xFF51AFD7ED558CCD), np.uint64(0xC4CEB9FE1A85EC53))
 
 
 def _splitmix64(x: int) -> int:
@@ -108,46 +118,88 @@ class Permutation(Order):
         }
 
     def _take(self, positions: np.ndarray) -> np.ndarray:
-        if self.n <= 1:
-            return positions.copy()
-        x = self._encrypt(positions.astype(self._dtype))
-        outside = np.flatnonzero(x >= self.n)
-        while outside.size:  # cycle walking: at most a few rounds, the domain is < 2n
-            x[outside] = self._encrypt(x[outside])
-            outside = outside[x[outside] >= self.n]
-        return x.astype(np.int64)
+        out = np.empty(len(positions), dtype=np.int64)
+        self._fill(positions, out)
+        return out
 
-    def _encrypt(self, x: np.ndarray) -> np.ndarray:
+    def take_range(self, lo: int, hi: int, out: np.ndarray | None = None) -> np.ndarray:
+        """Ids at positions ``lo .. hi-1``, written into ``out`` (any integer dtype) if given."""
+        lo, hi = self._check_range(lo, hi)
+        if out is None:
+            out = np.empty(hi - lo, dtype=np.int64)
+        parts = [(a, min(hi, a + _PART)) for a in range(lo, hi, _PART)]
+        threads = min(len(parts), worker_threads())
+        if threads < 2:
+            for a, b in parts:
+                self._fill_range(a, b, out[a - lo : b - lo])
+            return out
+        # numpy's arithmetic releases the GIL: parts run in parallel, each into its own slice
+        with ThreadPoolExecutor(threads) as pool:
+            done = [pool.submit(self._fill_range, a, b, out[a - lo : b - lo]) for a, b in parts]
+            for future in done:
+                future.result()
+        return out
+
+    def _fill_range(self, lo: int, hi: int, out: np.ndarray) -> None:
+        pos = np.arange(min(_BLOCK, hi - lo), dtype=self._dtype)
+        for a in range(lo, hi, _BLOCK):
+            b = min(hi, a + _BLOCK)
+            self._fill(pos[: b - a] + self._dtype(a), out[a - lo : b - lo])
+
+    def _fill(self, positions: np.ndarray, out: np.ndarray) -> None:
+        """``out[i]`` = the id at ``positions[i]``, computed in cache-sized blocks.
+
+        Every round works in place on a block of ``_BLOCK`` values (a few hundred KB, so the
+        ~60 passes of the six rounds stay in the CPU's cache): the same arithmetic as one pass
+        over the whole array, several times faster on 100M positions.
+        """
+        if self.n <= 1:
+            out[:] = positions
+            return
+        size = min(_BLOCK, len(positions))
+        x = np.empty(size, dtype=self._dtype)
         h = np.empty_like(x)
+        t = np.empty_like(x)
+        for lo in range(0, len(positions), _BLOCK):
+            hi = min(len(positions), lo + _BLOCK)
+            xs = x[: hi - lo]
+            xs[...] = positions[lo:hi]
+            self._encrypt(xs, h[: hi - lo], t[: hi - lo])
+            outside = np.flatnonzero(xs >= self.n)
+            while outside.size:  # cycle walking: at most a few rounds, the domain is < 2n
+                y = xs[outside]
+                self._encrypt(y, np.empty_like(y), np.empty_like(y))
+                xs[outside] = y
+                outside = outside[y >= self.n]
+            out[lo:hi] = xs
+
+    def _encrypt(self, x: np.ndarray, h: np.ndarray, t: np.ndarray) -> None:
+        """Six Feistel rounds over ``x`` in place (``h``, ``t``: scratch of the same shape)."""
         for i, key in enumerate(self._keys):
             if i % 2 == 0:  # the high half absorbs a hash of the low half
                 np.bitwise_and(x, self._lo_mask, out=h)
                 h ^= key
-                self._mix(h)
+                self._mix(h, t)
                 h &= self._hi_mask
                 h <<= self._shift
             else:  # the low half absorbs a hash of the high half
                 np.right_shift(x, self._shift, out=h)
                 h ^= key
-                self._mix(h)
+                self._mix(h, t)
                 h &= self._lo_mask
             x ^= h
-        return x
 
-    def _mix(self, h: np.ndarray) -> None:
-        """A bijective integer hash with full avalanche, in place."""
+    def _mix(self, h: np.ndarray, t: np.ndarray) -> None:
+        """A bijective integer hash with full avalanche, in place (``t``: scratch)."""
         if self._dtype is np.uint32:  # "lowbias32" (C. Wellons)
-            h ^= h >> np.uint32(16)
-            h *= np.uint32(0x7FEB352D)
-            h ^= h >> np.uint32(15)
-            h *= np.uint32(0x846CA68B)
-            h ^= h >> np.uint32(16)
+            shifts, mults = _SHIFTS32, _MULTS32
         else:  # MurmurHash3's fmix64
-            h ^= h >> np.uint64(33)
-            h *= np.uint64(0xFF51AFD7ED558CCD)
-            h ^= h >> np.uint64(33)
-            h *= np.uint64(0xC4CEB9FE1A85EC53)
-            h ^= h >> np.uint64(33)
+            shifts, mults = _SHIFTS64, _MULTS64
+        for shift, mult in zip(shifts, (*mults, None), strict=True):
+            np.right_shift(h, shift, out=t)
+            h ^= t
+            if mult is not None:
+                h *= mult
 
 
 def permutation(n: int, seed: int, epoch: int = 0) -> np.ndarray:

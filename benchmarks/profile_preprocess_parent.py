@@ -1,0 +1,164 @@
+"""Where ``chute preprocess`` would serialise at 16 workers, measured on a 2-core machine.
+
+A machine with 2 cores cannot run 16 workers, so this measures the parts instead and schedules
+them: one ``preprocess`` with ``--workers 2`` (in this process, the local engine) records
+
+- the fixed cost before the first chunk starts (config, source index, fingerprint, claim, pool),
+- each chunk's time in its worker (the first chunk of each worker apart: it loads the
+  tokenizer), and the worker that ran it,
+- the parent's time per chunk (``on_done``: commit bookkeeping, error budget, progress),
+- the fixed cost after the last chunk (finalize: global files, manifest).
+
+Then, for N workers, the chunks are list-scheduled in submission order onto N workers (each
+paying the measured first-chunk overhead once), the parent's per-chunk work runs serially
+beside them, and the fixed costs add: the predicted time, its speedup over one worker, and
+which part bounds it. Usage::
+
+    .venv/bin/python benchmarks/profile_preprocess_parent.py --records 200000
+"""
+
+from __future__ import annotations
+
+import argparse
+import heapq
+import json
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import save
+from bench_scale import MAX_LENGTH, TOKENIZER, write_records
+
+LOG = "BENCH_CHUNK_LOG"
+
+
+def instrument() -> dict[str, Any]:
+    """Wrap the engine's chunk runner (in the workers) and ``on_done`` (in the parent)."""
+    from chute.cache.engines import local
+
+    parent: dict[str, Any] = {"on_done": [], "pool_start": None}
+    original_run_chunk = local.run_chunk
+    original_run_chunks = local.run_chunks
+
+    def run_chunk(job: Any, k: int, report: Any) -> Any:
+        t0 = time.time()
+        record = original_run_chunk(job, k, report)
+        with open(os.environ[LOG], "a") as f:
+            f.write(json.dumps({"k": k, "pid": os.getpid(), "t0": t0, "t1": time.time()}) + "\n")
+        return record
+
+    def run_chunks(job: Any, chunks: Any, *, workers: int, on_done: Any, progress: Any = None):
+        def timed(k: int, record: Any) -> None:
+            t0 = time.perf_counter()
+            on_done(k, record)
+            parent["on_done"].append(time.perf_counter() - t0)
+
+        parent["pool_start"] = time.time()
+        return original_run_chunks(job, chunks, workers=workers, on_done=timed, progress=progress)
+
+    local.run_chunk = run_chunk
+    local.run_chunks = run_chunks
+    return parent
+
+
+def schedule(steady: list[float], warm: float, workers: int) -> float:
+    """Makespan of chunks (their steady times, in submission order) on ``workers``.
+
+    List scheduling, as the pool hands out chunks: each to the first free worker; a worker's
+    first chunk also pays ``warm`` (starting it and loading the tokenizer).
+    """
+    heap = [(0.0, w, True) for w in range(workers)]
+    end = 0.0
+    for c in steady:
+        free, w, cold = heapq.heappop(heap)
+        done = free + c + (warm if cold else 0.0)
+        end = max(end, done)
+        heapq.heappush(heap, (done, w, False))
+    return end
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--records", type=int, default=200_000)
+    ap.add_argument("--chunk-size", type=int, default=10_000)
+    ap.add_argument("--dir", help="where the records go (default: a temp dir)")
+    args = ap.parse_args()
+    root = Path(args.dir or tempfile.mkdtemp(prefix="profile-parent-"))
+    root.mkdir(parents=True, exist_ok=True)
+    paths = write_records(root, args.records)
+    log = root / f"chunks-{os.getpid()}.jsonl"
+    os.environ[LOG] = str(log)
+    os.environ["CHUTE_CACHE_DIR"] = str(root / "cache")
+    parent = instrument()
+    from chute.cache.build import preprocess
+
+    recipe = {"tokenizer": str(TOKENIZER), "template": "chatml", "max_length": MAX_LENGTH}
+    t0 = time.time()
+    report = preprocess(
+        sources=[str(p) for p in paths],
+        recipe=recipe,
+        cache={"chunk_size": args.chunk_size},
+        out=root / "out",
+        workers=2,
+        overwrite=True,
+        progress=False,
+    )
+    t_end = time.time()
+    rows = [json.loads(line) for line in log.read_text().splitlines()]
+    starts = min(r["t0"] for r in rows)
+    last = max(r["t1"] for r in rows)
+    by_pid: dict[int, list[dict[str, Any]]] = {}
+    for r in sorted(rows, key=lambda r: r["t0"]):
+        by_pid.setdefault(r["pid"], []).append(r)
+    first = [v[0]["t1"] - v[0]["t0"] for v in by_pid.values()]
+    rest = [r["t1"] - r["t0"] for v in by_pid.values() for r in v[1:]]
+    median = sorted(rest)[len(rest) // 2] if rest else 0.0
+    warm = max(0.0, sum(first) / len(first) - median)
+    firsts = {id(v[0]) for v in by_pid.values()}
+    steady = [
+        r["t1"] - r["t0"] - (warm if id(r) in firsts else 0.0)
+        for r in sorted(rows, key=lambda r: r["k"])
+    ]
+    on_done = parent["on_done"]
+    setup = starts - t0
+    pool = (parent["pool_start"] or t0) - t0
+    finalize = t_end - last
+    result: dict[str, Any] = {
+        "records": report.samples + report.rejected,
+        "chunks": len(rows),
+        "wall_seconds_2_workers": round(t_end - t0, 2),
+        "fixed": {
+            "before_pool": round(pool, 3),
+            "before_first_chunk": round(setup, 3),
+            "after_last_chunk": round(finalize, 3),
+        },
+        "worker_first_chunk_seconds": [round(x, 3) for x in first],
+        "worker_chunk_seconds_median": round(median, 3),
+        "worker_warm_up_seconds": round(warm, 3),
+        "parent_per_chunk_ms": round(1000 * sum(on_done) / max(1, len(on_done)), 3),
+        "parent_total_seconds": round(sum(on_done), 3),
+        "prediction": {},
+    }
+    one = setup + max(schedule(steady, warm, 1), sum(on_done)) + finalize
+    for workers in (1, 2, 4, 8, 16):
+        span = schedule(steady, warm, workers)
+        serial = sum(on_done)  # the parent's share cannot overlap itself
+        total = setup + max(span, serial) + finalize
+        result["prediction"][str(workers)] = {
+            "seconds": round(total, 2),
+            "speedup_vs_1": round(one / total, 2),
+            "efficiency": round(one / total / workers, 2),
+            "chunks_makespan": round(span, 2),
+            "parent_serial": round(serial, 3),
+            "fixed": round(setup + finalize, 2),
+        }
+    result["command"] = " ".join(["benchmarks/profile_preprocess_parent.py", *sys.argv[1:]])
+    print("saved", save("preprocess_parent", result))
+
+
+if __name__ == "__main__":
+    main()

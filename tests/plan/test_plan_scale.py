@@ -1,0 +1,181 @@
+"""Plans at 100M samples: the chunked, int32, histogram paths equal the one-shot ones.
+
+The length-aware planners build a fresh epoch (and any given order) through ``plan_order``:
+chunks of the order, threads, a counting sort and packing over a size histogram. The
+materialising ``plan_ids`` (still the path of ``balance``, ``window``, ``split`` and
+``by_modality``) is the reference: every array of the plan must be the same. Chunk and task
+sizes are shrunk here so that small inputs cross many chunks and threads; the 100M figures are
+in ``benchmarks/bench_scale.py``.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+
+from chute.plan import bulk, shuffle
+from chute.plan.budget import BudgetPlanner
+from chute.plan.grouped import GroupedPlanner
+from chute.plan.order import IdOrder, Mapped, Sequential
+from chute.plan.pack import pack_rows, pack_sorted
+from chute.plan.packed import PackedPlanner
+from chute.plan.shuffle import Permutation
+from chute.plan.table import TablePlan
+
+
+@pytest.fixture
+def small_chunks(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Chunks, tasks and Feistel blocks of a few hundred: many of each on small inputs."""
+    monkeypatch.setattr(bulk, "CHUNK", 300)
+    monkeypatch.setattr(bulk, "TASK", 200)
+    monkeypatch.setattr(bulk, "MAX_THREADS", 3)
+    monkeypatch.setattr(bulk, "worker_threads", lambda: 3)
+    monkeypatch.setattr(shuffle, "_PART", 256)
+    monkeypatch.setattr(shuffle, "_BLOCK", 64)
+    for module in ("grouped", "budget", "packed"):
+        mod = __import__(f"chute.plan.{module}", fromlist=["CHUNK"])
+        if hasattr(mod, "CHUNK"):
+            monkeypatch.setattr(mod, "CHUNK", 300)
+
+
+def lengths_with_rejects(n: int, seed: int) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    lens = np.clip(rng.lognormal(4.5, 1.1, n), 0, 3000).astype(np.int32)
+    lens[rng.random(n) < 0.07] = -1
+    return lens
+
+
+def same_plan(a: TablePlan, b: TablePlan) -> None:
+    assert np.array_equal(a.ids, b.ids)
+    assert np.array_equal(a.batch_bounds, b.batch_bounds)
+    assert (a.row_bounds is None) == (b.row_bounds is None)
+    if a.row_bounds is not None:
+        assert np.array_equal(a.row_bounds, b.row_bounds)
+    assert np.array_equal(a.undealt, b.undealt)
+    assert a.stats == b.stats
+    assert a.ids.dtype == np.int32  # a 100M-sample plan holds 4 bytes per id
+
+
+PLANNERS = {
+    "grouped": lambda lens: GroupedPlanner(4, group_size=3, lengths=lens),
+    "grouped_accum": lambda lens: GroupedPlanner(3, group_size=2, grad_accum=3, lengths=lens),
+    "grouped_sorted": lambda lens: GroupedPlanner(4, shuffle=False, lengths=lens),
+    "grouped_drop": lambda lens: GroupedPlanner(
+        5, longest_first=False, drop_last=True, lengths=lens
+    ),
+    "budget": lambda lens: BudgetPlanner(8192, lengths=lens),
+    "budget_rows": lambda lens: BudgetPlanner(
+        4096, max_rows=7, pad_to_multiple_of=8, group_size=3, grad_accum=2, lengths=lens
+    ),
+    "packed": lambda lens: PackedPlanner(2048, batch_size=2, lengths=lens),
+    "packed_drop": lambda lens: PackedPlanner(1024, overflow="drop", lengths=lens),
+    "packed_align": lambda lens: PackedPlanner(
+        2048, align=8, batch_size=3, drop_last=True, lengths=lens
+    ),
+    "packed_sorted": lambda lens: PackedPlanner(1024, shuffle=False, lengths=lens),
+}
+
+
+@pytest.mark.parametrize("name", sorted(PLANNERS))
+def test_chunked_plans_equal_the_materialised_ones(name: str, small_chunks: None) -> None:
+    for n, seed in ((0, 0), (1, 1), (45, 2), (2500, 3)):
+        lens = lengths_with_rejects(n, seed)
+        planner = PLANNERS[name](lens)
+        for world in (1, 3, 8):
+            for epoch in (0, 1):
+                fresh = planner.build(n, epoch=epoch, world_size=world)
+                ids = planner.epoch_order(epoch).materialize(np.int32)
+                reference = planner.plan_ids(ids, epoch=epoch, world_size=world)
+                same_plan(fresh, reference)
+                if not fresh.num_batches:
+                    continue
+                rest = fresh.remaining(fresh.num_batches // 2)  # an elastic continuation
+                again = planner.build(n, epoch=epoch, world_size=2, order=rest)
+                want = planner.plan_ids(rest.materialize(np.int32), epoch=epoch, world_size=2)
+                same_plan(again, want)
+
+
+def test_grouped_moves_the_longest_sample_to_the_first_step(small_chunks: None) -> None:
+    for seed in range(6):
+        lens = lengths_with_rejects(3000, seed)
+        lens[np.flatnonzero(lens >= 0)[-7]] = 5000  # one longest, somewhere late
+        plan = GroupedPlanner(2, group_size=2, grad_accum=2, lengths=lens).build(
+            3000, epoch=seed, world_size=3
+        )
+        first_step = np.concatenate([plan.batch(r, 0) for r in range(3)])
+        assert lens[first_step].max() == 5000
+
+
+def test_permutation_ranges_equal_positions_and_threads_change_nothing(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    for n in (0, 1, 2, 977, 5000):
+        want = Permutation(n, 3, 1).take(np.arange(n, dtype=np.int64))
+        monkeypatch.setattr(shuffle, "_PART", 100)
+        monkeypatch.setattr(shuffle, "_BLOCK", 32)
+        monkeypatch.setattr(shuffle, "worker_threads", lambda: 4)
+        got = Permutation(n, 3, 1).materialize(np.int32)
+        assert got.dtype == np.int32 and np.array_equal(got, want)
+        if n > 10:
+            assert np.array_equal(Permutation(n, 3, 1).take_range(5, n - 3), want[5 : n - 3])
+        monkeypatch.undo()
+
+
+def test_orders_read_by_range() -> None:
+    table = np.array([4, 7, 9, 12, 20], dtype=np.int32)
+    mapped = Mapped(Permutation(5, 0, 0), table)
+    full = table[Permutation(5, 0, 0).materialize()]
+    assert mapped.materialize().tolist() == full.tolist()
+    assert mapped.take_range(1, 4, np.empty(3, dtype=np.int64)).tolist() == full[1:4].tolist()
+    assert mapped.tail(2).take_range(0, 3).tolist() == full[2:].tolist()
+    assert IdOrder(table).take_range(2, 5).tolist() == [9, 12, 20]
+    assert Sequential(6).take_range(2, 4, np.empty(2, dtype=np.int32)).tolist() == [2, 3]
+    with pytest.raises(IndexError):
+        Sequential(3).take_range(2, 5)
+
+
+def test_counting_sort_is_a_stable_descending_sort(small_chunks: None) -> None:
+    rng = np.random.default_rng(0)
+    ids = rng.permutation(5000).astype(np.int32)
+    keys = rng.integers(1, 40, 5000)
+    parts = [
+        bulk.rank_desc(ids[lo : lo + 333], keys[lo : lo + 333], 40) for lo in range(0, 5000, 333)
+    ]
+    got = bulk.place_desc(parts, np.bincount(keys, minlength=41), np.empty(5000, np.int32))
+    assert np.array_equal(got, ids[np.argsort(-keys, kind="stable")])
+
+
+def test_take_segments_equals_the_gather(small_chunks: None) -> None:
+    rng = np.random.default_rng(1)
+    src = rng.integers(0, 10**6, 4000).astype(np.int32)
+    sizes = rng.integers(0, 30, 300)
+    starts = rng.integers(0, 4000 - 30, 300)
+    want = np.concatenate([src[s : s + k] for s, k in zip(starts, sizes, strict=True)])
+    assert np.array_equal(bulk.take_segments(src, starts, sizes), want)
+
+
+def test_valid_ids_and_spans(small_chunks: None) -> None:
+    lens = lengths_with_rejects(2000, 5)
+    got = bulk.valid_ids(lens)
+    assert got.dtype == np.int32 and np.array_equal(got, np.flatnonzero(lens >= 0))
+    covered = bulk.spans(1000, 7)
+    assert covered[0][0] == 0 and covered[-1][1] == 1000
+    assert all(lo % 7 == 0 for lo, _ in covered)
+    assert all(a[1] == b[0] for a, b in itertools.pairwise(covered))
+
+
+def test_packing_over_a_histogram_lays_rows_out_in_any_order() -> None:
+    rng = np.random.default_rng(2)
+    lens = rng.integers(1, 500, 3000)
+    members, counts = pack_rows(lens, 1000)
+    order = np.argsort(-lens, kind="stable")
+    hist = np.bincount(lens, minlength=1001)
+    rows = rng.permutation(len(counts))
+    laid, laid_counts = pack_sorted(order, hist, 1000, arrange=lambda c: rows)
+    starts = np.cumsum(counts) - counts
+    want = np.concatenate([members[starts[r] : starts[r] + counts[r]] for r in rows])
+    assert np.array_equal(laid_counts, counts[rows]) and np.array_equal(laid, want)
+    with pytest.raises(ValueError, match="histogram"):
+        pack_sorted(order[:-1], hist, 1000)

@@ -1,0 +1,126 @@
+"""One plan per node: built by the rank that claims it, memory-mapped by the others."""
+
+from __future__ import annotations
+
+import os
+import threading
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from chute._internal.owner import Owner
+from chute.loader.planning import node_ranks
+from chute.plan.budget import BudgetPlanner
+from chute.plan.grouped import GroupedPlanner
+from chute.plan.packed import PackedPlanner
+from chute.plan.shared import PlanShare, plan_key
+
+
+def lengths(n: int = 3000) -> np.ndarray:
+    rng = np.random.default_rng(0)
+    lens = np.clip(rng.lognormal(4.5, 1.0, n), 1, 2000).astype(np.int32)
+    lens[rng.random(n) < 0.05] = -1
+    return lens
+
+
+PLANNERS = [
+    lambda lens: GroupedPlanner(4, lengths=lens),
+    lambda lens: BudgetPlanner(4096, lengths=lens),
+    lambda lens: PackedPlanner(1024, batch_size=2, lengths=lens),
+    lambda lens: PackedPlanner(1024, split=True, lengths=lens),
+]
+
+
+@pytest.mark.parametrize("make", PLANNERS)
+def test_a_shared_plan_is_the_plan_and_the_second_rank_maps_it(make, tmp_path: Path) -> None:
+    lens = lengths()
+    alone = make(lens).build(len(lens), epoch=1, world_size=3)
+    share = PlanShare(tmp_path)
+    first = make(lens).with_share(share).build(len(lens), epoch=1, world_size=3)
+    second = make(lens).with_share(share).build(len(lens), epoch=1, world_size=3)
+    for plan in (first, second):
+        assert np.array_equal(plan.ids, alone.ids)
+        assert np.array_equal(plan.batch_bounds, alone.batch_bounds)
+        assert (plan.row_bounds is None) == (alone.row_bounds is None)
+        if alone.row_bounds is not None:
+            assert np.array_equal(plan.row_bounds, alone.row_bounds)
+        if alone.spans is not None:
+            assert np.array_equal(plan.spans[0], alone.spans[0])
+        assert np.array_equal(plan.undealt, alone.undealt) and plan.stats == alone.stats
+        k = plan.num_batches // 2
+        assert np.array_equal(plan.remaining(k).materialize(), alone.remaining(k).materialize())
+    assert isinstance(second.ids.base, np.memmap) or isinstance(second.ids, np.memmap)
+    assert len(list(tmp_path.glob("*-e1/plan.json"))) == 1
+    assert not list(tmp_path.glob("*.claim"))
+
+
+@pytest.mark.filterwarnings("error::pytest.PytestUnhandledThreadExceptionWarning")
+def test_ranks_racing_build_once_and_agree(tmp_path: Path) -> None:
+    lens = lengths(20000)
+    share = PlanShare(tmp_path)
+    calls: list[int] = []
+    original = PackedPlanner.plan_order
+
+    def counted(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+        calls.append(1)
+        return original(self, *args, **kwargs)
+
+    results: list[np.ndarray] = []
+    PackedPlanner.plan_order = counted  # type: ignore[method-assign]
+    try:
+        threads = [
+            threading.Thread(
+                target=lambda: results.append(
+                    PackedPlanner(1024, lengths=lens)
+                    .with_share(share)
+                    .build(len(lens), epoch=0, world_size=2)
+                    .ids
+                )
+            )
+            for _ in range(4)
+        ]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    finally:
+        PackedPlanner.plan_order = original  # type: ignore[method-assign]
+    assert len(results) == 4 and all(np.array_equal(r, results[0]) for r in results)
+    assert len(calls) == 1
+
+
+def test_a_claim_whose_holder_is_gone_or_silent_does_not_block(tmp_path: Path) -> None:
+    lens = lengths()
+    planner = GroupedPlanner(4, lengths=lens)
+    key = plan_key(planner.params(), len(lens), 2)
+    dead = Owner.here()
+    dead = type(dead)(**{**dead.__dict__, "pid": 2**22 + 12345})  # no such process
+    (tmp_path / f"{key}-e0.claim").write_bytes(dead.to_bytes())
+    plan = planner.with_share(PlanShare(tmp_path, wait_timeout=30)).build(
+        len(lens), epoch=0, world_size=2
+    )
+    assert np.array_equal(plan.ids, planner.build(len(lens), epoch=0, world_size=2).ids)
+    (tmp_path / f"{key}-e1.claim").write_bytes(Owner.here().to_bytes())  # alive, never builds
+    late = planner.with_share(PlanShare(tmp_path, wait_timeout=0.2))
+    assert late.build(len(lens), epoch=1, world_size=2).num_batches > 0
+
+
+def test_older_epochs_are_removed(tmp_path: Path) -> None:
+    lens = lengths()
+    planner = GroupedPlanner(4, lengths=lens).with_share(PlanShare(tmp_path))
+    for epoch in range(4):
+        planner.build(len(lens), epoch=epoch, world_size=2)
+    assert sorted(p.name.split("-e")[1] for p in tmp_path.glob("*-e*")) == ["2", "3"]
+
+
+def test_the_loader_shares_when_torchrun_starts_several_ranks_per_node(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv("LOCAL_WORLD_SIZE", raising=False)
+    assert node_ranks() == 1
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "8")
+    assert node_ranks() == 8
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "eight")
+    assert node_ranks() == 1
+    assert os.environ["LOCAL_WORLD_SIZE"] == "eight"
