@@ -259,7 +259,10 @@ class BudgetPlanner(LengthPlanner):
         heads, tops = [], []  # each mega-batch's start and longest (its first, once sorted)
 
         def cut(span: tuple[int, int]) -> tuple[list[int], list[int], list[int], int]:
-            starts, longest, sizes, over = [], [], [], 0
+            starts: list[int] = []
+            longest: list[int] = []
+            sizes: list[int] = []
+            over = 0
             for lo in range(span[0], span[1], mega):
                 hi = min(span[1], lo + mega)
                 lens = lengths[ordered[lo:hi]]
@@ -283,8 +286,8 @@ class BudgetPlanner(LengthPlanner):
             top = int(tops_a[inside].max())
             return int(heads_a[inside][np.flatnonzero(tops_a[inside] == top)[0]])
 
-        sizes = np.asarray(found, dtype=np.int64)
-        return self._finish(order, ordered, sizes, over, longest_at, epoch, world_size)
+        batch_sizes = np.asarray(found, dtype=np.int64)
+        return self._finish(order, ordered, batch_sizes, over, longest_at, epoch, world_size)
 
     def _mega(self, mean: float, budget: int, world_size: int) -> int:
         """Samples per mega-batch: ``group_size x grad_accum`` steps of average batches."""
