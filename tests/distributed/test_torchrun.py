@@ -65,6 +65,36 @@ def kill_tree(pid: int) -> None:
             proc.send_signal(signal.SIGKILL)
 
 
+def train_until_checkpoint(step: int, *args: str) -> int:
+    """Train on 2 ranks (``--mode train``) until checkpoint ``step`` is complete, then SIGKILL
+    torchrun, both ranks and their workers at once; the newest complete checkpoint's step.
+
+    Waits on the checkpoint's marker file (the event), not on time: the deadline only turns a
+    hang into a failure.
+    """
+    train = subprocess.Popen(
+        torchrun(2, *args, "--mode", "train"),
+        env=env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    out = Path(args[args.index("--out") + 1])
+    ckpt = out / "ckpt"
+    try:
+        deadline = time.monotonic() + LAUNCH_TIMEOUT
+        while not (ckpt / f"step{step}.done").exists():
+            if train.poll() is not None:
+                pytest.fail(f"training exited early:\n{train.stdout.read().decode()[-4000:]}")
+            if time.monotonic() > deadline:
+                pytest.fail(f"no checkpoint after step {step} within the timeout")
+            time.sleep(0.05)
+    finally:
+        kill_tree(train.pid)
+        train.communicate()
+    return max(int(p.stem.removeprefix("step")) for p in ckpt.glob("step*.done"))
+
+
 def run(nproc: int, *args: str, **extra_env: str) -> None:
     proc = subprocess.Popen(
         torchrun(nproc, *args),
@@ -138,26 +168,8 @@ def test_packed_plan_under_torchrun_shares_one_lengths_pass(data: Path, tmp_path
 
 
 def test_sigkill_mid_epoch_then_resume_delivers_exactly_the_rest(data: Path, tmp_path: Path):
-    train = subprocess.Popen(
-        torchrun(2, "--data", str(data), "--out", str(tmp_path), "--mode", "train"),
-        env=env(),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )
+    done = train_until_checkpoint(5, "--data", str(data), "--out", str(tmp_path))  # mid-epoch
     ckpt = tmp_path / "ckpt"
-    try:
-        deadline = time.monotonic() + LAUNCH_TIMEOUT
-        while not list(ckpt.glob("step5.done")):  # a few checkpoints in, mid-epoch
-            if train.poll() is not None:
-                pytest.fail(f"training exited early:\n{train.stdout.read().decode()[-4000:]}")
-            if time.monotonic() > deadline:
-                pytest.fail("no checkpoint after step 5 within the timeout")
-            time.sleep(0.05)
-    finally:
-        kill_tree(train.pid)  # torchrun, both ranks and their workers, all at once
-        train.communicate()
-    done = max(int(p.stem.removeprefix("step")) for p in ckpt.glob("step*.done"))
     consumed = orjson.loads((ckpt / f"step{done}.done").read_bytes())["batches"]
     states = [orjson.loads((ckpt / f"step{done}.rank{r}.json").read_bytes()) for r in (0, 1)]
     for key in ("epoch", "batches", "segments", "world_size", "plan", "source"):

@@ -9,9 +9,7 @@ without workers), and three ranks resuming two ranks' checkpoint give each sampl
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
-import time
 from pathlib import Path
 
 import orjson
@@ -20,7 +18,7 @@ from PIL import Image
 
 sys.path.insert(0, str(Path(__file__).parent))
 from loader_job import BATCH_SIZE, SEED, augmented_loader, pixel_digests
-from test_torchrun import LAUNCH_TIMEOUT, env, kill_tree, run, torchrun
+from test_torchrun import run, train_until_checkpoint
 
 from chute import Loader, World
 from chute.demo.data import write_demo_tokenizer
@@ -72,26 +70,8 @@ def test_augmented_pixels_after_kill_and_resume_equal_the_uninterrupted_run(tmp_
     by_sample = {i: d for s in streams for ids, ds in s for i, d in zip(ids, ds, strict=True)}
     assert len(by_sample) == N and len(set(by_sample.values())) == N  # every sample its own
 
-    train = subprocess.Popen(
-        torchrun(2, *args, "--mode", "train"),
-        env=env(),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )
+    done = train_until_checkpoint(3, *args)
     ckpt = tmp_path / "ckpt"
-    try:
-        deadline = time.monotonic() + LAUNCH_TIMEOUT
-        while not list(ckpt.glob("step3.done")):
-            if train.poll() is not None:
-                pytest.fail(f"training exited early:\n{train.stdout.read().decode()[-4000:]}")
-            if time.monotonic() > deadline:
-                pytest.fail("no checkpoint after step 3 within the timeout")
-            time.sleep(0.05)
-    finally:
-        kill_tree(train.pid)
-        train.communicate()
-    done = max(int(p.stem.removeprefix("step")) for p in ckpt.glob("step*.done"))
     consumed = orjson.loads((ckpt / f"step{done}.done").read_bytes())["batches"]
     assert 0 < consumed < len(streams[0])
 

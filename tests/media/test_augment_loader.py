@@ -9,31 +9,32 @@ same seed gives the same pixels in another Loader, from a pixel store, after ``s
 from __future__ import annotations
 
 import json
-import re
 from pathlib import Path
 
-import numpy as np
 import pytest
-from PIL import Image
-from PIL import ImageDraw as PILDraw
+from augment_helpers import (
+    BOXES,
+    TRANSFORM,
+    encloses,
+    first_box,
+    images_of,
+    red_extent,
+    write_box_image,
+)
 
 from chute import Loader, Recipe
 from chute.errors import ConfigError
-from chute.media import DynamicResolution, MediaStage, PixelStore, build_pixel_store
+from chute.media import MediaStage, PixelStore, build_pixel_store
 from chute.media.augment import Augment, ColorJitter, RandomResizedCrop
 
 TOKENIZER = Path(__file__).resolve().parents[2] / ".." / "shared" / "data" / "tokenizers" / "qwen3"
-TRANSFORM = DynamicResolution(min_pixels=28 * 28, max_pixels=112 * 112)
 AUG = Augment(crop=RandomResizedCrop(scale=(0.4, 1.0)), flip=0.5, jitter=ColorJitter(0.2, 0.2))
-BOXES = [(40, 30, 90, 70), (10, 10, 60, 50), (70, 20, 140, 90), (30, 40, 80, 95)]
 
 
 def _data(tmp_path: Path, question: str = "Where is the red box?") -> Path:
     rows = []
     for i, box in enumerate(BOXES * 3):
-        image = Image.new("RGB", (150, 100), (128, 128, 128))
-        PILDraw.Draw(image).rectangle([box[0], box[1], box[2] - 1, box[3] - 1], fill=(255, 0, 0))
-        image.save(tmp_path / f"{i}.png")
+        write_box_image(tmp_path / f"{i}.png", box)
         answer = json.dumps([{"bbox_2d": list(box), "label": "red box"}])
         rows.append(
             {
@@ -56,24 +57,6 @@ def _recipe(**kw):  # type: ignore[no-untyped-def]
     )
 
 
-def _images(batch) -> list[np.ndarray]:  # type: ignore[no-untyped-def]
-    """``pixel_values`` patches back into ``(H, W, 3)`` float images (normalised values)."""
-    p, m, tp = TRANSFORM.patch_size, TRANSFORM.merge_size, TRANSFORM.temporal_patch_size
-    out, start = [], 0
-    for gt, gh, gw in batch["image_grid_thw"].tolist():
-        n = gt * gh * gw
-        x = batch["pixel_values"][start : start + n].numpy()
-        start += n
-        x = x.reshape(gt, gh // m, gw // m, m, m, 3, tp, p, p).transpose(0, 6, 5, 1, 3, 7, 2, 4, 8)
-        out.append(x.reshape(gt, tp, 3, gh * p, gw * p)[0, 0].transpose(1, 2, 0))
-    return out
-
-
-def _red(image: np.ndarray) -> tuple[int, int, int, int]:
-    ys, xs = np.nonzero(image[..., 0] - image[..., 1] > 1.0)  # red, in CLIP-normalised units
-    return int(xs.min()), int(ys.min()), int(xs.max()) + 1, int(ys.max()) + 1
-
-
 def test_boxes_in_the_text_enclose_the_object_in_the_delivered_pixels(tmp_path: Path):
     recipe = _recipe(geometry="qwen2.5-vl")
     media = MediaStage(TRANSFORM, augment=AUG)
@@ -81,14 +64,10 @@ def test_boxes_in_the_text_enclose_the_object_in_the_delivered_pixels(tmp_path: 
     image_id = recipe.media.token_id("image")
     moved = 0
     for batch in loader:
-        for row, image in zip(batch["input_ids"], _images(batch), strict=True):
-            text = recipe.tokenizer.decode([t for t in row.tolist() if t != image_id])
-            x1, y1, x2, y2 = (
-                int(v) for v in re.findall(r"\[(\d+), (\d+), (\d+), (\d+)\]", text)[0]
-            )
-            red = _red(image)
-            assert x1 - 2 <= red[0] and y1 - 2 <= red[1] and red[2] <= x2 + 2 and red[3] <= y2 + 2
-            moved += (x1, y1, x2, y2) not in BOXES
+        for row, image in zip(batch["input_ids"], images_of(batch), strict=True):
+            box = first_box(recipe.tokenizer.decode([t for t in row.tolist() if t != image_id]))
+            assert encloses(box, red_extent(image))
+            moved += box not in BOXES
             # the tokens of the image are its patches' (the stage checks it; counted here too)
         tokens = (batch["input_ids"] == image_id).sum().item()
         assert tokens * 4 == batch["pixel_values"].shape[0]

@@ -9,25 +9,28 @@ from __future__ import annotations
 
 import functools
 import json
-import re
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pytest
-from PIL import Image
-from PIL import ImageDraw as PILDraw
+from augment_helpers import (
+    BOXES,
+    TRANSFORM,
+    encloses,
+    first_box,
+    images_of,
+    red_extent,
+    write_box_image,
+)
 
 from chute import Loader, Recipe
 from chute.errors import SampleError
-from chute.media import DynamicResolution, MediaStage
+from chute.media import MediaStage
 from chute.media.augment import Augment, RandomResizedCrop
 from chute.tokenize import load_tokenizer
 
 TOKENIZER = Path(__file__).resolve().parents[2] / ".." / "shared" / "data" / "tokenizers" / "qwen3"
-TRANSFORM = DynamicResolution(min_pixels=28 * 28, max_pixels=112 * 112)
 AUG = Augment(crop=RandomResizedCrop(scale=(0.4, 1.0)), flip=0.5)
-BOXES = [(40, 30, 90, 70), (10, 10, 60, 50), (70, 20, 140, 90), (30, 40, 80, 95)]
 
 pytestmark = pytest.mark.skipif(not TOKENIZER.exists(), reason="no Qwen3 tokenizer in shared data")
 
@@ -47,9 +50,7 @@ def _record(i: int, box: tuple[int, ...], column: str = "objects") -> dict[str, 
 def _data(tmp_path: Path) -> Path:
     rows = []
     for i, box in enumerate(BOXES * 3):
-        image = Image.new("RGB", (150, 100), (128, 128, 128))
-        PILDraw.Draw(image).rectangle([box[0], box[1], box[2] - 1, box[3] - 1], fill=(255, 0, 0))
-        image.save(tmp_path / f"{i}.png")
+        write_box_image(tmp_path / f"{i}.png", box)
         rows.append(_record(i, box, "objects" if i % 2 else "bbox"))
     path = tmp_path / "objects.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
@@ -111,18 +112,6 @@ def test_the_objects_become_the_answer_in_each_convention(tmp_path: Path):
         _recipe("qwen2.5-vl").process(_record(0, (10, 10, 160, 50)), path=str(where))
 
 
-def _images(batch: Any) -> list[np.ndarray]:
-    p, m, tp = TRANSFORM.patch_size, TRANSFORM.merge_size, TRANSFORM.temporal_patch_size
-    out, start = [], 0
-    for gt, gh, gw in batch["image_grid_thw"].tolist():
-        n = gt * gh * gw
-        x = batch["pixel_values"][start : start + n].numpy()
-        start += n
-        x = x.reshape(gt, gh // m, gw // m, m, m, 3, tp, p, p).transpose(0, 6, 5, 1, 3, 7, 2, 4, 8)
-        out.append(x.reshape(gt, tp, 3, gh * p, gw * p)[0, 0].transpose(1, 2, 0))
-    return out
-
-
 def test_objects_follow_the_crop_and_flip_through_the_loader(tmp_path: Path):
     recipe = _recipe("qwen2.5-vl")
     loader = Loader(
@@ -138,13 +127,8 @@ def test_objects_follow_the_crop_and_flip_through_the_loader(tmp_path: Path):
     for epoch in range(2):
         loader.set_epoch(epoch)
         for batch in loader:
-            for row, image in zip(batch["input_ids"], _images(batch), strict=True):
+            for row, image in zip(batch["input_ids"], images_of(batch), strict=True):
                 text = recipe.tokenizer.decode([t for t in row.tolist() if t != image_id])
-                x1, y1, x2, y2 = (
-                    int(v) for v in re.findall(r"\[(\d+), (\d+), (\d+), (\d+)\]", text)[0]
-                )
-                ys, xs = np.nonzero(image[..., 0] - image[..., 1] > 1.0)  # red
-                assert x1 - 2 <= xs.min() and y1 - 2 <= ys.min()
-                assert xs.max() + 1 <= x2 + 2 and ys.max() + 1 <= y2 + 2
+                assert encloses(first_box(text), red_extent(image))
                 moved += 1
     assert loader.stats == {} and moved == 24
