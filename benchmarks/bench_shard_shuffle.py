@@ -29,6 +29,7 @@ litdata) are not in this run: see docs/benchmarks.md.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import http.client
 import os
 import shutil
@@ -75,7 +76,9 @@ class LatencyProxy:
                 self.send_response(answer.status)
                 head = self.command == "HEAD"  # its Content-Length is the object's size
                 for k, v in answer.getheaders():
-                    skip = ("transfer-encoding", "connection") + (() if head else ("content-length",))
+                    skip = ("transfer-encoding", "connection") + (
+                        () if head else ("content-length",)
+                    )
                     if k.lower() not in skip:
                         self.send_header(k, v)
                 if not head:
@@ -89,7 +92,7 @@ class LatencyProxy:
                         proxy.requests += 1
                         proxy.bytes += len(data)
 
-            do_GET = do_PUT = do_POST = do_HEAD = do_DELETE = _forward
+            do_GET = do_PUT = do_POST = do_HEAD = do_DELETE = _forward  # noqa: N815  (http.server names)
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.endpoint = f"http://127.0.0.1:{self.server.server_address[1]}"
@@ -137,6 +140,59 @@ def run(urls: list[str], proxy: LatencyProxy, plan: str, limit: int | None, args
     }, loader.plan.order.materialize()
 
 
+def peers(
+    paths: list[Path], endpoint: str, proxy: LatencyProxy, work: Path, args: Any
+) -> dict[str, Any]:
+    """mosaicml-streaming and litdata over the same records and server (``_shard_peers``)."""
+    import boto3
+
+    with contextlib.suppress(ImportError):
+        # _common.machine() imports datasets, which looks torchvision up: before streaming's
+        # stand-in for it is registered (_loaders_tools.import_streaming)
+        import datasets  # noqa: F401
+
+    import _shard_peers as tools
+
+    client = boto3.client(
+        "s3",
+        endpoint_url=endpoint,
+        region_name="us-east-1",
+        aws_access_key_id=ACCESS["AWS_ACCESS_KEY_ID"],
+        aws_secret_access_key=ACCESS["AWS_SECRET_ACCESS_KEY"],
+    )
+    rows = tools.read_records(paths)
+    out: dict[str, Any] = {}
+    for name, prepare, prefix in (
+        ("mosaicml-streaming py1br", tools.mosaic_prepare, "mds"),
+        ("litdata", tools.litdata_prepare, "litdata"),
+    ):
+        try:
+            folder = prepare(rows, args.per_file, work)  # offline, not timed
+            tools.upload_dir(client, folder, "bench", prefix)
+            proxy.reset()
+            if prefix == "mds":
+                got = tools.mosaic_read(
+                    proxy.endpoint, work, args.limit_files, args.window, args.per_file, args.samples
+                )
+            else:
+                got = tools.litdata_read(proxy.endpoint, work, args.limit_files, args.samples)
+        except Exception as exc:  # reported in the results, never hidden
+            out[name] = {"error": f"{type(exc).__name__}: {exc}"[:500]}
+            print(name, out[name], flush=True)
+            continue
+        seen = got["samples"]
+        out[name] = {
+            "samples": seen,
+            "samples_per_s": round(seen / got["seconds"], 1),
+            "get_requests_per_1000_samples": round(1000 * proxy.requests / seen, 1),
+            "bytes_fetched_per_sample": round(proxy.bytes / seen),
+            "shards": got["shards"],
+            "cache_limit_bytes": got["cache_limit_bytes"],
+        }
+        print(name, out[name], flush=True)
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--files", type=int, default=32)
@@ -146,6 +202,7 @@ def main() -> None:
     parser.add_argument("--limit-files", type=int, default=8)
     parser.add_argument("--latency-ms", type=float, default=20.0)
     parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--no-peers", action="store_true", help="chute only")
     args = parser.parse_args()
     if args.quick:
         args.files, args.per_file, args.samples = 8, 200, 400
@@ -176,6 +233,8 @@ def main() -> None:
         ):
             results[name], orders[name] = run(urls, proxy, plan, lim, args)
             print(name, results[name], flush=True)
+        if not args.no_peers:
+            results.update(peers(paths, endpoint, proxy, work, args))
         n = int(bounds[-1])
         quality = {
             "identity (file order)": order_locality(np.arange(n), bounds),
@@ -192,6 +251,7 @@ def main() -> None:
                 ),
             }
             for name, r in results.items()
+            if "samples_per_s" in r
         }
         save(
             "shard_shuffle",
