@@ -49,6 +49,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+import threading
 import time
 import uuid
 from collections import OrderedDict
@@ -105,6 +106,9 @@ class FileCache:
         for sub in ("data", "pins", "reserve", "partial"):
             (self.folder / sub).mkdir(parents=True, exist_ok=True)
         self._open: OrderedDict[str, CachedFile] = OrderedDict()
+        # Threads of one process share its pins: a reader holds this from acquire to pread, so
+        # no other thread closes the descriptor in between (by unpinning to make room).
+        self.thread_lock = threading.RLock()
         self._pid = os.getpid()
         self._owner = Owner.here().to_bytes()
         self.downloads = 0

@@ -137,9 +137,10 @@ class CachedBytes(RemoteBytes):
 
     def pread(self, n: int, offset: int) -> bytes:
         if time.monotonic() >= self._retry_at:
-            local = self.files.acquire(self.key, self.size, self._download)
-            if local is not None:
-                return local.pread(n, offset)
+            with self.files.thread_lock:
+                local = self.files.acquire(self.key, self.size, self._download)
+                if local is not None:
+                    return local.pread(n, offset)
             self._retry_at = time.monotonic() + _RETRY_ROOM_S
         return super().pread(n, offset)
 
