@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -141,3 +143,35 @@ def test_a_100m_order_is_lazy() -> None:
     batch = order.take_range(50_000_000, 50_000_064)
     assert len(set(batch.tolist())) == 64 and batch.max() < 100_000_000
     assert len(set((batch // 10_000).tolist())) <= 16
+
+
+def test_the_loader_binds_the_files_of_a_source(tmp_path: Path) -> None:
+    from chute import JsonlSource, Loader, World
+
+    paths = []
+    for f, size in enumerate([7, 0, 12, 5]):
+        path = tmp_path / f"part-{f}.jsonl"
+        lo = sum([7, 0, 12, 5][:f])
+        path.write_text("".join(f'{{"input_ids": [{i}, {i}]}}\n' for i in range(lo, lo + size)))
+        paths.append(path)
+    source = JsonlSource(paths)
+    assert source.shard_bounds().tolist() == [0, 7, 7, 19, 24]
+    seen = []
+    for rank in range(3):
+        loader = Loader(
+            source,
+            batch_size=2,
+            world=World(rank, 3),
+            plan="shards",
+            plan_options={"shard_window": 2},
+            seed=1,
+        )
+        assert loader.plan.order.describe()["shards"] == 4
+        for batch in loader:
+            ids = batch["sample_ids"].numpy()
+            real = ids >= 0
+            assert np.array_equal(batch["input_ids"][:, 0].numpy()[real], ids[real])
+            seen.extend(ids[real].tolist())
+    assert sorted(seen) == list(range(24))
+    with pytest.raises(ConfigError, match="plan='shards' shuffles by the files of a source"):
+        Loader([{"input_ids": [1]}] * 4, batch_size=2, plan="shards")
