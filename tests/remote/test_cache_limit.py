@@ -212,3 +212,16 @@ def test_shard_order_is_identical_on_every_rank_and_resumes(s3: Bucket, tmp_path
         lambda world: shard_loader(urls, limit, world), old_world_size=2, new_world_size=3, steps=5
     )
     assert sorted(np.concatenate([consumed, delivered]).tolist()) == list(range(N))
+
+
+def test_a_full_shuffle_over_far_more_than_the_limit_warns(
+    s3: Bucket, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    urls = write_shards(s3, tmp_path)
+    source = JsonlSource(urls, remote=RemoteOptions(cache_limit=2 * file_size(s3)))
+    with caplog.at_level("WARNING", logger="chute.loader"):
+        Loader(source, batch_size=4, plan="shards")
+        assert "cache_limit" not in caplog.text
+        Loader(source, batch_size=4)
+    assert "a shuffled plan over 8 remote files" in caplog.text
+    assert "use plan='shards'" in caplog.text
