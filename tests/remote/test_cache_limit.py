@@ -225,3 +225,15 @@ def test_a_full_shuffle_over_far_more_than_the_limit_warns(
         Loader(source, batch_size=4)
     assert "a shuffled plan over 8 remote files" in caplog.text
     assert "use plan='shards'" in caplog.text
+
+
+def test_a_file_larger_than_the_limit_is_read_with_ranged_requests(
+    s3: Bucket, tmp_path: Path
+) -> None:
+    urls = write_shards(s3, tmp_path)
+    source = JsonlSource(urls[:2], remote=RemoteOptions(cache_limit=file_size(s3) // 2))
+    got = [source[i].data["input_ids"][0] for i in reversed(range(2 * PER_FILE))]
+    assert got == list(reversed(range(2 * PER_FILE)))
+    assert folder_bytes(cache_root() / "remote-files") == (0, set())
+    reader = source._readers[0].io
+    assert reader.files.refusals > 0 and reader.cache.requests > 0  # type: ignore[union-attr]
