@@ -116,7 +116,8 @@ def test_options_are_checked_with_messages_naming_them() -> None:
     with pytest.raises(ConfigError, match="world_size must be a positive int"):
         RandomPlanner(4).build(10, epoch=0, world_size=0)
     with pytest.raises(
-        ConfigError, match=r"plan must be one of \['budget', 'grouped', 'packed', 'random'\]"
+        ConfigError,
+        match=r"plan must be one of \['budget', 'grouped', 'packed', 'random', 'shards'\]",
     ):
         make_planner("sorted", batch_size=4)
 

@@ -20,10 +20,17 @@ def test_each_variable_sets_its_default() -> None:
         "CHUTE_REMOTE_BLOCK_SIZE": "4096",
         "CHUTE_REMOTE_CACHE_BYTES": "65536",
         "CHUTE_REMOTE_READAHEAD": "1048576",
+        "CHUTE_REMOTE_CACHE_LIMIT": "2GB",
     }
     assert set(env) == set(ENV_OPTIONS)
     assert options_from_env(env) == RemoteOptions(
-        timeout=7.5, retries=9, backoff=0.0, block_size=4096, cache_bytes=65536, readahead=1 << 20
+        timeout=7.5,
+        retries=9,
+        backoff=0.0,
+        block_size=4096,
+        cache_bytes=65536,
+        readahead=1 << 20,
+        cache_limit=2 * 10**9,
     )
     assert options_from_env({"CHUTE_REMOTE_RETRIES": " "}) == RemoteOptions()
 

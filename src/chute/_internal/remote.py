@@ -59,6 +59,7 @@ __all__ = [
     "join_url",
     "options_from_env",
     "parent_url",
+    "parse_size",
     "protocol_of",
     "redact",
     "split",
@@ -143,6 +144,10 @@ class RemoteOptions:
         block_size: bytes fetched per ranged request when records are read at random.
         cache_bytes: bytes of blocks one source keeps per process (least recently used go).
         readahead: the largest request a sequential reader grows to (bytes).
+        cache_limit: bytes of whole remote files kept on local disk, shared by every process
+            of the machine (``<cache>/remote-files``; least recently used out, never a file
+            in use); ``None`` (the default): no local copies, ranged reads only. An int, or a
+            size such as ``"20GB"`` / ``"512MiB"``.
 
     Example:
         >>> RemoteOptions(retries=2).retries
@@ -159,8 +164,23 @@ class RemoteOptions:
     block_size: int = 64 * 1024
     cache_bytes: int = 64 << 20
     readahead: int = 8 << 20
+    cache_limit: int | None = None
 
     def __post_init__(self) -> None:
+        limit: object = self.cache_limit
+        if isinstance(limit, str):  # a size with units, from the environment, a flag or YAML
+            try:
+                limit = parse_size(limit)
+            except ValueError as exc:
+                raise ConfigError(f"remote.cache_limit: {exc}") from None
+            object.__setattr__(self, "cache_limit", limit)
+        if limit is not None and (
+            isinstance(limit, bool) or not isinstance(limit, int) or limit < 1
+        ):
+            raise ConfigError(
+                f"remote.cache_limit: expected a number of bytes >= 1 or a size such as "
+                f"'20GB', got {limit!r}"
+            )
         for name in ("timeout", "backoff"):
             value = getattr(self, name)
             positive = name == "timeout"
@@ -193,7 +213,46 @@ ENV_OPTIONS = {
     "CHUTE_REMOTE_BLOCK_SIZE": ("block_size", int),
     "CHUTE_REMOTE_CACHE_BYTES": ("cache_bytes", int),
     "CHUTE_REMOTE_READAHEAD": ("readahead", int),
+    "CHUTE_REMOTE_CACHE_LIMIT": ("cache_limit", str),
 }
+
+_UNITS = {
+    "": 1,
+    "b": 1,
+    "k": 10**3,
+    "kb": 10**3,
+    "m": 10**6,
+    "mb": 10**6,
+    "g": 10**9,
+    "gb": 10**9,
+    "t": 10**12,
+    "tb": 10**12,
+    "kib": 1 << 10,
+    "mib": 1 << 20,
+    "gib": 1 << 30,
+    "tib": 1 << 40,
+}
+_SIZE = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*([A-Za-z]*)\s*$")
+
+
+def parse_size(text: str) -> int:
+    """Bytes of a size written ``20GB``, ``512MiB``, ``1.5T`` or ``4096``.
+
+    ``K``, ``M``, ``G``, ``T`` (with or without ``B``) are decimal; ``KiB`` ... ``TiB`` powers of two.
+
+    Example:
+        >>> parse_size("20GB"), parse_size("512MiB"), parse_size("4096")
+        (20000000000, 536870912, 4096)
+        >>> parse_size("lots")
+        Traceback (most recent call last):
+        ...
+        ValueError: expected a size such as 20GB, 512MiB or 4096 (bytes), got 'lots'
+    """
+    m = _SIZE.match(str(text))
+    unit = m.group(2).lower() if m else None
+    if m is None or unit not in _UNITS:
+        raise ValueError(f"expected a size such as 20GB, 512MiB or 4096 (bytes), got {text!r}")
+    return int(float(m.group(1)) * _UNITS[unit])
 
 
 def options_from_env(env: dict[str, str] | None = None) -> RemoteOptions:

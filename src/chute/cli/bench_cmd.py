@@ -95,7 +95,7 @@ def bench(
     batch_size: int = typer.Option(..., "--batch-size", "-b", help="Samples per batch (per rank)."),
     workers: str = typer.Option("0,1,2", "--workers", help="Worker counts to try: '0,1,2', '0-4'."),
     plan: str = typer.Option(
-        "random", "--plan", help="Batching plan: random, grouped, budget or packed."
+        "random", "--plan", help="Batching plan: random, grouped, budget, packed or shards."
     ),
     plan_option: str | None = typer.Option(
         None,

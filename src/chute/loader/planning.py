@@ -31,6 +31,7 @@ from chute.errors import ConfigError, ErrorBudgetExceeded
 from chute.lengths import Lengths, Pieces, lengths_of
 from chute.media.positions import MRopePositions, positions_rule
 from chute.plan import PLANNERS, LengthPlanner, PackedPlanner, Planner, make_planner
+from chute.plan.shards import ShardPlanner
 from chute.plan.shared import PlanShare
 from chute.sample.budget import ErrorBudget
 from chute.world import World
@@ -48,6 +49,7 @@ __all__ = [
     "slice_options",
     "split_source",
     "task_of",
+    "warn_if_thrashing",
 ]
 
 log = logging.getLogger("chute.loader")
@@ -93,10 +95,10 @@ def resolve_plan(
             "instance you pass as plan= instead"
         )
     needs = bool(getattr(cls, "needs_lengths", False))
-    if options and not needs and isinstance(plan, str):
+    if options and not needs and not _takes_options(cls) and isinstance(plan, str):
         raise ConfigError(
             f"plan={plan!r} takes no plan_options (got {sorted(options)}); they are for "
-            f"{sorted(k for k, c in PLANNERS.items() if getattr(c, 'needs_lengths', False))}"
+            f"{sorted(k for k, c in PLANNERS.items() if _takes_options(c))}"
         )
     task = task_of(source, recipe)
     if isinstance(plan, str) and needs:
@@ -117,6 +119,9 @@ def resolve_plan(
         wrap=wrap,
         **options,
     )
+    if isinstance(planner, ShardPlanner) and planner.shard_bounds is None and planner.shuffle:
+        planner = planner.with_shards(shard_bounds_of(source))
+    warn_if_thrashing(source, planner)
     lengths = None
     if isinstance(planner, LengthPlanner):
         if planner.lengths is None:
@@ -129,6 +134,51 @@ def resolve_plan(
     )
     excluded = lengths.rejected if lengths is not None else {}
     return PlanSetup(planner, collate, lengths, excluded)
+
+
+def _takes_options(cls: Any) -> bool:
+    """Whether a named plan has options of its own (length plans, ``shards``)."""
+    return bool(getattr(cls, "needs_lengths", False) or getattr(cls, "needs_shards", False))
+
+
+def warn_if_thrashing(source: Any, planner: Planner) -> None:
+    """Warn once when a full shuffle reads remote files far larger than their local cache.
+
+    Under ``cache_limit`` each file is downloaded whole; a full permutation then needs most
+    files at once and downloads them again and again (``docs/benchmarks.md``: 627 KB fetched per
+    1.7 KB sample with a quarter of the data fitting). ``plan="shards"`` reads a few at a time.
+    """
+    limit = getattr(getattr(source, "remote", None), "cache_limit", None)
+    files = getattr(source, "files", None) or []
+    if limit is None or isinstance(planner, ShardPlanner) or not getattr(planner, "shuffle", False):
+        return
+    remote = [f for f in files if getattr(f, "remote", False)]
+    total = sum(int(getattr(f, "bytes", 0) or getattr(f.identity, "size", 0)) for f in remote)
+    key = f"thrash:{id(source)}"
+    if total > 2 * limit and key not in _WARNED:
+        _WARNED.add(key)
+        log.warning(
+            "a shuffled plan over %d remote files (%d bytes) with cache_limit=%d bytes downloads "
+            "most files many times (each read needs a whole file, and most do not fit); use "
+            "plan='shards' (plan_options={'shard_window': N}: N files at a time), or no "
+            "cache_limit (ranged reads)",
+            len(remote),
+            total,
+            limit,
+        )
+
+
+def shard_bounds_of(source: Any) -> Any:
+    """The sample ranges of ``source``'s files, for ``plan="shards"``; else ``ConfigError``."""
+    bounds = getattr(source, "shard_bounds", None)
+    if not callable(bounds):
+        raise ConfigError(
+            f"plan='shards' shuffles by the files of a source, and {type(source).__name__} "
+            f"has none (no shard_bounds()); read the files themselves (JsonlSource, "
+            f"ParquetSource, a path or URL glob) or use plan='random'",
+            param="plan",
+        )
+    return bounds()
 
 
 def node_ranks() -> int:

@@ -8,6 +8,7 @@ grouped     group_size, grad_accum, longest_first (needs lengths)
 budget      max_tokens, max_length, max_rows, pad_to_multiple_of, group_size, grad_accum,
             longest_first, balance (needs lengths)
 packed      max_length, split, window, overflow, balance (needs lengths)
+shards      shard_window (needs the sample ranges of the source's files)
 ==========  ==================================================================================
 
 Planners that need lengths say so with ``needs_lengths = True``; the ``Loader`` computes them
@@ -25,6 +26,7 @@ from chute.plan.budget import BudgetPlanner
 from chute.plan.grouped import GroupedPlanner
 from chute.plan.packed import PackedPlanner
 from chute.plan.shard import RandomPlanner
+from chute.plan.shards import ShardPlanner
 
 __all__ = ["PLANNERS", "make_planner"]
 
@@ -33,6 +35,7 @@ PLANNERS: dict[str, type[Planner]] = {
     "grouped": GroupedPlanner,
     "budget": BudgetPlanner,
     "packed": PackedPlanner,
+    "shards": ShardPlanner,
 }
 
 

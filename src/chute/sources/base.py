@@ -41,6 +41,17 @@ class FileSource:
     def __len__(self) -> int:
         return int(self._starts[-1])
 
+    def shard_bounds(self) -> np.ndarray:
+        """The sample ranges of the files: file ``j`` holds ids ``b[j] .. b[j+1]-1`` (int64).
+
+        What ``plan="shards"`` shuffles by (``chute.plan.shards``).
+
+        Example:
+            >>> JsonlSource(["a.jsonl", "b.jsonl"]).shard_bounds().tolist()  # doctest: +SKIP
+            [0, 120, 250]
+        """
+        return np.array(self._starts, dtype=np.int64)
+
     def locate(self, index: int) -> tuple[int, int]:
         """(file number, record number within that file) of a global index."""
         n = len(self)

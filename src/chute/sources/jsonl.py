@@ -32,9 +32,10 @@ from chute._internal.remote import DEFAULT_OPTIONS, RemoteOptions
 from chute.errors import SourceChanged
 from chute.sources.base import FileSource, expand_paths, shown_path
 from chute.sources.blocks import BlockCache
+from chute.sources.file_cache import FileCache
 from chute.sources.index import FileIndex, open_index
 from chute.sources.record import Record, TextLine
-from chute.sources.remote import RemoteBytes, block_cache
+from chute.sources.remote import RemoteBytes, block_cache, file_cache, remote_bytes
 from chute.sources.scan_lines import BOM
 
 __all__ = ["JsonlSource", "expand_paths"]
@@ -92,8 +93,10 @@ class JsonlSource(FileSource):
         self._readers = self._open_readers()
 
     def _open_readers(self) -> list[_FileReader]:
-        blocks = block_cache(self.remote) if any(f.remote for f in self.files) else None
-        return [_FileReader(f, _bytes_of(f, self.remote, blocks)) for f in self.files]
+        remote = any(f.remote for f in self.files)
+        blocks = block_cache(self.remote) if remote else None
+        files = file_cache(self.remote, self.cache_dir) if remote else None
+        return [_FileReader(f, _bytes_of(f, self.remote, blocks, files)) for f in self.files]
 
     # -- size and identity ------------------------------------------------------------------
 
@@ -179,9 +182,11 @@ class _Bytes(Protocol):
     def pread(self, n: int, offset: int) -> builtins.bytes: ...
 
 
-def _bytes_of(index: FileIndex, options: RemoteOptions, blocks: BlockCache | None) -> _Bytes:
+def _bytes_of(
+    index: FileIndex, options: RemoteOptions, blocks: BlockCache | None, files: FileCache | None
+) -> _Bytes:
     if index.remote and blocks is not None and isinstance(index.identity, RemoteIdentity):
-        return RemoteBytes(index.data_path, index.identity, options, blocks)
+        return remote_bytes(index.data_path, index.identity, options, blocks, files)
     return _LocalBytes(index)
 
 

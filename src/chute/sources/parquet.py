@@ -44,8 +44,9 @@ from chute._internal.remote import DEFAULT_OPTIONS, RemoteOptions, is_url
 from chute.errors import SourceChanged, SourceError
 from chute.sources.base import FileSource, expand_paths, shown_path
 from chute.sources.blocks import BlockCache
+from chute.sources.file_cache import FileCache
 from chute.sources.record import Record
-from chute.sources.remote import RemoteBytes, block_cache
+from chute.sources.remote import block_cache, file_cache, remote_bytes
 
 __all__ = ["PARQUET_SUFFIXES", "ParquetFileIndex", "ParquetSource", "open_parquet"]
 
@@ -127,9 +128,11 @@ class ParquetSource(FileSource):
         self._readers: list[_Reader] = self._open_readers()
 
     def _open_readers(self) -> list[_Reader]:
-        blocks = block_cache(self.remote) if any(f.remote for f in self.files) else None
+        remote = any(f.remote for f in self.files)
+        blocks = block_cache(self.remote) if remote else None
+        files = file_cache(self.remote, None) if remote else None
         groups = _GroupCache(self.cache_bytes)
-        return [_Reader(f.path, f.identity, self.remote, blocks, groups) for f in self.files]
+        return [_Reader(f.path, f.identity, self.remote, blocks, groups, files) for f in self.files]
 
     # -- size and identity ------------------------------------------------------------------
 
@@ -231,8 +234,10 @@ class _Reader:
         options: RemoteOptions,
         blocks: BlockCache | None,
         groups: _GroupCache | None = None,
+        files: FileCache | None = None,
     ):
         self.path, self.identity, self.options, self.blocks = path, identity, options, blocks
+        self.files = files
         self._groups = groups if groups is not None else _GroupCache(0)
         self._file: Any = None
         self._handle: Any = None
@@ -245,7 +250,7 @@ class _Reader:
         import pyarrow.parquet as pq
 
         if self.blocks is not None and isinstance(self.identity, RemoteIdentity):
-            remote = RemoteBytes(self.path, self.identity, self.options, self.blocks)
+            remote = remote_bytes(self.path, self.identity, self.options, self.blocks, self.files)
             handle: Any = io.BufferedReader(RangeReader(remote.pread, remote.size), 1 << 20)
         else:
             try:

@@ -12,6 +12,10 @@ differs::
     ranged requests (JSON arrays: spooled to a        LRU up to cache_bytes, sequential
     temporary file, scanned, deleted)                 read-ahead ──► ranged GET (If-Match)
 
+With ``RemoteOptions(cache_limit=...)`` a file is instead downloaded whole into a bounded folder
+shared by the machine's processes (``chute.sources.file_cache``) and read locally
+(``CachedBytes``); a file that cannot fit now is read through the block cache as above.
+
 Compressed objects (``.gz``, ``.zst``) follow the rule for compressed files: decompressed once
 into the local cache, then read locally. Each process (a DataLoader worker, a pool process)
 opens its own connection and its own block cache; a source pickles as its URLs, indexes and
@@ -25,21 +29,38 @@ Example:
 
 from __future__ import annotations
 
+import hashlib
 import mmap
 import os
 import tempfile
+import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import TypeVar
+from typing import BinaryIO, TypeVar
 
 import numpy as np
 
+from chute._internal.files import cache_root
 from chute._internal.objects import RemoteFile, RemoteIdentity, open_binary
 from chute._internal.remote import RemoteOptions
 from chute.sources.blocks import BlockCache
+from chute.sources.file_cache import FileCache
 from chute.sources.scan_lines import Pread
 
-__all__ = ["RemoteBytes", "block_cache", "remote_pread", "spooled_array"]
+__all__ = [
+    "CachedBytes",
+    "RemoteBytes",
+    "block_cache",
+    "file_cache",
+    "remote_bytes",
+    "remote_pread",
+    "spooled_array",
+]
+
+# After a file could not get room in the local cache, its reads go remote this long before
+# asking again (asking costs a lock and a listing of the folder).
+_RETRY_ROOM_S = 1.0
+_DOWNLOAD_CHUNK = 8 << 20
 
 T = TypeVar("T")
 
@@ -68,6 +89,64 @@ class RemoteBytes:
 
     def pread(self, n: int, offset: int) -> bytes:
         return self.cache.read(self.file.url, self.file.pinned_read, self.size, offset, offset + n)
+
+
+def file_cache(
+    options: RemoteOptions, cache_dir: str | os.PathLike[str] | None
+) -> FileCache | None:
+    """This process's view of the machine's bounded folder of remote files, if a limit is set."""
+    if options.cache_limit is None:
+        return None
+    return FileCache(cache_root(cache_dir) / "remote-files", options.cache_limit)
+
+
+def remote_bytes(
+    url: str,
+    identity: RemoteIdentity,
+    options: RemoteOptions,
+    blocks: BlockCache,
+    files: FileCache | None,
+) -> RemoteBytes:
+    """How one indexed remote file is read: a local whole copy when a cache limit is set."""
+    if files is None:
+        return RemoteBytes(url, identity, options, blocks)
+    return CachedBytes(url, identity, options, blocks, files)
+
+
+class CachedBytes(RemoteBytes):
+    """The bytes of one remote file from its whole local copy (bounded, shared folder).
+
+    The copy is downloaded on the first read (``If-Match`` the indexed identity, so a replaced
+    object raises ``SourceChanged``); while the folder has no room for it, reads are ranged
+    requests through the block cache, as without a limit.
+    """
+
+    def __init__(
+        self,
+        url: str,
+        identity: RemoteIdentity,
+        options: RemoteOptions,
+        cache: BlockCache,
+        files: FileCache,
+    ):
+        super().__init__(url, identity, options, cache)
+        self.files = files
+        text = f"{url}\n{sorted(identity.to_json().items())}"
+        self.key = hashlib.blake2b(text.encode(), digest_size=16).hexdigest()
+        self._retry_at = 0.0
+
+    def pread(self, n: int, offset: int) -> bytes:
+        if time.monotonic() >= self._retry_at:
+            with self.files.thread_lock:
+                local = self.files.acquire(self.key, self.size, self._download)
+                if local is not None:
+                    return local.pread(n, offset)
+            self._retry_at = time.monotonic() + _RETRY_ROOM_S
+        return super().pread(n, offset)
+
+    def _download(self, dst: BinaryIO) -> None:
+        for lo in range(0, self.size, _DOWNLOAD_CHUNK):
+            dst.write(self.file.pinned_read(lo, min(self.size, lo + _DOWNLOAD_CHUNK)))
 
 
 def remote_pread(url: str, options: RemoteOptions) -> tuple[Pread, int]:
