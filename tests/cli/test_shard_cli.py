@@ -36,7 +36,7 @@ def llava_jsonl(shared_data: Path, folder: Path) -> Path:
         lines.append(
             orjson.dumps(
                 {
-                    "id": q["question_id"],
+                    "id": q["id"],
                     "image": f"images/{q['image']}",
                     "conversations": [
                         {"from": "human", "value": "<image>\n" + q["text"]},
@@ -108,7 +108,8 @@ def test_missing_image_is_skipped_and_counted(tmp_path: Path) -> None:
     summary = orjson.loads(result.stdout)
     assert summary["samples"] == 1 and summary["rejects"]["by_reason"] == {"image_missing": 1}
     back = TarSource(tmp_path / "o/train-000000.tar")
-    assert [r.index for r in back] == [1] and back[0].data == {"text": "plain text"}
+    # the key keeps the record's index in its source; a skipped record leaves a gap there
+    assert [r.key for r in back] == ["000000001"] and back[0].data == {"text": "plain text"}
 
 
 def test_a_failed_run_leaves_no_shard(tmp_path: Path) -> None:

@@ -9,7 +9,8 @@ member's extension (``0.jpg``), which ``TarSource`` binds back to the member::
         ──► train-000000.tar   000000002.json   {"image": "0.jpg", "conversations": [...]}
                                000000002.0.jpg  (the bytes of <media root>/coco/1.jpg)
 
-Keys are the record's global index (9 digits), so sample ids read back equal the source's.
+Keys are the record's global index (9 digits): with no record skipped, sample ids read back
+equal the source's (a skipped record leaves a gap in the keys, not in the ids).
 Shards fill up to ``shard_size`` bytes (a sample larger than that gets a shard of its own)
 and are named ``<prefix>-000000.tar``, ... Each is written under a temporary name in the
 output folder and renamed when complete (or, for an fsspec URL, written locally and uploaded
