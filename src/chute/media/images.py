@@ -172,7 +172,7 @@ def _open(source: Any, opts: DecodeOptions) -> tuple[str, Any]:
     text = os.fspath(source)
     if text.startswith(INLINE):
         # base64 holds 3 bytes per 4 characters: refuse a huge one before decoding it
-        _check_bytes(text[:40] + "...", (len(text) - text.find(",") - 1) * 3 // 4, opts)
+        _check_bytes(text[:40] + "...", len(text.partition(",")[2].rstrip("=")) * 3 // 4, opts)
         buf = _data_url(text)
         if not buf.getbuffer().nbytes:
             raise SampleError("image_corrupt", f"{text[:40]}...: an empty data URL")

@@ -55,7 +55,7 @@ def local_copy(source: str, kind: str, max_bytes: int = DEFAULT_MAX_BYTES) -> st
         data = read_member(ref, max_bytes=max_bytes, kind=kind)
     else:
         head, _, payload = source.partition(",")
-        if (len(payload) * 3) // 4 > max_bytes:
+        if len(payload.rstrip("=")) * 3 // 4 > max_bytes:
             raise SampleError(
                 f"{kind}_too_large", f"{head[:40]}: more than max_bytes={max_bytes:,} inline"
             )
