@@ -54,9 +54,15 @@ def test_index_is_built_once_and_reused(tmp_path: Path) -> None:
     stamp = first.files[0].sidecar.stat().st_mtime_ns
     again = TarSource(str(shard), cache_dir=tmp_path / "c")
     assert not again.files[0].built and again.files[0].sidecar.stat().st_mtime_ns == stamp
-    assert isinstance(again.files[0].members, np.memmap)  # mapped, not held per process
+    assert isinstance(again.files[0].members.base, np.memmap)  # mapped, not held per process
     assert [again.files[0].key(i) for i in range(5)] == [f"{i:06d}" for i in range(5)]
     assert [r.data["input_ids"][0] for r in again] == list(range(5))
+
+    unicode = write_shard(
+        tmp_path / "u.tar", [("café/bébé", {"txt": b"one"}), ("日本", {"txt": b"two"})]
+    )
+    src = TarSource(unicode, cache_dir=tmp_path / "c")
+    assert [(r.key, r.data["text"]) for r in src] == [("café/bébé", "one"), ("日本", "two")]
 
 
 @pytest.mark.parametrize("num_workers", [0, 2])

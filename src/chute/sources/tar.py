@@ -159,9 +159,10 @@ class TarSource(FileSource):
         shard = f.data_path
         parts: dict[str, bytes] = {}
         media: list[tuple[str, str, str]] = []  # (name, extension, reference)
-        key = f.key(local)
+        members = f.members_of(local)
+        key = members[0][0][: int(f.samples[local]["key_len"])]
         seen: set[str] = set()
-        for name, offset, size in f.members_of(local):
+        for name, offset, size in members:
             ext = name[len(key) + 1 :]
             if ext in seen:  # WebDataset refuses these too: which member is meant is unknown
                 parts["!"] = f"two members named {name}".encode()

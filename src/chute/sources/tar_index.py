@@ -150,18 +150,19 @@ class TarIndex:
         return bytes(self.names[start : start + n]).decode("utf-8", "surrogateescape")
 
     def key(self, sample: int) -> str:
-        row = self.samples[sample]
-        return self.name(int(row["first"]))[: int(row["key_len"])]
+        first, _, key_len = self.samples[sample].tolist()
+        return self.name(first)[:key_len]
 
     def members_of(self, sample: int) -> list[tuple[str, int, int]]:
         """``(name, data offset, size)`` of each member of sample ``sample``, in archive order."""
-        row = self.samples[sample]
-        first = int(row["first"])
-        out = []
-        for m in range(first, first + int(row["count"])):
-            member = self.members[m]
-            out.append((self.name(m), int(member["offset"]), int(member["size"])))
-        return out
+        first, count, _ = self.samples[sample].tolist()
+        rows = self.members[first : first + count].tolist()  # one conversion, not one per field
+        lo, hi = rows[0][2], rows[-1][2] + rows[-1][3]
+        blob = self.names[lo:hi].tobytes()
+        return [
+            (blob[at - lo : at - lo + n].decode("utf-8", "surrogateescape"), offset, size)
+            for offset, size, at, n in rows
+        ]
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
@@ -309,7 +310,7 @@ def _scan(
                 key = parts[0]
                 encoded = info.name.encode("utf-8", "surrogateescape")
                 if key != last_key:
-                    samples.append((len(members), 0, len(key.encode("utf-8", "surrogateescape"))))
+                    samples.append((len(members), 0, len(key)))  # in characters
                     last_key = key
                 first, count, key_len = samples[-1]
                 samples[-1] = (first, count + 1, key_len)
@@ -383,4 +384,5 @@ def _load(
 def _map(path: Path, dtype: np.dtype, offset: int, n: int) -> np.ndarray:
     if n == 0:
         return np.empty(0, dtype=dtype)
-    return np.memmap(path, dtype=dtype, mode="r", offset=offset, shape=(n,))
+    # a plain view of the map: the same pages, without memmap's costly per-item indexing
+    return np.memmap(path, dtype=dtype, mode="r", offset=offset, shape=(n,)).view(np.ndarray)
