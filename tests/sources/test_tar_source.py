@@ -68,8 +68,9 @@ def test_index_is_built_once_and_reused(tmp_path: Path) -> None:
 @pytest.mark.parametrize("num_workers", [0, 2])
 def test_exact_once_over_ranks_and_workers(tmp_path: Path, num_workers: int) -> None:
     id_shards(tmp_path, N, per_shard=8)
-    source = open_source(str(tmp_path / "train-*.tar"))
+    source = open_source(str(tmp_path / "train-{000000..000004}.tar"))  # WebDataset's brace range
     assert isinstance(source, TarSource) and len(source.files) == 5 and len(source) == N
+    assert source.paths == sorted(str(p) for p in tmp_path.glob("train-*.tar"))
     assert sorted(seen_ids(source, world_size=2, num_workers=num_workers)) == list(range(N))
 
 
