@@ -262,3 +262,32 @@ def test_llava_and_mllm_demo_pixels_equal_the_loose_files(
         assert all(ref["path"].startswith("tar:") for ref in a["images"])
         pa, pb = bound(a)["pixel_values"], bound(b)["pixel_values"]
         assert len(pa) == len(pb) and all(np.array_equal(x, y) for x, y in zip(pa, pb, strict=True))
+
+
+@pytest.mark.shared_data
+def test_audio_members_load_like_the_file(shared_data: Path, tmp_path: Path) -> None:
+    pytest.importorskip("soundfile", reason="audio clips need chute[audio] (soundfile)")
+    from chute.media.audio import AudioClips
+
+    wav = shared_data / LF / "mllm_demo_data/2.wav"
+    record = {
+        "messages": [
+            {"role": "user", "content": "<audio>What is said?"},
+            {"role": "assistant", "content": "Words."},
+        ]
+    }
+    shard = write_shard(
+        tmp_path / "a.tar", [("clip", {"json": orjson.dumps(record), "wav": wav.read_bytes()})]
+    )
+    clips = AudioClips(sample_rate=16000, max_seconds=30, tokens_per_second=25)
+    recipe = Recipe(
+        tokenizer=str(shared_data / QWEN),
+        template="qwen3",
+        audio_tokens=clips,
+        audio_token="<|video_pad|>",
+    )
+    sample = recipe(TarSource(shard, cache_dir=tmp_path / "c")[0])
+    assert sample["audios"][0]["path"].startswith("tar:")
+    assert sample["audios"][0]["num_tokens"] == clips.count_tokens(str(wav))[0]
+    values = MediaStage(audio=clips).bind(recipe)(sample)["audio_values"][0]
+    assert np.array_equal(np.asarray(values), np.asarray(clips(str(wav)).pixels))
