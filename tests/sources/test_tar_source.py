@@ -118,6 +118,15 @@ def test_caption_pairs_and_llava_json_bind_their_members(tmp_path: Path) -> None
             ),
         ],
     )
+    answer = {
+        "conversations": [
+            {"from": "human", "value": "<image>Format?"},
+            {"from": "gpt", "value": "png"},
+        ]
+    }
+    write_shard(tmp_path / "t.tar", [("fmt", {"json": orjson.dumps(answer), "png": b"d"})])
+    text = TarSource(tmp_path / "t.tar", cache_dir=tmp_path / "c")[0].data
+    assert text["conversations"][1]["value"] == "png" and text["images"][0].startswith("tar:")
     src = TarSource(shard, cache_dir=tmp_path / "c")
     cap, llava, two, qwen = (r.data for r in src)
     assert cap["text"] == "a red square" and len(cap["images"]) == 1

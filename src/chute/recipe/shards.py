@@ -154,11 +154,12 @@ def write_shards(
     with _ShardWriter(out, prefix, size, options, report) as writer:
         for record in source:
             try:
-                members = _sample(record, reader, paths, fetcher, max_media_bytes)
+                key = f"{record.index:09d}"
+                members = _sample(key, record, reader, paths, fetcher, max_media_bytes)
             except Exception as exc:  # a bad record is a counted skip; a job error is raised
                 report.tally.add(as_sample_error(exc, record.path, record.line))
             else:
-                writer.add(f"{record.index:09d}", members)
+                writer.add(key, members)
                 report.samples += 1
                 report.media += len(members) - 1
             if progress is not None:
@@ -167,7 +168,12 @@ def write_shards(
 
 
 def _sample(
-    record: Any, reader: FormatReader, paths: MediaPaths, fetcher: RemoteMedia, max_bytes: int
+    key: str,
+    record: Any,
+    reader: FormatReader,
+    paths: MediaPaths,
+    fetcher: RemoteMedia,
+    max_bytes: int,
 ) -> list[tuple[str, bytes]]:
     """``[(extension, bytes), ...]`` of one record: its JSON first, then its media."""
     data = record.data
@@ -180,7 +186,7 @@ def _sample(
             continue
         body = _media_bytes(part.value, part.kind, record.path, paths, fetcher, max_bytes)
         ext = f"{len(members)}.{_extension(part.value, part.kind)}"
-        names[part.value] = ext
+        names[part.value] = f"{key}.{ext}"  # the member's full name: unambiguous in any field
         members.append((ext, body))
     rewritten = _rewrite(data, names)
     try:
@@ -224,7 +230,7 @@ def _extension(value: str, kind: str) -> str:
 
 
 def _rewrite(value: Any, names: dict[str, str]) -> Any:
-    """``value`` with each media reference replaced by its member's extension."""
+    """``value`` with each media reference replaced by its member's name."""
     if isinstance(value, str):
         if value in names:
             return names[value]

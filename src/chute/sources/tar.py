@@ -23,8 +23,9 @@ How members become a record:
   text. With both, a ``.json`` without ``text`` takes the caption as ``text`` (img2dataset's
   layout: metadata in the ``.json``, the caption in the ``.txt``). ``.cls`` is ``cls`` (an int).
 * Media members bind to the record: a string in the ``.json`` that names a member of the
-  sample (``000005.jpg``, or its extension ``jpg``; also inside ``<img>...</img>`` tags) is
-  replaced by that member's reference. When the ``.json`` names none of them, they replace
+  sample (``000005.jpg``; or, under a media key such as ``image``/``images``/``url`` and inside
+  ``<img>...</img>`` tags, its extension ``jpg``, ``0.jpg``) is replaced by that member's
+  reference. When the ``.json`` names none of them, they replace
   its ``image`` / ``images`` field in archive order (a LLaVA record keeps its original path
   there), or become ``images`` (``videos``, ``audios``).
 * Other members (``.npy``, ``.pth``, ...) are left out of the record.
@@ -82,6 +83,11 @@ _CLASS_EXTENSIONS = ("cls", "cls2", "label")
 # Members read with the record: small by nature; a larger one is a broken sample, not a read.
 _MAX_TEXT_MEMBER = 64 << 20
 _FIELDS = {"image": ("image", "images"), "video": ("video", "videos"), "audio": ("audio", "audios")}
+# Keys whose string values are media references (top-level lists, content parts).
+_MEDIA_KEYS = frozenset(
+    ("image", "images", "video", "videos", "audio", "audios", "url", "path", "image_url",
+     "video_url", "audio_url")
+)  # fmt: skip
 _IMG_TAG = re.compile(r"<img>(.*?)</img>", re.DOTALL)
 
 
@@ -348,16 +354,19 @@ def _rebuild_tar(
 
 
 def _bind_members(data: dict[str, Any], media: list[tuple[str, str, str]]) -> None:
-    """Point the record's references at its media members (see the module docstring)."""
-    by_name = {}
-    for name, ext, ref in media:
-        by_name[name.rsplit("/", 1)[-1]] = ref
-        by_name.setdefault(ext, ref)
+    """Point the record's references at its media members (see the module docstring).
+
+    A member's full name (``000005.jpg``) is matched in any string; its bare extension
+    (``jpg``, ``0.jpg``) only under a media key (``image``, ``images``, ``url``, ...) or inside
+    ``<img>`` tags, so an answer that happens to read ``png`` stays text.
+    """
+    full = {name.rsplit("/", 1)[-1]: ref for name, _, ref in media}
+    short = {**{ext: ref for _, ext, ref in reversed(media)}, **full}
     used: set[str] = set()
 
-    def swap(value: Any) -> Any:
+    def swap(value: Any, names: dict[str, str]) -> Any:
         if isinstance(value, str):
-            ref = by_name.get(value)
+            ref = names.get(value)
             if ref is not None:
                 used.add(ref)
                 return ref
@@ -365,20 +374,20 @@ def _bind_members(data: dict[str, Any], media: list[tuple[str, str, str]]) -> No
                 return _IMG_TAG.sub(lambda m: f"<img>{swap_tag(m.group(1))}</img>", value)
             return value
         if isinstance(value, list):
-            return [swap(v) for v in value]
+            return [swap(v, names) for v in value]
         if isinstance(value, dict):
-            return {k: swap(v) for k, v in value.items()}
+            return {k: swap(v, short if k in _MEDIA_KEYS else names) for k, v in value.items()}
         return value
 
     def swap_tag(inner: str) -> str:
-        ref = by_name.get(inner.strip())
+        ref = short.get(inner.strip())
         if ref is None:
             return inner
         used.add(ref)
         return ref
 
     for k in list(data):
-        data[k] = swap(data[k])
+        data[k] = swap(data[k], short if k in _MEDIA_KEYS else full)
     for kind, (single, plural) in _FIELDS.items():
         refs = [
             ref for _, ext, ref in media if MEDIA_EXTENSIONS[ext.rsplit(".", 1)[-1].lower()] == kind
