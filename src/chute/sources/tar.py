@@ -88,6 +88,8 @@ _MEDIA_KEYS = frozenset(
     ("image", "images", "video", "videos", "audio", "audios", "url", "path", "image_url",
      "video_url", "audio_url")
 )  # fmt: skip
+# Names JSON writes as they are (no escapes), so the JSON text holds them verbatim.
+_PLAIN_JSON = re.compile(r"[A-Za-z0-9_.~ -]+")
 _IMG_TAG = re.compile(r"<img>(.*?)</img>", re.DOTALL)
 
 
@@ -270,9 +272,11 @@ class TarRecord(Record):
                 kind = "record_too_large" if problem.endswith(b"bytes") else "empty_record"
                 raise self._error(kind, f"{where}.{ext}: {problem.decode()}")
         data: dict[str, Any] = {}
+        bound: set[str] | None = None
         if "json" in parts:
             try:
-                value = parse_json(parts["json"])
+                raw, bound = _bind_in_bytes(parts["json"], self.media)
+                value = parse_json(raw)
             except SampleError as exc:
                 raise self._error(exc.kind, f"{where}.json: {exc.message}") from None
             if not isinstance(value, dict):
@@ -306,7 +310,7 @@ class TarRecord(Record):
                 f"(media members: {names})",
             )
         if self.media:
-            _bind_members(data, self.media)
+            _bind_members(data, self.media, bound)
         return data
 
     def _error(self, kind: str, message: str) -> SampleError:
@@ -353,16 +357,39 @@ def _rebuild_tar(
     )
 
 
-def _bind_members(data: dict[str, Any], media: list[tuple[str, str, str]]) -> None:
+def _bind_in_bytes(raw: bytes, media: list[tuple[str, str, str]]) -> tuple[bytes, set[str] | None]:
+    """Full member names swapped for their references in the JSON text itself (the fast path).
+
+    Returns the new text and the references bound, or ``None`` when the parsed record must be
+    walked instead (a bare extension that may sit under a media key, a name JSON would escape).
+    """
+    used: set[str] = set()
+    for name, ext, ref in media:
+        base = name.rsplit("/", 1)[-1]
+        if not _PLAIN_JSON.fullmatch(base) or f'"{ext}"'.encode() in raw or b"<img>" in raw:
+            return raw, None
+        quoted = f'"{base}"'.encode()
+        if quoted in raw:
+            raw = raw.replace(quoted, orjson.dumps(ref))
+            used.add(ref)
+    return raw, used
+
+
+def _bind_members(
+    data: dict[str, Any], media: list[tuple[str, str, str]], bound: set[str] | None = None
+) -> None:
     """Point the record's references at its media members (see the module docstring).
 
     A member's full name (``000005.jpg``) is matched in any string; its bare extension
     (``jpg``, ``0.jpg``) only under a media key (``image``, ``images``, ``url``, ...) or inside
     ``<img>`` tags, so an answer that happens to read ``png`` stays text.
     """
+    if bound is not None:  # the text was bound already (_bind_in_bytes): only the fallback
+        _attach(data, media, bound)
+        return
+    used: set[str] = set()
     full = {name.rsplit("/", 1)[-1]: ref for name, _, ref in media}
     short = {**{ext: ref for _, ext, ref in reversed(media)}, **full}
-    used: set[str] = set()
 
     def swap(value: Any, names: dict[str, str]) -> Any:
         if isinstance(value, str):
@@ -388,6 +415,11 @@ def _bind_members(data: dict[str, Any], media: list[tuple[str, str, str]]) -> No
 
     for k in list(data):
         data[k] = swap(data[k], short if k in _MEDIA_KEYS else full)
+    _attach(data, media, used)
+
+
+def _attach(data: dict[str, Any], media: list[tuple[str, str, str]], used: set[str]) -> None:
+    """Members of a kind the record names none of replace its media field (or become it)."""
     for kind, (single, plural) in _FIELDS.items():
         refs = [
             ref for _, ext, ref in media if MEDIA_EXTENSIONS[ext.rsplit(".", 1)[-1].lower()] == kind

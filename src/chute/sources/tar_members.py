@@ -26,6 +26,7 @@ from __future__ import annotations
 import contextlib
 import io
 import os
+import re
 import tarfile
 from dataclasses import dataclass
 from urllib.parse import quote, unquote
@@ -37,6 +38,8 @@ from chute.errors import RemoteError, SampleError, SourceChanged
 __all__ = ["MEMBER_PREFIX", "MemberRef", "is_member_ref", "open_member", "read_member"]
 
 MEMBER_PREFIX = "tar:"
+# Names that quote() leaves as they are (the common case: skip the call).
+_PLAIN = re.compile(r"[A-Za-z0-9_./~-]*")
 _BLOCK = tarfile.BLOCKSIZE  # 512: a member's header sits in the block before its data
 
 
@@ -67,7 +70,8 @@ class MemberRef:
     size: int
 
     def __str__(self) -> str:
-        return f"{MEMBER_PREFIX}{self.offset}:{self.size}:{quote(self.name, safe='/')}:{self.shard}"
+        name = self.name if _PLAIN.fullmatch(self.name) else quote(self.name, safe="/")
+        return f"{MEMBER_PREFIX}{self.offset}:{self.size}:{name}:{self.shard}"
 
     @property
     def shown(self) -> str:
