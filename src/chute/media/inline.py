@@ -23,10 +23,15 @@ import os
 from chute._internal.files import atomic_file, cache_root
 from chute.errors import SampleError
 from chute.media.images import DEFAULT_MAX_BYTES
-from chute.media.paths import INLINE
+from chute.media.paths import INLINE, MediaPaths
+from chute.media.remote import RemoteMedia
 from chute.sources.tar_members import MemberRef, is_member_ref, read_member
 
 __all__ = ["is_inline", "local_copy"]
+
+# Copies written between two sweeps of the media folder (a listing each time).
+_SWEEP_EVERY = 64
+_written = 0
 
 
 def is_inline(source: str) -> bool:
@@ -68,4 +73,8 @@ def local_copy(source: str, kind: str, max_bytes: int = DEFAULT_MAX_BYTES) -> st
     os.makedirs(path.parent, exist_ok=True)
     with atomic_file(path) as f:
         f.write(data)
+    global _written
+    _written += 1
+    if _written % _SWEEP_EVERY == 0:  # the remote media bound (oldest copies go first)
+        RemoteMedia(MediaPaths()).sweep()
     return str(path)
