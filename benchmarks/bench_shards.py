@@ -18,6 +18,9 @@ Figures (each the best of ``--repeats`` runs, the layouts interleaved):
 * ``reference_bytes``: bytes one image's reference takes in a sample (and so in a token cache
   row): a tar member reference, a file path, and a ``data:`` URL (what a Parquet image struct
   with bytes becomes) for comparison.
+* ``cache_bytes``: the size on disk of a token cache (``chute preprocess``) of the same records
+  read from the tar shards, from JSONL + loose images, and from a Parquet file whose image
+  structs hold the bytes (the Hub's layout: each image becomes a ``data:`` URL).
 
 ``measure(layouts, ...)`` is the reusable part: give it named source factories (local or
 remote, any tool wrapped as a source) and it returns samples/s of each, interleaved.
@@ -119,6 +122,37 @@ def measure(
     return {name: {k: round(v, 1) for k, v in d.items()} for name, d in out.items()}
 
 
+def cache_sizes(sources: dict[str, str], recipe: dict[str, Any], work: Path) -> dict[str, int]:
+    """Bytes on disk of a token cache built from each source (the same records)."""
+    from chute import preprocess
+
+    out = {}
+    for name, pattern in sources.items():
+        folder = work / f"cache-{len(out)}"
+        preprocess(sources=[pattern], recipe=recipe, out=folder, workers=1, progress=False)
+        out[name] = sum(f.stat().st_size for f in folder.rglob("*") if f.is_file())
+    return out
+
+
+def parquet_with_bytes(jsonl: Path, path: Path) -> Path:
+    """The records of ``jsonl`` as Parquet, each image as a Hub ``Image`` struct with its bytes."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    rows = []
+    for line in jsonl.read_bytes().splitlines():
+        rec = orjson.loads(line)
+        image = (jsonl.parent / rec["image"]).read_bytes()
+        rows.append(
+            {
+                "conversations": rec["conversations"],
+                "images": [{"bytes": image, "path": rec["image"]}],
+            }
+        )
+    pq.write_table(pa.Table.from_pylist(rows), path, row_group_size=256)
+    return path
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--samples", type=int, default=4000)
@@ -174,6 +208,23 @@ def main() -> None:
                 f"data: URL of a {len(photo):,}-byte photo": len(inline_url(photo)),
             },
         }
+        recipe_spec = {
+            "tokenizer": str(SHARED_DATA / "tokenizers/qwen3"),
+            "template": "qwen3",
+            "image_tokens": 16,
+            "image_token": "<|image_pad|>",
+        }
+        sizes = cache_sizes(
+            {
+                "tar shards": pattern,
+                "jsonl + loose images": str(jsonl),
+                "parquet with image bytes": str(parquet_with_bytes(jsonl, work / "p.parquet")),
+            },
+            recipe_spec,
+            work,
+        )
+        result["cache_bytes"] = sizes
+        result["image_bytes"] = sum(f.stat().st_size for f in (work / "loose/images").iterdir())
         print(orjson.dumps(result, option=orjson.OPT_INDENT_2).decode())
         if not args.quick:
             save("shards", result)
