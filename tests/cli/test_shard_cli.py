@@ -137,3 +137,30 @@ def test_shard_sizes() -> None:
     assert parse_size("256MB") == 256_000_000 and parse_size("1.5GiB") == 1536 << 20
     with pytest.raises(ConfigError, match="shard_size: expected a size such as 256MB"):
         parse_size("big")
+
+
+@pytest.mark.shared_data
+def test_parquet_image_bytes_become_members(shared_data: Path, tmp_path: Path) -> None:
+    """Hub ``Image`` structs with bytes: the bytes become a member, the struct its name."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    jpg = shared_data / LF / "mllm_demo_data/3.jpg"
+    rows = [
+        {
+            "messages": [
+                {"role": "user", "content": "<image>Who?"},
+                {"role": "assistant", "content": "A player."},
+            ],
+            "images": [{"bytes": jpg.read_bytes(), "path": "lost/3.jpg"}],
+        }
+    ]
+    pq.write_table(pa.Table.from_pylist(rows), tmp_path / "p.parquet")
+    report = write_shards(open_source(str(tmp_path / "p.parquet")), tmp_path / "s")
+    assert report.samples == 1 and report.media == 1
+    back = TarSource(tmp_path / "s/train-000000.tar")
+    (ref,) = back[0].data["images"]
+    assert ref.startswith("tar:") and back[0].data["messages"] == rows[0]["messages"]
+    from chute.media.images import decode_image
+
+    assert np.array_equal(np.asarray(decode_image(ref)), np.asarray(decode_image(jpg)))
