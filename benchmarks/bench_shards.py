@@ -14,6 +14,8 @@ Figures (each the best of ``--repeats`` runs, the layouts interleaved):
 * ``records``: samples/s of the source alone (``source[i]`` in a shuffled order, no decode).
 * ``loader``: samples/s of one shuffled epoch of ``Loader`` with a Qwen3 recipe (16 image tokens)
   and ``MediaStage(ImageTransform(224))``: every image read and decoded; ``--workers`` workers.
+* ``decode``: images/s of ``decode_image`` on the references alone (a member read by byte
+  range against a file opened by path), one process.
 * ``index``: seconds to build the member indexes of all shards (JSONL: its offset index).
 * ``reference_bytes``: bytes one image's reference takes in a sample (and so in a token cache
   row): a tar member reference, a file path, and a ``data:`` URL (what a Parquet image struct
@@ -107,17 +109,32 @@ def loader_rate(make_source: Callable[[], Any], recipe: Any, workers: int) -> fl
     return n / (time.perf_counter() - t0)
 
 
+def decode_rate(make_source: Callable[[], Any], recipe: Any, n: int = 200) -> float:
+    """Images/s of ``decode_image`` over the first ``n`` samples' resolved image references."""
+    from chute.media.images import decode_image
+
+    source = make_source()
+    refs = [recipe(source[i])["images"][0]["path"] for i in range(min(n, len(source)))]
+    t0 = time.perf_counter()
+    for ref in refs:
+        decode_image(ref)
+    return len(refs) / (time.perf_counter() - t0)
+
+
 def measure(
     layouts: dict[str, Callable[[], Any]], recipe: Any, *, workers: int = 2, repeats: int = 3
 ) -> dict[str, dict[str, float]]:
-    """``{layout: {"records": samples/s, "loader": samples/s}}``, best of ``repeats``, interleaved."""
-    out: dict[str, dict[str, float]] = {name: {"records": 0.0, "loader": 0.0} for name in layouts}
+    """``{layout: {"records", "decode", "loader": per second}}``, best of ``repeats``, interleaved."""
+    out: dict[str, dict[str, float]] = {
+        name: {"records": 0.0, "decode": 0.0, "loader": 0.0} for name in layouts
+    }
     n = len(next(iter(layouts.values()))())
     order = list(range(n))
     random.Random(0).shuffle(order)
     for _ in range(repeats):
         for name, make in layouts.items():
             out[name]["records"] = max(out[name]["records"], records_rate(make, order))
+            out[name]["decode"] = max(out[name]["decode"], decode_rate(make, recipe))
             out[name]["loader"] = max(out[name]["loader"], loader_rate(make, recipe, workers))
     return {name: {k: round(v, 1) for k, v in d.items()} for name, d in out.items()}
 
@@ -198,7 +215,7 @@ def main() -> None:
             "rates": rates,
             "ratio_tar_to_jsonl": {
                 k: round(rates["tar shards"][k] / rates["jsonl + loose images"][k], 2)
-                for k in ("records", "loader")
+                for k in ("records", "decode", "loader")
             },
             "write_seconds": round(write_s, 2),
             "index_seconds": {"jsonl": round(jsonl_index, 3), "tar": round(tar_index, 3)},
