@@ -8,6 +8,7 @@ exact-once is set equality) and real LLaVA / mllm_demo records with their images
 from __future__ import annotations
 
 import os
+import tarfile
 from pathlib import Path
 
 import numpy as np
@@ -300,3 +301,22 @@ def test_audio_members_load_like_the_file(shared_data: Path, tmp_path: Path) -> 
     assert sample["audios"][0]["num_tokens"] == clips.count_tokens(str(wav))[0]
     values = MediaStage(audio=clips).bind(recipe)(sample)["audio_values"][0]
     assert np.array_equal(np.asarray(values), np.asarray(clips(str(wav)).pixels))
+
+
+@pytest.mark.shared_data
+def test_truncated_shard_keeps_its_whole_samples(shared_data: Path, tmp_path: Path) -> None:
+    jpg = (shared_data / LF / "mllm_demo_data/1.jpg").read_bytes()
+    shard = write_shard(
+        tmp_path / "cut.tar",
+        [(f"k{i}", {"txt": f"caption {i}".encode(), "jpg": jpg}) for i in range(3)],
+    )
+    with tarfile.open(shard) as tar:
+        start = tar.getmember("k2.jpg").offset_data
+    shard.write_bytes(shard.read_bytes()[: start + len(jpg) // 2])  # cut inside the last image
+    src = TarSource(shard, cache_dir=tmp_path / "c")
+    assert len(src) == 3 and src[2].data["text"] == "caption 2"
+    assert decode_image(src[1].data["images"][0]).size == (300, 168)
+    with pytest.raises(
+        SampleError, match=r"image_corrupt: cut.tar:k2.jpg: the member is cut short"
+    ):
+        decode_image(src[2].data["images"][0])
