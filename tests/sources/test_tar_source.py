@@ -320,3 +320,9 @@ def test_truncated_shard_keeps_its_whole_samples(shared_data: Path, tmp_path: Pa
         SampleError, match=r"image_corrupt: cut.tar:k2.jpg: the member is cut short"
     ):
         decode_image(src[2].data["images"][0])
+    cut_text = write_shard(tmp_path / "t.tar", [("a", {"jpg": jpg, "txt": b"x" * 3000})])
+    with tarfile.open(cut_text) as tar:
+        start = tar.getmember("a.txt").offset_data
+    cut_text.write_bytes(cut_text.read_bytes()[: start + 100])
+    with pytest.raises(SampleError, match=r"member_truncated: t.tar:a.txt: cut short"):
+        TarSource(cut_text, cache_dir=tmp_path / "c")[0].data

@@ -269,7 +269,7 @@ class TarRecord(Record):
         for ext in ("json", *_TEXT_EXTENSIONS, *_CLASS_EXTENSIONS):
             problem = parts.get("!" + ext)
             if problem is not None:
-                kind = "record_too_large" if problem.endswith(b"bytes") else "empty_record"
+                kind = "record_too_large" if problem.endswith(b"bytes") else "member_truncated"
                 raise self._error(kind, f"{where}.{ext}: {problem.decode()}")
         data: dict[str, Any] = {}
         bound: set[str] | None = None
