@@ -285,8 +285,10 @@ def _scan(
     skipped = 0
     last_key: str | None = None
     done = 0
-    # a remote shard: small ranged reads, so seeking past a member's data costs no bytes
-    with open_binary(data_path, options, chunk=64 << 10) as f:
+    # A remote shard is read in requests of remote.readahead bytes (8 MiB): members smaller than
+    # that are walked within one buffer (a request per header would cost thousands of round
+    # trips a shard); a larger member (a video) is skipped by seeking past it, unread.
+    with open_binary(data_path, options, chunk=options.readahead) as f:
         try:
             tar = tarfile.open(  # noqa: SIM115  (closed by the with below)
                 fileobj=f, mode="r:", encoding="utf-8", errors="surrogateescape"
