@@ -164,3 +164,26 @@ def test_parquet_image_bytes_become_members(shared_data: Path, tmp_path: Path) -
     from chute.media.images import decode_image
 
     assert np.array_equal(np.asarray(decode_image(ref)), np.asarray(decode_image(jpg)))
+
+
+@pytest.mark.shared_data
+def test_validate_and_inspect_read_shards(shared_data: Path, tmp_path: Path) -> None:
+    """A corrupt image member is a counted reject naming ``shard.tar:key`` in ``chute validate``."""
+    from tar_helpers import write_shard
+
+    jpg = (shared_data / LF / "mllm_demo_data/1.jpg").read_bytes()
+    record = orjson.dumps({"text": "A football player.", "images": ["jpg"]})
+    write_shard(
+        tmp_path / "train-000000.tar",
+        [("good", {"json": record, "jpg": jpg}), ("bad", {"json": record, "jpg": jpg[:3000]})],
+    )
+    tok = str(shared_data / QWEN)
+    args = ["--tokenizer", tok, "--template", "qwen3", "--image-tokens", "qwen2-vl"]
+    result = runner.invoke(app, ["validate", str(tmp_path / "train-*.tar"), *args, "--json"])
+    summary = orjson.loads(result.stdout)
+    assert result.exit_code == 1 and summary["valid"] == 1
+    assert summary["by_reason"] == {"image_corrupt": 1}
+    assert "train-000000.tar:bad.jpg" in summary["examples"]["image_corrupt"][0]
+    shown = runner.invoke(app, ["inspect", str(tmp_path / "train-000000.tar"), *args])
+    assert shown.exit_code == 0 and "train-000000.tar:good" in shown.stdout
+    assert "A football player." in shown.stdout
