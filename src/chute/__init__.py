@@ -75,6 +75,7 @@ _EXPORTS: dict[str, str] = {
     "ParquetSource": "chute.sources",
     "Record": "chute.sources",
     "RemoteOptions": "chute.sources",
+    "TarSource": "chute.sources",
     "open_source": "chute.sources",
     "JinjaTemplate": "chute.templates",
     "get_template": "chute.templates",
@@ -136,6 +137,7 @@ __all__ = [
     "SourceChanged",
     "SourceError",
     "StateMismatch",
+    "TarSource",
     "Tokenizer",
     "World",
     "__version__",
@@ -214,7 +216,14 @@ if TYPE_CHECKING:  # static analysers and IDEs see the real names
     )
     from chute.recipe import Recipe
     from chute.sample import Conversation, ErrorBudget, Message, Part
-    from chute.sources import JsonlSource, ParquetSource, Record, RemoteOptions, open_source
+    from chute.sources import (
+        JsonlSource,
+        ParquetSource,
+        Record,
+        RemoteOptions,
+        TarSource,
+        open_source,
+    )
     from chute.templates import JinjaTemplate, get_template
     from chute.tokenize import Tokenizer, load_tokenizer
     from chute.world import World

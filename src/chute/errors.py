@@ -173,6 +173,10 @@ SAMPLE_ERROR_KINDS: dict[str, str] = {
     "empty_record": "a JSON array element is empty (e.g. a trailing comma)",
     "record_too_large": "the record's bytes exceed max_record_bytes (known from the index: the "
     "record is rejected unread)",
+    "duplicate_member": "a sample of a tar shard holds two members with one extension (a key "
+    "used twice in a row)",
+    "member_truncated": "a .json or .txt member of a tar shard ends past the end of the shard (a "
+    "truncated shard; a cut image member is image_corrupt)",
     # Recipe: record shape (formats)
     "unknown_format": "no format adapter recognises the record's keys (set the format, or the columns)",
     "missing_field": "a field the record's format requires is absent (for pre-tokenized samples: "

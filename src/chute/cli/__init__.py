@@ -27,7 +27,17 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 
-_COMMANDS = ["index", "validate", "inspect", "stats", "preprocess", "bench", "demo", "migrate"]
+_COMMANDS = [
+    "index",
+    "validate",
+    "inspect",
+    "stats",
+    "preprocess",
+    "shard",
+    "bench",
+    "demo",
+    "migrate",
+]
 
 for _name in _COMMANDS:
     importlib.import_module(f"chute.cli.{_name}_cmd").register(app)

@@ -19,6 +19,7 @@ import typer
 from chute.errors import SourceError
 from chute.sources import expand_paths, open_index, open_parquet
 from chute.sources.base import is_parquet
+from chute.sources.tar_index import is_tar, open_tar_index
 
 __all__ = ["DataFiles", "open_data_files"]
 
@@ -28,7 +29,7 @@ class DataFiles:
     """The usable files (in order, with their indexes) and the skipped ones, with why."""
 
     paths: list[str] = field(default_factory=list)
-    indexes: list[Any] = field(default_factory=list)  # FileIndex, or a Parquet footer index
+    indexes: list[Any] = field(default_factory=list)  # FileIndex, TarIndex, or a Parquet footer
     skipped: list[tuple[str, str]] = field(default_factory=list)
 
     def warn(self) -> None:
@@ -59,11 +60,15 @@ def open_data_files(
     out = DataFiles()
     for path in expand_paths(list(paths)):
         try:
-            index: Any = (
-                open_parquet(path)  # its own index: the row groups in the footer
-                if is_parquet(path)
-                else open_index(path, cache_dir=cache_dir, rebuild=rebuild, progress=progress)
-            )
+            index: Any
+            if is_parquet(path):
+                index = open_parquet(path)  # its own index: the row groups in the footer
+            elif is_tar(path):
+                index = open_tar_index(
+                    path, cache_dir=cache_dir, rebuild=rebuild, progress=progress
+                )
+            else:
+                index = open_index(path, cache_dir=cache_dir, rebuild=rebuild, progress=progress)
         except (SourceError, OSError) as exc:
             message = str(exc)
             prefix = f"{path}: "

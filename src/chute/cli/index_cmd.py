@@ -1,5 +1,7 @@
 """``chute index PATH...``: build (or check) the byte-offset index of each data file.
 
+Tar shards (WebDataset layout) get their member index (key -> member offsets and sizes).
+
 Parquet files carry their own index (the row groups in the footer): they are listed with their
 rows and row groups, nothing is built. URLs (``s3://...``) are indexed like local files.
 """
@@ -58,6 +60,9 @@ def index(
     for p, ix in zip(data.paths, data.indexes, strict=True):
         if is_parquet(p):
             rows.append(_parquet_row(p))
+            continue
+        if ix.kind == "tar":
+            rows.append(_tar_row(p, ix))
             continue
         rows.append(
             {
@@ -130,6 +135,21 @@ def _parquet_row(path: str) -> dict[str, Any]:
         "closed": True,
         "row_groups": pf.row_groups,
         "index": f"footer: {pf.row_groups} row groups",
+    }
+
+
+def _tar_row(path: str, ix: Any) -> dict[str, Any]:
+    return {
+        "path": path,
+        "kind": "tar",
+        "records": len(ix),
+        "blank_lines": 0,
+        "bytes": ix.bytes,
+        "seconds": round(ix.seconds, 4),
+        "built": ix.built,
+        "closed": True,
+        "members": len(ix.members),
+        "index": f"{len(ix.members)} members" + (", built" if ix.built else ""),
     }
 
 

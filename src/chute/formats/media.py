@@ -40,9 +40,12 @@ def media_list(value: Any, field: str) -> list[str]:
     r"""A top-level media field as a list of source strings (a single string is a list of one).
 
     Entries may be strings or objects with a ``path`` or ``url``. An object that carries the
-    image itself (``{"bytes": b"...", "path": ...}``, the Hugging Face ``Image`` feature, as
-    Parquet files hold it) becomes a ``data:`` URL of those bytes: as in ``datasets``, the
-    bytes win over the path, which then only names where the image once was.
+    media itself (``{"bytes": b"...", "path": ...}``, the Hugging Face ``Image`` and ``Audio``
+    features, as Parquet files hold them) becomes a ``data:`` URL of those bytes: as in
+    ``datasets``, the bytes win over the path, which then only names where the file once was.
+    Plain bytes (a binary column, or a list of them) become ``data:`` URLs too. The media
+    stage decodes such URLs under the same limits as files (``DecodeOptions.max_bytes``,
+    ``max_pixels``); a video or audio clip is copied to a local file once for its decoder.
 
     Example:
         >>> media_list([{"bytes": b"\x89PNG...", "path": "a.png"}], "images")
@@ -52,6 +55,8 @@ def media_list(value: Any, field: str) -> list[str]:
         return []
     if isinstance(value, str):
         return [value]
+    if isinstance(value, bytes | bytearray | dict):  # one binary column value, one struct
+        value = [value]
     if not isinstance(value, list):
         raise SampleError(
             "wrong_type",
@@ -60,6 +65,9 @@ def media_list(value: Any, field: str) -> list[str]:
         )
     out = []
     for i, item in enumerate(value):
+        if isinstance(item, bytes | bytearray) and item:
+            out.append(inline_url(bytes(item)))
+            continue
         if isinstance(item, dict):
             data = item.get("bytes")
             if isinstance(data, bytes | bytearray) and data:
@@ -82,14 +90,21 @@ _MAGIC = (
     (b"\x89PNG", "image/png"),
     (b"GIF8", "image/gif"),
     (b"BM", "image/bmp"),
+    (b"fLaC", "audio/flac"),
+    (b"OggS", "audio/ogg"),
+    (b"ID3", "audio/mpeg"),
+    (b"\xff\xfb", "audio/mpeg"),
+    (b"\xff\xf3", "audio/mpeg"),
 )
 
 
 def inline_url(data: bytes) -> str:
-    """A ``data:`` URL holding ``data`` (an image's bytes), with its type when recognised."""
+    """A ``data:`` URL holding ``data`` (an image's or a clip's bytes), typed when recognised."""
     kind = next((t for magic, t in _MAGIC if data.startswith(magic)), None)
+    if kind is None and data[:4] == b"RIFF":
+        kind = {b"WEBP": "image/webp", b"WAVE": "audio/wav", b"AVI ": "video/avi"}.get(data[8:12])
     if kind is None:
-        kind = "image/webp" if data[:4] == b"RIFF" and data[8:12] == b"WEBP" else "image"
+        kind = "video/mp4" if data[4:8] == b"ftyp" else "image"
     return f"data:{kind};base64,{base64.b64encode(data).decode()}"
 
 

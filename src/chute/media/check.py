@@ -21,6 +21,7 @@ from typing import Any
 
 from chute.errors import SampleError
 from chute.media.images import DecodeOptions, decode_image
+from chute.media.inline import is_inline, local_copy
 from chute.media.paths import INLINE, is_remote
 
 __all__ = ["MediaCheck"]
@@ -72,6 +73,7 @@ class MediaCheck:
         return sample
 
     def _video(self, path: str) -> None:
+        path = local_copy(path, "video") if is_inline(path) else path  # decoders read files
         if self.video is not None:
             self.video(path)
             return
@@ -82,6 +84,7 @@ class MediaCheck:
         probe_video(path)
 
     def _audio(self, path: str) -> None:
+        path = local_copy(path, "audio") if is_inline(path) else path
         if self.audio is not None:
             self.audio(path)
             return

@@ -12,7 +12,9 @@ a FIFO, socket or device    ``image_unsupported`` (reading one could hang the wo
 empty, not an image,        ``image_corrupt`` (the format is detected from the bytes, never
 truncated, bad data         from the extension: LLaVA-Bench has WEBP and PNG files named .jpg)
 more than ``max_pixels``    ``image_too_large`` (checked from the header, before decoding;
-or ``max_bytes``            Pillow's ``DecompressionBombError`` also lands here)
+or ``max_bytes``            Pillow's ``DecompressionBombError`` also lands here); the byte
+                            limit holds for files, tar members (from the index, before
+                            reading), ``data:`` URLs and raw bytes alike
 ==========================  ==================================================================
 
 The result is RGB: EXIF orientation applied (so the size equals ``image_size``'s, which token
@@ -45,6 +47,7 @@ from PIL import Image, ImageFile, ImageOps, UnidentifiedImageError
 from chute.errors import ConfigError, SampleError
 from chute.media.paths import INLINE, is_remote
 from chute.media.sizes import _data_url
+from chute.sources.tar_members import MemberRef, is_member_ref, read_member
 
 __all__ = ["DEFAULT_MAX_PIXELS", "DecodeOptions", "decode_image", "to_rgb"]
 
@@ -93,7 +96,7 @@ class DecodeOptions:
 def decode_image(
     source: str | os.PathLike[str] | bytes, options: DecodeOptions | None = None
 ) -> Image.Image:
-    """The fully decoded RGB image of a local path, a ``data:`` URL or raw bytes.
+    """The fully decoded RGB image of a local path, a ``data:`` URL, a tar member or raw bytes.
 
     Raises:
         SampleError: ``image_missing``, ``image_corrupt``, ``image_too_large``,
@@ -164,13 +167,21 @@ def _open(source: Any, opts: DecodeOptions) -> tuple[str, Any]:
         data = bytes(source)
         if not data:
             raise SampleError("image_corrupt", "<bytes>: empty")
+        _check_bytes("<bytes>", len(data), opts)
         return "<bytes>", io.BytesIO(data)
     text = os.fspath(source)
     if text.startswith(INLINE):
+        # base64 holds 3 bytes per 4 characters: refuse a huge one before decoding it
+        _check_bytes(text[:40] + "...", len(text.partition(",")[2].rstrip("=")) * 3 // 4, opts)
         buf = _data_url(text)
         if not buf.getbuffer().nbytes:
             raise SampleError("image_corrupt", f"{text[:40]}...: an empty data URL")
         return text[:40] + "...", buf
+    if is_member_ref(text):
+        ref = MemberRef.parse(text)
+        if ref.size == 0:
+            raise SampleError("image_corrupt", f"{ref.shown}: the member is empty")
+        return ref.shown, io.BytesIO(read_member(ref, max_bytes=opts.max_bytes))
     if is_remote(text):
         raise SampleError(
             "url_not_allowed",
@@ -200,6 +211,13 @@ def _open(source: Any, opts: DecodeOptions) -> tuple[str, Any]:
         return text, open(text, "rb")
     except OSError as exc:
         raise SampleError("image_missing", f"{text}: cannot open ({exc.strerror})") from None
+
+
+def _check_bytes(name: str, size: int, opts: DecodeOptions) -> None:
+    if size > opts.max_bytes:
+        raise SampleError(
+            "image_too_large", f"{name}: {size:,} bytes, more than max_bytes={opts.max_bytes:,}"
+        )
 
 
 def to_rgb(im: Image.Image, options: DecodeOptions | None = None) -> Image.Image:

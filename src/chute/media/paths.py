@@ -27,7 +27,9 @@ retries, a bounded local cache)::
 Other URLs (``http://``, ``https://``, ``s3://``, ...) are refused as ``url_not_allowed`` unless
 ``allow_urls=True``; even then chute fetches nothing (a URL reference then needs a user
 ``fetch`` function in the media stage). ``data:`` URLs carry their bytes inline and are always
-allowed.
+allowed. A tar member reference (``tar:<offset>:<size>:<member>:<shard>``, what a
+``TarSource`` record holds, see ``chute.sources.tar_members``) is allowed when its shard is the
+record's own data file, or lies inside the media root (the same rule as a file).
 
 Example:
     >>> import tempfile, os
@@ -51,6 +53,7 @@ from typing import Any
 from chute._internal.remote import check_url, is_url, join_url, parent_url
 from chute._internal.spelling import spell
 from chute.errors import ConfigError, SampleError
+from chute.sources.tar_members import MemberRef, is_member_ref
 
 __all__ = ["INLINE", "REMOTE", "MediaPaths", "is_remote"]
 
@@ -132,6 +135,8 @@ class MediaPaths:
         """
         if source.startswith(INLINE):
             return source
+        if is_member_ref(source):
+            return self._resolve_member(source, data_path)
         root = self.root_for(data_path)
         if is_url(root) and not is_remote(source):
             return self._resolve_remote(source, root)
@@ -164,6 +169,31 @@ class MediaPaths:
                 f"the target's folder in {spell('media_allowed_roots')}",
             )
         return real
+
+    def _resolve_member(self, source: str, data_path: str | None) -> str:
+        """A tar member reference: its shard is the record's own file, or inside the root."""
+        ref = MemberRef.parse(source)
+        shard = ref.shard
+        if data_path is not None and (
+            shard == (data_path if is_url(data_path) else os.path.abspath(data_path))
+        ):
+            return source
+        if is_url(shard):
+            if self.fetchable(_normal_url(shard), data_path):
+                return source
+        else:
+            real = os.path.realpath(shard)
+            root = self.root_for(data_path)
+            if not is_url(root) and (
+                _inside(real, os.path.realpath(root)) or any(_inside(real, r) for r in self.allowed)
+            ):
+                return source
+        raise SampleError(
+            "unsafe_path",
+            f"{ref.shown}: a member of {shard}, which is neither the record's own shard nor "
+            f"inside the media root ({self.describe_root(data_path)}); media references must "
+            f"stay inside their root: set {spell('media_root')} to the shards' folder",
+        )
 
     def _resolve_remote(self, source: str, root: str) -> str:
         joined = join_url(root, source)

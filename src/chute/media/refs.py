@@ -21,6 +21,7 @@ from typing import Any
 from chute._internal.spelling import spell, spell_set, spell_value
 from chute.errors import ConfigError, SampleError
 from chute.media.images import DEFAULT_MAX_PIXELS
+from chute.media.inline import is_inline, local_copy
 from chute.media.paths import MediaPaths, is_remote
 from chute.media.remote import RemoteMedia
 from chute.media.sizes import image_size
@@ -31,8 +32,6 @@ from chute.sample.conversation import Part
 from chute.tokenize.base import Tokenizer
 
 __all__ = ["MediaPlan", "MediaSlot"]
-
-_INLINE = "data:"
 
 
 @dataclass(slots=True)
@@ -167,9 +166,11 @@ class MediaPlan:
                 extra: dict[str, Any] = {"size": None, "grid_thw": None}
                 if rule is not None and not isinstance(rule, int):
                     local = resolved
-                    if self.paths.fetchable(resolved, data_path):
+                    if is_inline(resolved):  # a data: URL or a tar member: a local copy
+                        local = local_copy(resolved, part.kind)
+                    elif self.paths.fetchable(resolved, data_path):
                         local = self.remote.local(resolved, data_path, part.kind)
-                    elif is_remote(resolved) or resolved.startswith(_INLINE):
+                    elif is_remote(resolved):
                         raise SampleError(
                             "url_not_allowed",
                             f"{resolved}: counting {part.kind} tokens needs the local file",
@@ -236,7 +237,7 @@ class MediaPlan:
                     f"never fetches URLs; download the image, or use a fixed image_tokens",
                 )
         elif (
-            not resolved.startswith(_INLINE)
+            not is_inline(resolved)
             and (self.check_images or dynamic)
             and not os.path.isfile(resolved)
         ):

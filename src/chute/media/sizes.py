@@ -30,6 +30,7 @@ from typing import IO
 from PIL import Image, UnidentifiedImageError
 
 from chute.errors import SampleError
+from chute.sources.tar_members import MemberRef, is_member_ref, open_member
 
 __all__ = ["image_size", "qwen2vl_grid", "smart_resize"]
 
@@ -42,7 +43,8 @@ def image_size(source: str | os.PathLike[str], *, exif_transpose: bool = True) -
     """``(width, height)`` of an image, read from its header only (no pixel is decoded).
 
     Args:
-        source: a local path, or a ``data:image/...;base64,...`` URL.
+        source: a local path, a ``data:image/...;base64,...`` URL, or a tar member reference
+            (only the bytes the header takes are read, by byte range).
         exif_transpose: report the size after the EXIF orientation is applied.
 
     Raises:
@@ -67,6 +69,9 @@ def image_size(source: str | os.PathLike[str], *, exif_transpose: bool = True) -
     fp: str | IO[bytes] = _data_url(text) if text.startswith("data:") else text
     if text.startswith("data:"):
         text = text[:40] + "..."  # the name in messages, not the whole image
+    elif is_member_ref(text):
+        ref = MemberRef.parse(text)
+        fp, text = open_member(ref), ref.shown
     try:
         with Image.open(fp) as im:
             width, height = im.size

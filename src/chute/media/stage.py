@@ -36,6 +36,7 @@ from chute.errors import ConfigError, SampleError
 from chute.media.anyres import AnyresImageTokens
 from chute.media.augment import Augment, SampleDraw
 from chute.media.images import DecodeOptions, decode_image
+from chute.media.inline import is_inline, local_copy
 from chute.media.paths import is_remote
 from chute.media.processor import ProcessorTransform
 from chute.media.remote import RemoteMedia
@@ -212,6 +213,8 @@ class MediaStage:
         path = ref["path"]
         remote = is_remote(path) and self.fetch is None and self.remote is not None
         if kind != "image":
+            if is_inline(path):  # a data: URL or a tar member: decoders read files
+                return loader(local_copy(path, kind, self.decode.max_bytes))
             if remote:
                 return loader(self.remote.local(path, data_path, kind))  # type: ignore[union-attr]
             return loader(path)

@@ -50,6 +50,7 @@ from chute._internal.progress import ProgressArg
 from chute._internal.progress import progress as progress_of
 from chute.errors import ConfigError, SampleError
 from chute.media.images import DecodeOptions, decode_image
+from chute.sources.tar_members import MemberRef, is_member_ref
 
 __all__ = ["STORE_FORMAT", "STORE_VERSION", "PixelStore", "StoreReport", "build_pixel_store"]
 
@@ -211,7 +212,7 @@ def _write_chunk(
     with atomic_file(os.path.join(folder, f"chunk-{k:05d}.bin")) as f:
         for path in paths:
             try:
-                st = os.stat(path)
+                st = _stat(path)
                 pixels = transform.prepare(decode_image(path, decode))
             except SampleError as exc:
                 failures.append({"path": path, "kind": exc.kind, "message": exc.message})
@@ -308,7 +309,7 @@ class PixelStore:
             row = index[i]
             if bytes(paths[row["path_start"] : row["path_end"]]) == raw:
                 try:
-                    st = os.stat(path)
+                    st = _stat(path)
                 except OSError:
                     return None
                 if st.st_size != row["size"] or st.st_mtime_ns != row["mtime_ns"]:
@@ -333,3 +334,20 @@ class PixelStore:
 
     def __repr__(self) -> str:
         return f"PixelStore({str(self.path)!r}, images={len(self)})"
+
+
+class _Stat:
+    """What the store compares of a stored image: its size and mtime."""
+
+    __slots__ = ("st_mtime_ns", "st_size")
+
+    def __init__(self, size: int, mtime_ns: int):
+        self.st_size, self.st_mtime_ns = size, mtime_ns
+
+
+def _stat(path: str) -> Any:
+    """``os.stat`` of a file; a tar member's size and offset (its reference pins its bytes)."""
+    if is_member_ref(path):
+        ref = MemberRef.parse(path)
+        return _Stat(ref.size, ref.offset)
+    return os.stat(path)

@@ -7,6 +7,8 @@ from chute.sources.jsonl import JsonlSource
 from chute.sources.parquet import ParquetSource, open_parquet
 from chute.sources.record import Record, parse_json
 from chute.sources.select import open_source
+from chute.sources.tar import TarRecord, TarSource
+from chute.sources.tar_index import TarIndex, open_tar_index
 
 __all__ = [
     "FileIndex",
@@ -15,9 +17,13 @@ __all__ = [
     "ParquetSource",
     "Record",
     "RemoteOptions",
+    "TarIndex",
+    "TarRecord",
+    "TarSource",
     "expand_paths",
     "open_index",
     "open_parquet",
     "open_source",
+    "open_tar_index",
     "parse_json",
 ]

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import glob
 import os
+import re
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -25,7 +26,7 @@ from chute._internal.remote import DEFAULT_OPTIONS, RemoteOptions, check_url, gl
 from chute.errors import SourceError
 from chute.sources.record import Record
 
-__all__ = ["FileSource", "expand_paths", "is_parquet", "shown_path"]
+__all__ = ["FileSource", "expand_braces", "expand_paths", "is_parquet", "shown_path"]
 
 PathLike = str | os.PathLike[str]
 
@@ -98,15 +99,48 @@ def is_parquet(path: str) -> bool:
     return name.lower().endswith((".parquet", ".pq"))
 
 
+_BRACE = re.compile(r"\{(\d+)\.\.(\d+)\}|\{([^{}]*,[^{}]*)\}")
+
+
+def expand_braces(text: str) -> list[str]:
+    """WebDataset's shard lists: ``{000000..000009}`` (zero padding kept) and ``{a,b}``.
+
+    Example:
+        >>> expand_braces("s3://b/train-{000..002}.tar")
+        ['s3://b/train-000.tar', 's3://b/train-001.tar', 's3://b/train-002.tar']
+        >>> expand_braces("data/{train,val}-{0..1}.jsonl")
+        ['data/train-0.jsonl', 'data/train-1.jsonl', 'data/val-0.jsonl', 'data/val-1.jsonl']
+    """
+    m = _BRACE.search(text)
+    if m is None:
+        return [text]
+    head, tail = text[: m.start()], text[m.end() :]
+    if m.group(3) is not None:
+        choices = m.group(3).split(",")
+    else:
+        lo, hi = m.group(1), m.group(2)
+        width = len(lo) if lo.startswith("0") or len(lo) == len(hi) else 0
+        step = 1 if int(hi) >= int(lo) else -1
+        choices = [str(k).zfill(width) for k in range(int(lo), int(hi) + step, step)]
+    return [out for c in choices for out in expand_braces(head + c + tail)]
+
+
 def expand_paths(
     paths: PathLike | Sequence[PathLike], remote: RemoteOptions = DEFAULT_OPTIONS
 ) -> list[str]:
     """Turn a path, a glob or a list of them (local or URLs) into an ordered list of files.
 
     A URL is a glob when it holds ``*`` or ``[`` (a ``?`` starts its query); its matches are
-    listed from the store and sorted.
+    listed from the store and sorted. Brace ranges and lists (``train-{000000..000009}.tar``,
+    ``{train,extra}.jsonl``, as WebDataset names shards) expand first, in their order.
     """
     items = [paths] if isinstance(paths, str | os.PathLike) else list(paths)
+    # (a local file whose name really holds braces is taken as it is)
+    items = [
+        part
+        for item in items
+        for part in ([os.fspath(item)] if os.path.exists(item) else expand_braces(os.fspath(item)))
+    ]
     out: list[str] = []
     for item in items:
         text = os.fspath(item)
