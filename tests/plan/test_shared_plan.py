@@ -11,11 +11,13 @@ import numpy as np
 import pytest
 
 from chute._internal.owner import Owner
+from chute.errors import ConfigError
 from chute.loader.planning import node_ranks
 from chute.plan.budget import BudgetPlanner
 from chute.plan.grouped import GroupedPlanner
 from chute.plan.packed import PackedPlanner
 from chute.plan.shared import KEEP_OTHERS, PlanShare, plan_key
+from chute.world import World
 
 
 def lengths(n: int = 3000) -> np.ndarray:
@@ -169,6 +171,9 @@ def test_the_loader_shares_when_torchrun_starts_several_ranks_per_node(
     assert node_ranks() == 1
     monkeypatch.setenv("LOCAL_WORLD_SIZE", "8")
     assert node_ranks() == 8
+    assert World.detect().local_world_size == 8  # carried by the World value
     monkeypatch.setenv("LOCAL_WORLD_SIZE", "eight")
-    assert node_ranks() == 1
-    assert os.environ["LOCAL_WORLD_SIZE"] == "eight"
+    with pytest.raises(ConfigError, match=r"LOCAL_WORLD_SIZE='eight' is not an integer"):
+        node_ranks()  # as LOCAL_RANK: a launcher's variable that is wrong is said, not guessed
+    with pytest.raises(ConfigError, match="local_world_size must be >= 1"):
+        World(local_world_size=0)
