@@ -30,6 +30,10 @@ built for 8 ranks (``grouped`` batch 32, ``budget`` 32 x 4,096 tokens, ``packed`
 x 8): build time, peak RSS, and the numpy memory the build allocated at its peak
 (``tracemalloc``), which is what a rank adds beyond the interpreter and the lengths.
 
+With ``--synthetic-lengths`` the plan steps at a size whose lengths step is not run use
+lognormal lengths as above (clipped to 2,048, the recipe's ``max_length``), so plans at 10M
+records need no hours of tokenizing; the results say so (``lengths_used``).
+
 Growth is ``time(10x) / time(x)``: 10.0 is linear. Results: ``benchmarks/results/scale.json``.
 """
 
@@ -106,14 +110,14 @@ def write_records(folder: Path, n: int) -> list[Path]:
     return paths
 
 
-def write_lognormal(path: Path, n: int) -> None:
+def write_lognormal(path: Path, n: int, clip: int = 4096) -> None:
     if path.is_file():
         return
     rng = np.random.default_rng(0)
     out = np.lib.format.open_memmap(path, mode="w+", dtype=np.int32, shape=(n,))
     for lo in range(0, n, 1 << 24):
         hi = min(n, lo + (1 << 24))
-        out[lo:hi] = np.clip(rng.lognormal(5.5, 1.0, hi - lo), 1, 4096).astype(np.int32)
+        out[lo:hi] = np.clip(rng.lognormal(5.5, 1.0, hi - lo), 1, clip).astype(np.int32)
     out.flush()
     del out
 
@@ -260,6 +264,11 @@ def main() -> None:
     ap.add_argument("--dir", help="where the records go (default: a temp dir)")
     ap.add_argument("--quick", action="store_true", help="20k and 100k records, 1M lengths")
     ap.add_argument("--name", default="scale")
+    ap.add_argument(
+        "--synthetic-lengths",
+        action="store_true",
+        help="plan steps without the lengths step: lognormal lengths (clipped to max_length)",
+    )
     ap.add_argument("--step", help=argparse.SUPPRESS)
     ap.add_argument("--n", type=int, help=argparse.SUPPRESS)
     ap.add_argument("--paths", nargs="*", help=argparse.SUPPRESS)
@@ -280,6 +289,9 @@ def main() -> None:
         per: dict[str, Any] = {}
         for step in steps:
             needs_lengths = step.startswith("plan_") or step == "epoch_ids"
+            if needs_lengths and not lengths_npy.is_file() and args.synthetic_lengths:
+                write_lognormal(lengths_npy, n, clip=MAX_LENGTH)
+                per["lengths_used"] = "lognormal (--synthetic-lengths), not tokenized"
             if needs_lengths and not lengths_npy.is_file():
                 per[step] = {"skipped": "needs the lengths step first"}
                 continue

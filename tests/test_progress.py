@@ -1,7 +1,8 @@
 """Progress of long steps: a bar on a terminal, log lines elsewhere, a summary, rank 0 only.
 
 The reporter (``chute._internal.progress``) is what the lengths pass (the Loader's, for
-grouped/budget/packed plans), validation, preprocessing, indexing and the pixel store use.
+grouped/budget/packed plans), the plan builds themselves, validation, preprocessing (and its
+full hash of the sources), indexing and the pixel store use.
 """
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ from __future__ import annotations
 import io
 import logging
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -21,6 +23,11 @@ from chute._internal.progress import Progress, progress, silenced
 from chute.lengths import lengths_of
 from chute.media import ImageTransform
 from chute.media.store import build_pixel_store
+from chute.plan import order as order_module
+from chute.plan.budget import BudgetPlanner
+from chute.plan.grouped import GroupedPlanner
+from chute.plan.order import Reported
+from chute.plan.packed import PackedPlanner
 from chute.recipe.validate import validate_source
 
 
@@ -98,3 +105,89 @@ def test_progress_argument_forms() -> None:
         bar.update(3)
     assert got == [2, 3] and not bar.shown
     assert not progress(5, "x", enabled=False).shown
+
+
+def _recorded(monkeypatch: pytest.MonkeyPatch) -> list[Progress]:
+    made: list[Progress] = []
+    real = progress_module.Progress
+
+    class Recording(real):  # type: ignore[misc, valid-type]
+        def __init__(self, total: int | None, desc: str, **kwargs: object) -> None:
+            super().__init__(total, desc, **kwargs)  # type: ignore[arg-type]
+            made.append(self)
+
+    monkeypatch.setattr(progress_module, "Progress", Recording)
+    return made
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda lens: GroupedPlanner(4, group_size=3, lengths=lens),
+        lambda lens: BudgetPlanner(8192, lengths=lens),
+        lambda lens: PackedPlanner(2048, batch_size=2, lengths=lens),
+        lambda lens: GroupedPlanner(4, shuffle=False, lengths=lens),
+    ],
+    ids=["grouped", "budget", "packed", "sorted"],
+)
+def test_plan_builds_count_every_id_of_the_epoch(
+    make: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(order_module, "REPORT_CHUNK", 1000)  # several reports on a small epoch
+    lens = np.random.default_rng(0).integers(1, 1500, 5_000).astype(np.int32)
+    lens[::7] = -1  # rejected: not in the epoch's order
+    made = _recorded(monkeypatch)
+    planner = make(lens)
+    plan = planner.build(len(lens), epoch=1, world_size=3)
+    (bar,) = [p for p in made if p.desc == f"plan {planner.kind}"]
+    valid = int((lens >= 0).sum())
+    assert bar.total == valid and bar.done == valid  # each id read once, nothing lost
+    assert not isinstance(plan.order, Reported)  # the plan keeps the order, not the reporter
+    # the same plan as with no reporting (and built once: the second call is cached)
+    fresh = make(lens).plan_order(planner.epoch_order(1), epoch=1, world_size=3, whole=True)
+    assert np.array_equal(plan.ids, fresh.ids)
+    assert np.array_equal(plan.batch_bounds, fresh.batch_bounds)
+    planner.build(len(lens), epoch=1, world_size=3)
+    assert len([p for p in made if p.desc.startswith("plan ")]) == 1
+
+
+def test_a_long_plan_build_logs_an_eta_on_rank_0_only(
+    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    lens = np.random.default_rng(1).integers(1, 900, 3_000).astype(np.int32)
+    monkeypatch.setattr(order_module, "REPORT_CHUNK", 500)
+    made = _recorded(monkeypatch)
+    real_init = progress_module.Progress.__init__
+
+    def logging_often(self: Progress, *args: Any, **kwargs: Any) -> None:
+        kwargs.update(every=0.0, quiet_below=0.0, stream=io.StringIO())  # no TTY: log lines
+        real_init(self, *args, **kwargs)
+
+    monkeypatch.setattr(progress_module.Progress, "__init__", logging_often)
+    with caplog.at_level(logging.INFO, logger="chute.progress"):
+        GroupedPlanner(8, lengths=lens).build(len(lens), epoch=0, world_size=2)
+    lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("plan grouped")]
+    assert lines[0].startswith("plan grouped: 500 / 3,000 ids (17%)") and "ETA" in lines[0]
+    assert lines[-1].startswith("plan grouped: 3,000 ids in ")  # the summary
+    caplog.clear()
+    monkeypatch.setenv("RANK", "1")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    with caplog.at_level(logging.INFO, logger="chute.progress"):
+        GroupedPlanner(8, lengths=lens).build(len(lens), epoch=0, world_size=2)
+    assert caplog.records == [] and not made[-1].shown  # other ranks stay quiet
+    with silenced(), caplog.at_level(logging.INFO, logger="chute.progress"):
+        GroupedPlanner(8, lengths=lens).build(len(lens), epoch=0, world_size=2)
+    assert caplog.records == []
+
+
+def test_a_full_hash_of_the_sources_shows_bytes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    made = _recorded(monkeypatch)
+    tok = write_tokenizer(tmp_path / "tok")
+    data = write_alpaca(tmp_path / "d.jsonl", 40)
+    preprocess(config(data, tok), out=tmp_path / "quick")
+    assert not [p for p in made if p.desc == "full hash"]  # ends only: nothing to show
+    preprocess(config(data, tok), out=tmp_path / "whole", full_hash=True)
+    (bar,) = [p for p in made if p.desc == "full hash"]
+    assert bar.unit == "B" and bar.total == bar.done == data.stat().st_size

@@ -67,6 +67,9 @@ class World:
         worker_id: this DataLoader worker, ``0 <= worker_id < num_workers``.
         num_workers: reading processes per rank (at least 1).
         local_rank: rank within the node (informational; plans never use it).
+        local_world_size: ranks on this node (torchrun's ``LOCAL_WORLD_SIZE``): with more
+            than one, a length-aware plan is built once per node and memory-mapped by the
+            others, and ``chute preprocess`` divides the cores among them. Never in a plan.
         cp: context-parallel size (ring attention, TransformerEngine THD): ranks holding
             slices of the same samples.
         sp: sequence-parallel size (DeepSpeed Ulysses): ranks holding slices of the same rows.
@@ -91,6 +94,7 @@ class World:
     num_workers: int = 1
     local_rank: int = 0
     _: KW_ONLY
+    local_world_size: int = 1
     cp: int = 1
     sp: int = 1
     tp: int = 1
@@ -98,7 +102,8 @@ class World:
     order: str = DEFAULT_ORDER
 
     def __post_init__(self) -> None:
-        for name in ("rank", "world_size", "worker_id", "num_workers", "local_rank", *_SIZE_ENV):
+        ints = ("rank", "world_size", "worker_id", "num_workers", "local_rank", "local_world_size")
+        for name in (*ints, *_SIZE_ENV):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool):
                 raise ConfigError(f"World.{name} must be an int, got {value!r}")
@@ -120,6 +125,11 @@ class World:
             )
         if self.local_rank < 0:
             raise ConfigError(f"World.local_rank must be >= 0, got {self.local_rank}")
+        if self.local_world_size < 1:
+            raise ConfigError(
+                f"World.local_world_size must be >= 1 (ranks on this node), got "
+                f"{self.local_world_size}"
+            )
         for name in _SIZE_ENV:
             if getattr(self, name) < 1:
                 raise ConfigError(
@@ -312,6 +322,7 @@ class World:
             worker_id=worker_id,
             num_workers=num_workers,
             local_rank=local_rank,
+            local_world_size=_env_int("LOCAL_WORLD_SIZE", 1),
             order=order or os.environ.get(_ORDER_ENV) or DEFAULT_ORDER,
             **sizes,
         )

@@ -4,17 +4,20 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from chute._internal.owner import Owner
+from chute.errors import ConfigError
 from chute.loader.planning import node_ranks
 from chute.plan.budget import BudgetPlanner
 from chute.plan.grouped import GroupedPlanner
 from chute.plan.packed import PackedPlanner
-from chute.plan.shared import PlanShare, plan_key
+from chute.plan.shared import KEEP_OTHERS, PlanShare, plan_key
+from chute.world import World
 
 
 def lengths(n: int = 3000) -> np.ndarray:
@@ -114,6 +117,53 @@ def test_older_epochs_are_removed(tmp_path: Path) -> None:
     assert sorted(p.name.split("-e")[1] for p in tmp_path.glob("*-e*")) == ["2", "3"]
 
 
+def test_other_plans_folders_are_collected_but_the_newest_young_and_held(
+    tmp_path: Path,
+) -> None:
+    def other(name: str, age_hours: float, claim: Owner | None = None) -> None:
+        folder = tmp_path / f"{name}-e0"
+        folder.mkdir()
+        (folder / "ids.npy").write_bytes(b"")
+        (folder / "plan.json").write_text("{}")
+        when = time.time() - age_hours * 3600
+        os.utime(folder / "plan.json", (when, when))
+        if claim is not None:
+            (tmp_path / f"{name}-e0.claim").write_bytes(claim.to_bytes())
+
+    dead = Owner.here()
+    dead = type(dead)(**{**dead.__dict__, "pid": 2**22 + 12345})  # no such process
+    for i in range(KEEP_OTHERS):
+        other(f"newest{i}", 2 + i)  # the newest: kept however old
+    other("old", 30)
+    other("old_dead_claim", 31, claim=dead)
+    other("old_live_claim", 32, claim=Owner.here())  # a running job holds it: kept
+    (tmp_path / "unpublished-e0").mkdir()  # no plan.json: being written, kept
+    lens = lengths()
+    planner = GroupedPlanner(4, lengths=lens).with_share(PlanShare(tmp_path))
+    planner.build(len(lens), epoch=0, world_size=2)
+    ours = plan_key(planner.params(), len(lens), 2)
+    kept = {p.name for p in tmp_path.iterdir() if p.is_dir()}
+    assert kept == {
+        *(f"newest{i}-e0" for i in range(KEEP_OTHERS)),
+        "old_live_claim-e0",
+        "unpublished-e0",
+        f"{ours}-e0",
+    }
+    # young folders beyond the newest few are other jobs' current plans: kept; the older
+    # ones now beyond the newest few go
+    for i in range(KEEP_OTHERS + 2):
+        other(f"young{i}", 0.1 + i / 100)
+    planner.build(len(lens), epoch=1, world_size=2)
+    kept = {p.name for p in tmp_path.iterdir() if p.is_dir()}
+    assert kept == {
+        *(f"young{i}-e0" for i in range(KEEP_OTHERS + 2)),
+        "old_live_claim-e0",
+        "unpublished-e0",
+        f"{ours}-e0",
+        f"{ours}-e1",
+    }
+
+
 def test_the_loader_shares_when_torchrun_starts_several_ranks_per_node(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -121,6 +171,9 @@ def test_the_loader_shares_when_torchrun_starts_several_ranks_per_node(
     assert node_ranks() == 1
     monkeypatch.setenv("LOCAL_WORLD_SIZE", "8")
     assert node_ranks() == 8
+    assert World.detect().local_world_size == 8  # carried by the World value
     monkeypatch.setenv("LOCAL_WORLD_SIZE", "eight")
-    assert node_ranks() == 1
-    assert os.environ["LOCAL_WORLD_SIZE"] == "eight"
+    with pytest.raises(ConfigError, match=r"LOCAL_WORLD_SIZE='eight' is not an integer"):
+        node_ranks()  # as LOCAL_RANK: a launcher's variable that is wrong is said, not guessed
+    with pytest.raises(ConfigError, match="local_world_size must be >= 1"):
+        World(local_world_size=0)

@@ -1,7 +1,8 @@
 """Progress of a long step: a bar on a terminal, a log line now and then elsewhere, a summary.
 
 Every pass that can take more than a few seconds (indexing, the lengths pass, validation,
-preprocessing, pre-decoding images, overlap checks) reports through ``progress(...)``, so the
+preprocessing and its full hash of the sources, pre-decoding images, overlap checks, the build
+of a length-aware plan) reports through ``progress(...)``, so the
 library behaves the same from the CLI, a notebook or a training script under torchrun:
 
 * on a terminal (stderr is a TTY): a tqdm bar on stderr, shown once the step has run for a

@@ -1,6 +1,7 @@
 """``preprocess``: the recipe over every record, into a cache, in parallel, resumable, many nodes.
 
-The job is cut into chunks of ``chunk_size`` records. Rank ``i`` of ``N`` (``--shard i/N``, or
+The job is cut into chunks of ``chunk_size`` records (default: from the record count,
+``chute.cache.chunking``). Rank ``i`` of ``N`` (``--shard i/N``, or
 ``RANK``/``WORLD_SIZE`` from torchrun and other launchers) builds chunks ``k`` with
 ``k % N == i`` on its engine (``cache.engine``: a pool of processes, or Ray tasks; see
 ``chute.cache.engines``), skipping chunks already committed (a resumed run starts at the first
@@ -31,7 +32,7 @@ import logging
 import os
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -40,6 +41,7 @@ import orjson
 from chute._internal.progress import progress as progress_of
 from chute._internal.remote import absolute
 from chute._internal.spelling import spelled_as
+from chute.cache.chunking import chunk_size_for
 from chute.cache.claim import build_digest, plan_blob, released_on_failure
 from chute.cache.config import CONFIG, PreprocessConfig, load_config
 from chute.cache.engines import Engine, LocalEngine, make_engine
@@ -257,7 +259,12 @@ def preprocess(
             f"{', '.join(cfg.sources)} hold no records; nothing to cache", param="sources"
         )
     dtype = token_dtype(recipe.tokenizer.vocab_size, [recipe.media.image_token_id])
-    chunk_size = cfg.cache.chunk_size
+    existing = None if overwrite else layout.read_json(layout.plan)
+    chunk_size = chunk_size_for(
+        len(source), cfg.cache.chunk_size, existing if isinstance(existing, dict) else None
+    )
+    # config.yaml says the size used, so the kept config rebuilds the same chunks
+    cfg = replace(cfg, cache=replace(cfg.cache, chunk_size=chunk_size))
     plan = {
         "format": CACHE_FORMAT,
         "format_version": FORMAT_VERSION,
@@ -265,7 +272,7 @@ def preprocess(
         "chunk_size": chunk_size,
         "chunks": -(-len(source) // chunk_size),
         "fingerprint": build_fingerprint(
-            sources_fingerprint(source, whole=cfg.cache.full_hash),
+            _hashed_sources(source, cfg.cache.full_hash, progress),
             recipe.fingerprint(),
             {s.name: s.fingerprint() for s in all_stages},
             {"chunk_size": chunk_size, "token_dtype": dtype.name},
@@ -329,6 +336,20 @@ def preprocess(
             report.engine, report.engine_startup_seconds = runner.describe(), runner.startup_seconds
         report.seconds = time.perf_counter() - t0
         return report
+
+
+def _hashed_sources(
+    source: Any, whole: bool, progress: bool | Callable[[int, int], None] | None
+) -> dict[str, Any]:
+    """The sources' fingerprint; with ``full_hash`` every byte is read: a bar in bytes."""
+    if not whole:
+        return sources_fingerprint(source, whole=False)
+    sizes = [getattr(getattr(f, "identity", None), "size", None) for f in source.files]
+    known = [n for n in sizes if isinstance(n, int)]
+    total = sum(known) if len(known) == len(sizes) else None
+    shown = None if callable(progress) else progress  # the callable counts records only
+    with progress_of(total, "full hash", unit="B", enabled=shown) as bar:
+        return sources_fingerprint(source, whole=True, progress=bar.update)
 
 
 class _Budget:

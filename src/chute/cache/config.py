@@ -208,7 +208,9 @@ class CacheOptions:
     Args:
         chunk_size: records per chunk: the unit of parallel work, of atomic commits and of
             resumption (independent of workers and ranks, so the cache is the same however it
-            was run).
+            was run). Default: from the record count alone (``chute.cache.chunking``): 10,000
+            from 640,000 records up, else enough chunks for 16 workers to get 4 each, at
+            least 2,000 records a chunk.
         workers: processes per rank (default: the cores of this machine divided by the ranks
             on it, ``LOCAL_WORLD_SIZE``).
         full_hash: hash every source file whole into the fingerprint (default: size, mtime and
@@ -224,7 +226,7 @@ class CacheOptions:
             ``{pip: [chute]}``), where the cluster's Python lacks chute.
     """
 
-    chunk_size: int = 10_000
+    chunk_size: int | None = None
     workers: int | None = None
     full_hash: bool = False
     wait_timeout: float = 3600.0
@@ -234,7 +236,7 @@ class CacheOptions:
     runtime_env: dict[str, Any] = field(default_factory=dict)
 
     KINDS: ClassVar[dict[str, Any]] = {
-        "chunk_size": "int+",
+        "chunk_size": "int+?",
         "workers": "int+?",
         "full_hash": "bool",
         "wait_timeout": "seconds",

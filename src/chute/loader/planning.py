@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import inspect
 import logging
-import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -182,15 +181,12 @@ def shard_bounds_of(source: Any) -> Any:
 
 
 def node_ranks() -> int:
-    """Ranks on this node, as torchrun says (``LOCAL_WORLD_SIZE``; 1 when unset).
+    """Ranks on this node (``World.local_world_size``: torchrun's ``LOCAL_WORLD_SIZE``).
 
     With more than one, length-aware plans are built once per node and memory-mapped by every
     local rank (``chute.plan.shared``).
     """
-    try:
-        return max(1, int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
-    except ValueError:
-        return 1
+    return World.detect().local_world_size
 
 
 def split_source(source: Any, recipe: Any, local_rank: int = 0) -> Any:

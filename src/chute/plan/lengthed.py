@@ -22,11 +22,12 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from chute._internal.progress import progress
 from chute.errors import ConfigError
 from chute.lengths.base import Lengths
 from chute.plan.base import Planner, check_positive
 from chute.plan.bulk import id_dtype, valid_ids
-from chute.plan.order import IdOrder, Mapped, Order, Sequential
+from chute.plan.order import IdOrder, Mapped, Order, Reported, Sequential
 from chute.plan.shared import PlanShare
 from chute.plan.shuffle import ALGORITHM, Permutation
 from chute.plan.table import TablePlan, gather_segments
@@ -164,9 +165,16 @@ class LengthPlanner(Planner):
         dealt = self.epoch_order(int(epoch)) if order is None else order
 
         def make() -> TablePlan:
-            return self.plan_order(
-                dealt, epoch=int(epoch), world_size=world_size, whole=order is None
-            )
+            # a bar over the reading of the order: at 100M samples a build takes tens of seconds
+            with progress(len(dealt), f"plan {self.kind}", unit="ids") as bar:
+                plan = self.plan_order(
+                    Reported(dealt, bar.update),
+                    epoch=int(epoch),
+                    world_size=world_size,
+                    whole=order is None,
+                )
+            plan.order = dealt  # the plan keeps the order itself, not the reporting wrapper
+            return plan
 
         if order is None and self.share is not None:
             params = self.params()

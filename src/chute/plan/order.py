@@ -15,16 +15,20 @@ Example:
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
 from chute.errors import ConfigError
 
-__all__ = ["IdOrder", "Mapped", "Order", "Sequential", "Tail"]
+__all__ = ["IdOrder", "Mapped", "Order", "Reported", "Sequential", "Tail"]
 
 # Positions materialised per step, so a 100M-sample order never needs 100M temporaries at once.
 MATERIALIZE_CHUNK = 1 << 22
+# Positions per progress report of a ``Reported`` order: a few reports per second at 100M,
+# each piece large enough to keep the shuffle's threads busy.
+REPORT_CHUNK = 1 << 24
 
 
 class Order(ABC):
@@ -213,3 +217,41 @@ class Mapped(Order):
 
     def describe(self) -> dict[str, Any]:
         return {"kind": "Mapped", "length": len(self), "base": self.base.describe()}
+
+
+class Reported(Order):
+    """``inner``, reporting the ids read through ``take_range`` (a plan build's progress).
+
+    Planners read an epoch's order in long ranges (the shuffle is most of a build's time), so
+    ``report(n)`` after each piece of ``REPORT_CHUNK`` positions is a progress bar with an ETA.
+    Random access (``take``) is not counted. Wrap an order only for one build: the plan keeps
+    the inner order.
+
+    Example:
+        >>> seen = []
+        >>> Reported(Sequential(5), seen.append).take_range(1, 4).tolist(), seen
+        ([1, 2, 3], [3])
+    """
+
+    def __init__(self, inner: Order, report: Callable[[int], object]):
+        self.inner = inner
+        self.report = report
+
+    def __len__(self) -> int:
+        return len(self.inner)
+
+    def _take(self, positions: np.ndarray) -> np.ndarray:
+        return self.inner._take(positions)
+
+    def take_range(self, lo: int, hi: int, out: np.ndarray | None = None) -> np.ndarray:
+        lo, hi = self._check_range(lo, hi)
+        if out is None:
+            out = np.empty(hi - lo, dtype=np.int64)
+        for a in range(lo, hi, REPORT_CHUNK):
+            b = min(hi, a + REPORT_CHUNK)
+            self.inner.take_range(a, b, out[a - lo : b - lo])
+            self.report(b - a)
+        return out
+
+    def describe(self) -> dict[str, Any]:
+        return self.inner.describe()

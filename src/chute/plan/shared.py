@@ -18,7 +18,10 @@ rank whose claim holder is provably gone (``chute._internal.owner``) or that wai
 ``wait_timeout`` builds the plan itself: the file is then written twice with the same bytes,
 and no rank ever waits on a rank that never asks for that epoch. Folders of the same plan two
 or more epochs back are removed when a new one is published (a rank still mapping one keeps
-its pages until it lets go).
+its pages until it lets go). Folders of other plans (another config, another world size: a
+node writes one family per run) are collected then too, so the root stays bounded: the newest
+``KEEP_OTHERS`` are kept, and any published within ``MIN_AGE`` seconds or whose claim holder
+still runs (another job on the node may be using it).
 
 Example:
     >>> import tempfile, numpy as np
@@ -53,6 +56,10 @@ from chute.plan.table import TablePlan
 __all__ = ["PlanShare", "plan_key"]
 
 FORMAT = 1
+# Other plans' folders kept when a plan is published, the newest first; older ones go once they
+# are an hour old and nobody holds their claim.
+KEEP_OTHERS = 4
+MIN_AGE = 3600.0
 _ARRAYS = ("ids", "batch_bounds", "row_bounds", "undealt", "span_start", "span_end")
 
 
@@ -117,6 +124,7 @@ class PlanShare:
             built = build()
             _publish(folder, built)
             self._forget(family, epoch)
+            self._collect(family)
         finally:
             if mine:
                 with contextlib.suppress(OSError):
@@ -142,6 +150,27 @@ class PlanShare:
             tail = old.name[len(family) + 2 :]
             if tail.isdigit() and int(tail) < epoch - 1:
                 shutil.rmtree(old, ignore_errors=True)
+
+    def _collect(self, family: str) -> None:
+        """Remove other plans' folders but the newest ``KEEP_OTHERS`` (see the module docstring).
+
+        Only published folders (with their ``plan.json``) are candidates: one being written has
+        none yet. Best effort: a folder another process removes first is skipped.
+        """
+        others: list[tuple[float, Path]] = []
+        for folder in self.root.glob("*-e*"):
+            name = folder.name
+            if name.startswith((".", f"{family}-e")) or name.endswith(".claim"):
+                continue
+            with contextlib.suppress(OSError):
+                others.append(((folder / "plan.json").stat().st_mtime, folder))
+        others.sort(reverse=True)
+        now = time.time()
+        for published, folder in others[KEEP_OTHERS:]:
+            claim = folder.with_name(folder.name + ".claim")
+            held = claim.exists() and not _holder_gone(claim)
+            if now - published >= MIN_AGE and not held:
+                shutil.rmtree(folder, ignore_errors=True)
 
 
 def _claim(path: Path) -> bool:

@@ -25,6 +25,7 @@ from typing import Any, ClassVar, TypeVar
 from chute._internal.pools import pool_context, process_map, process_pool, stop_pool
 from chute.cache.engines.base import Engine, OnDone, Progress, run_chunk
 from chute.cache.writer import ChunkJob
+from chute.world import World
 
 __all__ = ["LocalEngine", "default_workers", "die_with_parent", "run_chunks"]
 
@@ -35,8 +36,7 @@ _WORKER: dict[str, Any] = {}
 
 def default_workers() -> int:
     """This machine's usable cores, divided among the ranks launched on it."""
-    local = os.environ.get("LOCAL_WORLD_SIZE", "1")
-    return max(1, machine_cores() // max(1, int(local) if local.isdigit() else 1))
+    return max(1, machine_cores() // World.detect().local_world_size)
 
 
 def machine_cores() -> int:
