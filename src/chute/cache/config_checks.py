@@ -11,8 +11,9 @@ Example:
 from __future__ import annotations
 
 import difflib
+import typing
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, is_dataclass
+from dataclasses import MISSING, asdict, dataclass, field, fields, is_dataclass
 from typing import Any
 
 import yaml
@@ -20,10 +21,14 @@ import yaml
 from chute.errors import ConfigError
 
 __all__ = [
+    "SAME_DEFAULT",
+    "CliFlag",
     "Problems",
     "apply_overrides",
     "check_fields",
     "choice",
+    "kinds_of",
+    "option",
     "raise_problems",
     "unknown_keys",
 ]
@@ -196,3 +201,108 @@ def _deep_copy(value: Any) -> Any:
     if isinstance(value, list | tuple):
         return [_deep_copy(v) for v in value]
     return value
+
+
+# -- declarations: one per option -----------------------------------------------------------
+
+
+# A flag whose default is the option's own.
+SAME_DEFAULT: Any = type("SameDefault", (), {"__repr__": lambda self: "SAME_DEFAULT"})()
+
+
+@dataclass(frozen=True)
+class CliFlag:
+    """How a config option appears on the command line (``chute.cli._options`` builds it).
+
+    Args:
+        help: the flag's help text.
+        annotation: the flag's type, when it differs from the option's (``--columns`` is text).
+        default: the flag's default, when it differs from the option's.
+        decl: the flag's spelling (default: ``--`` and the name with dashes).
+        parse: how the flag's text becomes the option's value: ``pairs`` (``a=b,c=d``),
+            ``template_vars`` (repeated ``KEY=VALUE``), ``list``, or ``or_default`` (left out:
+            the option's default).
+    """
+
+    help: str
+    annotation: Any = None
+    default: Any = SAME_DEFAULT
+    decl: str | None = None
+    parse: str | None = None
+
+
+def option(
+    default: Any = MISSING,
+    *,
+    factory: Any = MISSING,
+    check: str | None = None,
+    choices: Sequence[str] | None = None,
+    minimum: int = 1,
+    cli: CliFlag | None = None,
+) -> Any:
+    """A config field declared once: its default, its check, its command-line flag.
+
+    The check comes from the field's annotation (``int | None`` -> a positive integer or null,
+    ``bool`` -> true or false, ``dict[str, str]`` -> a mapping of names to strings, ...);
+    ``choices``, ``minimum`` (``0`` allows zero) or a named ``check`` refine it.
+
+    Example:
+        >>> from dataclasses import dataclass
+        >>> @dataclass
+        ... class Opts:
+        ...     stride: int = option(0, minimum=0)
+        ...     mode: str = option("a", choices=("a", "b"))
+        >>> kinds_of(Opts)["stride"], kinds_of(Opts)["mode"][1]
+        ('int0', 'one of a, b')
+    """
+    metadata = {"check": check, "choices": choices, "minimum": minimum, "cli": cli}
+    if factory is not MISSING:
+        return field(default_factory=factory, metadata=metadata)
+    return field(default=default, metadata=metadata)
+
+
+def kinds_of(cls: type) -> dict[str, Any]:
+    """Each field's check, read from its annotation (and ``option``'s refinements).
+
+    Raises:
+        TypeError: a field whose annotation says nothing checkable and names no ``check``: every
+            option is checked, so a new one cannot slip through unchecked.
+    """
+    hints = typing.get_type_hints(cls)
+    out: dict[str, Any] = {}
+    for f in fields(cls):
+        meta = f.metadata
+        if meta.get("check"):
+            out[f.name] = meta["check"]
+        elif meta.get("choices"):
+            out[f.name] = choice(meta["choices"])
+        else:
+            out[f.name] = _kind_of(
+                hints[f.name], meta.get("minimum", 1), f"{cls.__name__}.{f.name}"
+            )
+    return out
+
+
+def _kind_of(annotation: Any, minimum: int, where: str) -> str:
+    args = typing.get_args(annotation)
+    optional = type(None) in args
+    inner = [a for a in args if a is not type(None)]
+    base = inner[0] if optional and len(inner) == 1 else annotation
+    if base is str:
+        return "str?" if optional else "str"
+    if base is bool:
+        return "bool"
+    if base is int:
+        if optional:
+            return "int+?" if minimum >= 1 else "int?"
+        return "int+" if minimum >= 1 else "int0"
+    if base is float:
+        return "seconds"
+    if typing.get_origin(base) is dict:
+        value = typing.get_args(base)[1]
+        if value is str:
+            return "map[str]"
+        return "map[str?]" if value == (str | None) else "map"
+    if typing.get_origin(base) is list and typing.get_args(base) == (str,):
+        return "paths"
+    raise TypeError(f"{where}: cannot check {annotation!r}; name a check (option(check=...))")

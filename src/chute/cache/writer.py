@@ -108,7 +108,7 @@ class ChunkJob:
 
     @property
     def _splits(self) -> bool:
-        return getattr(self.recipe, "overflow", None) == "split"
+        return bool(self.recipe.overflow == "split")
 
     def bounds(self, k: int) -> tuple[int, int]:
         lo = k * self.chunk_size

@@ -43,6 +43,7 @@ from chute.lengths.base import STATUS_OK, STATUS_REJECTED, STATUS_TRUNCATED, Len
 from chute.lengths.compute import compute_lengths
 from chute.lengths.pieces import Pieces, PieceTable, split_lengths
 from chute.lengths.store import LENGTHS_VERSION, cache_key, cache_paths, read_cached, write_cached
+from chute.recipe.contract import as_recipe
 
 __all__ = [
     "LENGTHS_VERSION",
@@ -123,13 +124,16 @@ def lengths_of(
         if longest is not None and lens.longest is None:
             lens = dataclasses.replace(lens, longest=np.asarray(longest), sequences=2)
         return lens
+    contract = as_recipe(recipe)
     lens = _per_record(
-        source, recipe, workers, cache, cache_dir, progress, local_rank, wait_timeout, desc
+        source, contract, workers, cache, cache_dir, progress, local_rank, wait_timeout, desc
     )
-    if getattr(recipe, "task", None) == "preference":
+    if contract is None:
+        return lens
+    if contract.task == "preference":
         lens = dataclasses.replace(lens, sequences=2)
-    if getattr(recipe, "overflow", None) == "split":
-        lens = split_lengths(lens, recipe.max_length, recipe.stride)  # type: ignore[union-attr]
+    if contract.overflow == "split" and contract.max_length is not None:
+        lens = split_lengths(lens, contract.max_length, contract.stride)
     return lens
 
 

@@ -32,8 +32,6 @@ from chute.loader.options import (
     PathLike,
     as_source,
     check_augment,
-    check_seconds,
-    check_workers,
     fingerprint_of,
     lengths_recipe,
     media_guard,
@@ -53,8 +51,10 @@ from chute.loader.planning import (
 )
 from chute.loader.state import STATE_FORMAT, STATE_VERSION, check_compatible, read_position
 from chute.loader.worker import BatchBuilder, BatchReport
+from chute.loader.workers import WorkerOptions
 from chute.plan import Plan, Planner, continue_epoch
 from chute.plan.mixed import MixturePlanner
+from chute.recipe.contract import as_recipe
 from chute.sample.budget import ErrorBudget
 from chute.world import World
 
@@ -68,8 +68,12 @@ class Loader:
         source: a ``JsonlSource``, a path / glob / list of paths (opened as one), a chute
             cache (``open_cache(DIR)``, or its directory), or any map-style dataset (``len``
             and ``dataset[i]``).
-        recipe: ``recipe(record) -> sample`` (a dict with ``input_ids``, optional ``labels``);
-            raises ``SampleError`` for a bad record. ``None``: records are pre-tokenized samples
+        recipe: a ``Recipe``, or any recipe meeting ``chute.recipe.contract.RecipeContract``
+            (``task``, ``overflow``, ``max_length``, ``stride``, ``media``: what plans, lengths
+            and collate read), or a plain function ``recipe(record) -> sample`` (a dict with
+            ``input_ids``, optional ``labels``), read as an SFT recipe without a length limit
+            or media; a callable declaring part of the contract is a ``ConfigError``. Raises
+            ``SampleError`` for a bad record. ``None``: records are pre-tokenized samples
             (``{"input_ids": [...], "labels": [...]}``). With a cache, the recipe is only
             checked against the one that built it (``FingerprintMismatch`` if it differs).
         batch_size: samples per batch on each rank.
@@ -108,6 +112,8 @@ class Loader:
         plan_options: options of a named plan, e.g. ``{"max_length": 4096}`` for ``packed``
             (default: the recipe's ``max_length``) or ``{"max_tokens": 16384}`` for ``budget``.
         multiprocessing_context: start method for workers (default: torch's).
+        workers: the worker keywords above as one ``WorkerOptions`` value (then leave them
+            out): ``workers=WorkerOptions(num_workers=8, prefetch_factor=4)``.
         media: load each sample's images (videos, audio) in the workers, after the recipe: a
             ``chute.media.MediaStage``, or a transform (``ImageTransform``,
             ``DynamicResolution``) used with default decoding. Bad media are counted skips;
@@ -165,6 +171,7 @@ class Loader:
         mixture: Any = None,
         split: str = "train",
         slices: str | None = None,
+        workers: WorkerOptions | None = None,
     ):
         require_torch()
         self.world = world if world is not None else World.detect()
@@ -173,6 +180,7 @@ class Loader:
         self.mixture = bind_mixture(source, recipe, mixture, split, self.world)
         if self.mixture is not None:
             source, recipe = self.mixture.source, self.mixture.recipe
+        recipe = as_recipe(recipe)  # checked once: what plans, lengths and collate read of it
         self.split = split
         self.source = as_source(source)
         self.num_samples = len(self.source)
@@ -214,13 +222,25 @@ class Loader:
             )
         self.planner, self.lengths, self.excluded = setup.planner, setup.lengths, setup.excluded
         self.datasets = None if self.mixture is None else DatasetBooks(self.mixture, setup.lengths)
-        self.num_workers = check_workers(num_workers, persistent_workers, prefetch_factor)
-        self.pin_memory = bool(pin_memory)
-        self.persistent_workers = bool(persistent_workers)
-        self.prefetch_factor = prefetch_factor
-        self.timeout = check_seconds("timeout", timeout, allow_zero=True) or 0.0
-        self.sample_timeout = check_seconds("sample_timeout", sample_timeout, allow_zero=False)
-        self.multiprocessing_context = multiprocessing_context
+        self.workers = WorkerOptions.of(
+            workers,
+            {
+                "num_workers": num_workers,
+                "pin_memory": pin_memory,
+                "persistent_workers": persistent_workers,
+                "prefetch_factor": prefetch_factor,
+                "multiprocessing_context": multiprocessing_context,
+                "timeout": timeout,
+                "sample_timeout": sample_timeout,
+            },
+        )
+        self.num_workers = self.workers.num_workers
+        self.pin_memory = self.workers.pin_memory
+        self.persistent_workers = self.workers.persistent_workers
+        self.prefetch_factor = self.workers.prefetch_factor
+        self.timeout = self.workers.timeout
+        self.sample_timeout = self.workers.sample_timeout
+        self.multiprocessing_context = self.workers.multiprocessing_context
         check_packed_collate(setup, collate)
         self.collate = collate or setup.collate
         # bound to the recipe itself (also for a cache, whose samples it made)
