@@ -229,7 +229,13 @@ class RecipeConfig:
     )
     check_images: bool = option(True)
     allow_urls: bool = option(False)
-    max_image_pixels: int = option(DEFAULT_MAX_PIXELS)
+    max_image_pixels: int = option(
+        DEFAULT_MAX_PIXELS,
+        cli=CliFlag(
+            "Images with more pixels are rejected (image_too_large) where the header is read "
+            "(dynamic image-token counts)."
+        ),
+    )
     media_allowed_roots: list[str] = option(
         factory=list,
         cli=CliFlag(
