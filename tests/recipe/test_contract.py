@@ -61,15 +61,26 @@ def test_a_plain_function_is_an_sft_recipe_without_limits_and_loses_no_sample(id
     assert first["input_ids"].tolist() == [[0, 0]]
 
 
-def test_a_callable_declaring_part_of_the_contract_is_refused_where_it_enters(id_source) -> None:  # type: ignore[no-untyped-def]
+def test_a_callable_whose_declarations_need_what_it_leaves_out_is_refused_where_it_enters(
+    id_source,
+) -> None:  # type: ignore[no-untyped-def]
     source = id_source(5)
-    missing = r"HalfDeclared declares overflow, task but not batch, fingerprint, max_length, media"
+    missing = r"HalfDeclared declares overflow='split' without max_length \(the windows' length\)"
     with pytest.raises(ConfigError, match=missing):
         Loader(source, HalfDeclared(), batch_size=2, world=World())
     with pytest.raises(ConfigError, match=missing):
         lengths_of(source, HalfDeclared(), workers=1)
     with pytest.raises(ConfigError, match="expected a Recipe, a callable record -> sample"):
         as_recipe(42)
+
+    class Capped:  # declares max_length alone: kept, the rest defaults
+        max_length = 6
+
+        def __call__(self, record: Record) -> dict[str, Any]:
+            return dict(record.data)
+
+    capped = as_recipe(Capped())
+    assert (capped.max_length, capped.task, capped.overflow) == (6, "sft", "truncate")
 
 
 def test_a_recipe_class_of_ones_own_is_read_through_the_contract(id_source) -> None:  # type: ignore[no-untyped-def]

@@ -8,10 +8,10 @@ enters the pipeline through ``as_recipe``, which checks it once, so nothing abov
 recipe through ``getattr(recipe, ..., None)`` and silently takes a default.
 
 ``Recipe`` (and a mixture's recipe) satisfy the contract. A plain function is an SFT recipe
-without a length limit or media: ``as_recipe`` wraps it in ``PlainRecipe``, which says so. A
-callable that declares some of the contract but not all (``overflow="split"`` without
-``max_length``) is refused with a ``ConfigError`` naming what is missing: half a declaration is
-how windows, pairs and media were lost.
+without a length limit or media: ``as_recipe`` wraps it in ``PlainRecipe``, which says so; a
+callable declaring some of the contract (``max_length = 6``) keeps what it declares. One whose
+declarations need what it leaves out (``overflow="split"`` without ``max_length``) is refused
+with a ``ConfigError`` naming what is missing: that is how windows were lost.
 
 Example:
     >>> def upper(record):
@@ -26,7 +26,7 @@ Example:
     >>> as_recipe(Half())
     Traceback (most recent call last):
     ...
-    chute.errors.ConfigError: recipe: Half declares overflow but not batch, fingerprint, max_length, media, stride, task, tokenizer (chute.recipe.contract.RecipeContract lists what a recipe provides); declare them all (subclass RecipeBase for the defaults), or pass a plain function for an SFT recipe without max_length or media
+    chute.errors.ConfigError: recipe: Half declares overflow='split' without max_length (the windows' length): chute.recipe.contract.RecipeContract lists what a recipe provides; declare the missing values (subclass RecipeBase for the defaults)
 """
 
 from __future__ import annotations
@@ -39,10 +39,10 @@ from chute.media.refs import MediaPlan
 
 __all__ = ["CONTRACT", "PlainRecipe", "RecipeBase", "RecipeContract", "as_recipe"]
 
-# What decides behaviour above the recipe; a callable declares all of it or none of it.
+# What decides behaviour above the recipe: read once from a callable of one's own.
 CONTRACT = ("max_length", "media", "overflow", "stride", "task")
-# Everything RecipeContract lists (a plain function's batch, fingerprint, tokenizer are its own).
-MEMBERS = ("batch", "fingerprint", *CONTRACT, "tokenizer")
+OVERFLOW = ("truncate", "drop", "split")  # chute.recipe.recipe.OVERFLOW
+TASKS = ("sft", "preference", "kto")  # chute.recipe.preference.TASKS
 
 
 @runtime_checkable
@@ -121,7 +121,7 @@ class RecipeBase:
 
 
 class PlainRecipe(RecipeBase):
-    """A plain function read as a recipe: SFT, no length limit, no media.
+    """A callable of one's own read as a recipe: by default SFT, no length limit, no media.
 
     Its ``fingerprint`` (cached lengths), ``batch`` and ``tokenizer`` (the pad id) are the
     function's own when it has them.
@@ -148,12 +148,15 @@ class PlainRecipe(RecipeBase):
 
 
 def as_recipe(recipe: Any) -> RecipeContract | None:
-    """``recipe`` checked against the contract (a plain function wrapped as ``PlainRecipe``).
+    """``recipe`` checked against the contract (a callable of one's own wrapped as ``PlainRecipe``).
 
-    ``None`` stays ``None`` (the records are samples already).
+    ``None`` stays ``None`` (the records are samples already). A callable that declares part of
+    the contract keeps what it declares (read once, here) and the defaults for the rest, unless
+    what it declares needs what it leaves out.
 
     Raises:
-        ConfigError: ``recipe`` is not callable, or declares part of the contract only.
+        ConfigError: ``recipe`` is not callable, declares a value the contract does not allow,
+            or declares ``overflow="split"`` without ``max_length`` (its windows would be lost).
     """
     if recipe is None or isinstance(recipe, RecipeContract):
         return recipe
@@ -162,13 +165,23 @@ def as_recipe(recipe: Any) -> RecipeContract | None:
             f"expected a Recipe, a callable record -> sample, or None; got {type(recipe).__name__}",
             param="recipe",
         )
-    declared = [name for name in CONTRACT if hasattr(recipe, name)]
-    if declared:
-        missing = [name for name in MEMBERS if not hasattr(recipe, name)]
+    plain = PlainRecipe(recipe)
+    declared = {name: getattr(recipe, name) for name in CONTRACT if hasattr(recipe, name)}
+    for name, value in declared.items():
+        setattr(plain, name, value)
+    problems = []
+    if plain.task not in TASKS:
+        problems.append(f"task={plain.task!r} (one of {', '.join(TASKS)})")
+    if plain.overflow not in OVERFLOW:
+        problems.append(f"overflow={plain.overflow!r} (one of {', '.join(OVERFLOW)})")
+    if plain.overflow == "split" and plain.max_length is None:
+        problems.append("overflow='split' without max_length (the windows' length)")
+    if plain.media is not None and not isinstance(plain.media, MediaPlan):
+        problems.append(f"media={plain.media!r} (a MediaPlan or None)")
+    if problems:
         raise ConfigError(
-            f"recipe: {type(recipe).__name__} declares {', '.join(declared)} but not "
-            f"{', '.join(missing)} (chute.recipe.contract.RecipeContract lists what a recipe "
-            f"provides); declare them all (subclass RecipeBase for the defaults), or pass a "
-            f"plain function for an SFT recipe without max_length or media"
+            f"recipe: {type(recipe).__name__} declares {'; '.join(problems)}: "
+            f"chute.recipe.contract.RecipeContract lists what a recipe provides; declare the "
+            f"missing values (subclass RecipeBase for the defaults)"
         )
-    return PlainRecipe(recipe)
+    return plain
