@@ -9,11 +9,11 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from chute.cache.config import RecipeConfig
-from chute.cache.config_checks import kinds_of, option
+from chute._internal.config_checks import kinds_of, option
 from chute.cli import app
 from chute.cli._options import RECIPE_OPTIONS, OutputArgs, RecipeArgs, recipe_options
 from chute.errors import ConfigError
+from chute.recipe.config import RecipeConfig
 from recipe_helpers import tiny_tokenizer
 
 RECIPE_FLAGS = {flag.decls[0] for flag in RECIPE_OPTIONS}

@@ -29,11 +29,11 @@ from typing import Any, TypeVar
 import typer
 import yaml
 
+from chute._internal.config_checks import SAME_DEFAULT, CliFlag
 from chute._internal.progress import silenced
 from chute._internal.spelling import Spelling
-from chute.cache.config import RecipeConfig
-from chute.cache.config_checks import SAME_DEFAULT, CliFlag
 from chute.errors import ConfigError
+from chute.recipe.config import RecipeConfig
 
 __all__ = [
     "CACHE_DIR",
