@@ -114,6 +114,8 @@ class Loader:
         multiprocessing_context: start method for workers (default: torch's).
         workers: the worker keywords above as one ``WorkerOptions`` value (then leave them
             out): ``workers=WorkerOptions(num_workers=8, prefetch_factor=4)``.
+        budget: ``max_bad_fraction``, ``max_consecutive_bad`` and ``budget_min_samples`` as
+            one ``ErrorBudget`` (its limits; the Loader counts in a fresh one).
         media: load each sample's images (videos, audio) in the workers, after the recipe: a
             ``chute.media.MediaStage``, or a transform (``ImageTransform``,
             ``DynamicResolution``) used with default decoding. Bad media are counted skips;
@@ -172,6 +174,7 @@ class Loader:
         split: str = "train",
         slices: str | None = None,
         workers: WorkerOptions | None = None,
+        budget: ErrorBudget | None = None,
     ):
         require_torch()
         self.world = world if world is not None else World.detect()
@@ -251,7 +254,7 @@ class Loader:
         check_augment(self.media, recipe)
         self.rejects_path = rejects_path_for(rejects, self.world) if rejects is not None else None
         self.books = Accounting(
-            ErrorBudget(max_bad_fraction, max_consecutive_bad, budget_min_samples),
+            budget_of(budget, max_bad_fraction, max_consecutive_bad, budget_min_samples),
             self.world.rank,
             self.rejects_path,
         )
@@ -552,3 +555,39 @@ def _layout_of(world: World) -> dict[str, Any]:
 def _layout_text(world: World) -> str:
     shown = [f"{n}={getattr(world, n)}" for n in ("cp", "sp", "tp", "pp") if getattr(world, n) > 1]
     return f" ({', '.join(shown)}, dp_size={world.dp_size})" if shown else ""
+
+
+def budget_of(
+    budget: ErrorBudget | None,
+    max_bad_fraction: float | None,
+    max_consecutive_bad: int | None,
+    min_samples: int,
+) -> ErrorBudget:
+    """A fresh ``ErrorBudget`` with ``budget``'s limits, or the loose keywords' (never both).
+
+    Raises:
+        ConfigError: ``budget`` and a budget keyword set to other than its default.
+    """
+    loose = ErrorBudget(max_bad_fraction, max_consecutive_bad, min_samples)
+    if budget is None:
+        return loose
+    if not isinstance(budget, ErrorBudget):
+        raise ConfigError(
+            f"budget must be a chute.ErrorBudget, got {type(budget).__name__}", param="budget"
+        )
+    given = [
+        name
+        for name, value, default in (
+            ("max_bad_fraction", max_bad_fraction, 0.25),
+            ("max_consecutive_bad", max_consecutive_bad, 1000),
+            ("budget_min_samples", min_samples, 1000),
+        )
+        if value != default
+    ]
+    if given:
+        raise ConfigError(
+            f"error budget given twice: budget=ErrorBudget(...) and {', '.join(given)}; set "
+            f"them in the ErrorBudget",
+            param="budget",
+        )
+    return ErrorBudget(budget.max_bad_fraction, budget.max_consecutive_bad, budget.min_samples)
