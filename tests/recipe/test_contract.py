@@ -10,7 +10,7 @@ import pytest
 from chute import Loader, World
 from chute.errors import ConfigError
 from chute.lengths import lengths_of
-from chute.recipe import Recipe
+from chute.recipe import LengthPolicy, Recipe
 from chute.recipe.contract import PlainRecipe, RecipeBase, RecipeContract, as_recipe
 from chute.recipe.preference import TASKS
 from chute.recipe.tasks import TASK_STRATEGIES, KtoTask, PreferenceTask, SftTask
@@ -118,3 +118,18 @@ def test_a_plain_function_keeps_its_own_fingerprint_and_tokenizer() -> None:
     assert plain.fingerprint() == {"kind": "printed"}
     assert plain.tokenizer == "tok"
     assert as_recipe(doubled).fingerprint() is None  # nothing to key a cache on
+
+
+def test_the_length_options_are_one_checked_value_and_the_keywords_still_work() -> None:
+    tok = tiny_tokenizer()
+    policy = LengthPolicy(max_length=8, overflow="split", stride=2)
+    grouped = Recipe(tokenizer=tok, template="chatml", length=policy)
+    loose = Recipe(tokenizer=tok, template="chatml", max_length=8, overflow="split", stride=2)
+    assert grouped.fingerprint() == loose.fingerprint()
+    assert (grouped.max_length, grouped.overflow, grouped.stride) == (8, "split", 2)
+    with pytest.raises(ConfigError, match=r"length options given twice: .* and max_length"):
+        Recipe(tokenizer=tok, template="chatml", length=policy, max_length=4)
+    with pytest.raises(ConfigError, match="overflow='split' cuts documents into windows"):
+        LengthPolicy(overflow="split")
+    with pytest.raises(ConfigError, match="split' cuts one sequence into windows"):
+        Recipe(tokenizer=tok, template="chatml", task="kto", length=policy)  # needs the task

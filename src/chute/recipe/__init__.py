@@ -12,6 +12,7 @@
 
 from chute.recipe.contract import PlainRecipe, RecipeBase, RecipeContract, as_recipe
 from chute.recipe.encode import Encoded, encode, fit_length
+from chute.recipe.length import LengthPolicy
 from chute.recipe.recipe import (
     MAX_RECORD_BYTES,
     MAX_TURNS,
@@ -31,6 +32,7 @@ __all__ = [
     "TASKS",
     "TRUNCATION",
     "Encoded",
+    "LengthPolicy",
     "PlainRecipe",
     "Recipe",
     "RecipeBase",

@@ -36,13 +36,12 @@ from typing import Any, Protocol, runtime_checkable
 
 from chute.errors import ConfigError, SampleError
 from chute.media.refs import MediaPlan
+from chute.recipe.choices import OVERFLOW, TASKS
 
 __all__ = ["CONTRACT", "PlainRecipe", "RecipeBase", "RecipeContract", "as_recipe"]
 
 # What decides behaviour above the recipe: read once from a callable of one's own.
 CONTRACT = ("max_length", "media", "overflow", "stride", "task")
-OVERFLOW = ("truncate", "drop", "split")  # chute.recipe.recipe.OVERFLOW
-TASKS = ("sft", "preference", "kto")  # chute.recipe.preference.TASKS
 
 
 @runtime_checkable

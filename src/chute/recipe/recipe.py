@@ -54,6 +54,7 @@ from chute.media.timestamps import Timestamps, TimestampsOption
 from chute.media.tokens import DynamicImageTokens
 from chute.recipe.coordinates import move_coordinates, move_timestamps, objects_answer
 from chute.recipe.encode import Encoded, encode, fit_length
+from chute.recipe.length import OVERFLOW, LengthPolicy
 from chute.recipe.preference import TASKS, response_rendered, train_after_prompt
 from chute.recipe.restarts import RestartPoints
 from chute.recipe.tasks import TASK_STRATEGIES
@@ -61,7 +62,6 @@ from chute.recipe.truncate import TRUNCATION, check_policies, drop_exchanges
 from chute.recipe.windows import (
     IGNORE,
     Windowed,
-    check_stride,
     cut_window,
     split_sample,
     window_counts,
@@ -84,7 +84,6 @@ __all__ = [
 
 # Bump when the same inputs would give different samples (the cache keys on it).
 RECIPE_VERSION = 3  # 3: templates no longer read the clock (strftime_now is a fixed date)
-OVERFLOW = ("truncate", "drop", "split")
 # where a record came from: path, line, index, window
 _Where = tuple[str | None, int | None, int | None, int | None]
 
@@ -179,6 +178,8 @@ class Recipe:
             ``tokenizers``), ``tiktoken`` (required; a ``ConfigError`` says why it cannot be
             had) or ``hf`` (``tokenizers``). The ids, labels and cache fingerprint are the same
             either way (see docs/recipe.md, "Tokenizer").
+        length: ``max_length``, ``overflow``, ``truncation``, ``stride`` and
+            ``max_record_bytes`` as one ``LengthPolicy`` (then leave those keywords out).
     """
 
     def __init__(
@@ -217,6 +218,7 @@ class Recipe:
         max_turns: int | None = MAX_TURNS,
         geometry: GeometryOption = None,
         timestamps: TimestampsOption = None,
+        length: LengthPolicy | None = None,
     ):
         self.tokenizer: Tokenizer = load_tokenizer(
             tokenizer,
@@ -238,21 +240,20 @@ class Recipe:
         if template is None and self.format.name == "text":
             template = "raw"
         self.template = get_template(template, self.tokenizer)
-        if max_length is not None and (
-            not isinstance(max_length, int) or isinstance(max_length, bool) or max_length < 1
-        ):
-            raise ConfigError(
-                f"expected a positive integer or {spell_value(None)}, got {spell_value(max_length)}",
-                param="max_length",
-            )
-        if overflow not in OVERFLOW:
-            raise ConfigError(
-                f"expected one of {', '.join(OVERFLOW)}, got {spell_value(overflow)}",
-                param="overflow",
-            )
-        check_policies(max_length, overflow, truncation, task)
-        self.truncation = truncation
-        self.stride = check_stride(stride, max_length, overflow)
+        self.length = LengthPolicy.of(
+            length,
+            {
+                "max_length": max_length,
+                "overflow": overflow,
+                "truncation": truncation,
+                "stride": stride,
+                "max_record_bytes": max_record_bytes,
+            },
+        )
+        max_length, overflow = self.length.max_length, self.length.overflow
+        check_policies(max_length, overflow, self.length.truncation, task)  # with the task
+        self.truncation = self.length.truncation
+        self.stride = self.length.stride
         self.task = task
         self.strategy = TASK_STRATEGIES[task]  # how a record becomes a sample (recipe/tasks.py)
         if system is not None and not isinstance(system, str):
@@ -264,17 +265,7 @@ class Recipe:
         self.overflow = overflow
         self.system = system
         self.template_vars = dict(template_vars or {})
-        if max_record_bytes is not None and (
-            isinstance(max_record_bytes, bool)
-            or not isinstance(max_record_bytes, int)
-            or max_record_bytes < 1
-        ):
-            raise ConfigError(
-                f"expected a positive number of bytes or {spell_value(None)} (no limit), got "
-                f"{spell_value(max_record_bytes)}",
-                param="max_record_bytes",
-            )
-        self.max_record_bytes = max_record_bytes
+        self.max_record_bytes = self.length.max_record_bytes
         if max_turns is not None and (
             isinstance(max_turns, bool) or not isinstance(max_turns, int) or max_turns < 1
         ):
