@@ -133,3 +133,11 @@ def test_the_length_options_are_one_checked_value_and_the_keywords_still_work() 
         LengthPolicy(overflow="split")
     with pytest.raises(ConfigError, match="split' cuts one sequence into windows"):
         Recipe(tokenizer=tok, template="chatml", task="kto", length=policy)  # needs the task
+
+
+def test_a_recipe_class_meeting_the_contract_is_checked_too() -> None:
+    class SplitWithoutLength(RecipeBase):
+        overflow = "split"
+
+    with pytest.raises(ConfigError, match="SplitWithoutLength declares overflow='split' without"):
+        as_recipe(SplitWithoutLength())

@@ -157,7 +157,10 @@ def as_recipe(recipe: Any) -> RecipeContract | None:
         ConfigError: ``recipe`` is not callable, declares a value the contract does not allow,
             or declares ``overflow="split"`` without ``max_length`` (its windows would be lost).
     """
-    if recipe is None or isinstance(recipe, RecipeContract):
+    if recipe is None:
+        return None
+    if isinstance(recipe, RecipeContract):  # a Recipe, a mixture's recipe, a RecipeBase
+        _check_values(recipe, recipe)
         return recipe
     if not callable(recipe):
         raise ConfigError(
@@ -168,6 +171,12 @@ def as_recipe(recipe: Any) -> RecipeContract | None:
     declared = {name: getattr(recipe, name) for name in CONTRACT if hasattr(recipe, name)}
     for name, value in declared.items():
         setattr(plain, name, value)
+    _check_values(plain, recipe)
+    return plain
+
+
+def _check_values(plain: RecipeContract, recipe: Any) -> None:
+    """Refuse contract values that are not allowed, or that need what was left out."""
     problems = []
     if plain.task not in TASKS:
         problems.append(f"task={plain.task!r} (one of {', '.join(TASKS)})")
@@ -183,4 +192,3 @@ def as_recipe(recipe: Any) -> RecipeContract | None:
             f"chute.recipe.contract.RecipeContract lists what a recipe provides; declare the "
             f"missing values (subclass RecipeBase for the defaults)"
         )
-    return plain
