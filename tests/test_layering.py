@@ -21,6 +21,9 @@ PACKAGE = SRC / "chute"
 
 # Bottom to top. A module may import from its own layer and the layers below it.
 LAYERS: list[tuple[str, ...]] = [
+    # how a parameter is written in messages: below errors, so errors (and with it the bottom
+    # layer) reaches nothing of chute above it and errors, world, _internal form no loop
+    ("_spelling",),
     ("errors", "world", "_internal"),  # what every layer may use
     ("sources",),  # records with provenance
     ("sample",),  # the sample contract: conversation, checks, rejects, error budget
@@ -153,6 +156,7 @@ def test_the_package_root_holds_only_entry_points():
     loose = sorted(p.name for p in PACKAGE.glob("*.py"))
     assert loose == [
         "__init__.py",  # the public API
+        "_spelling.py",  # parameter names in each front end's syntax, used by errors.py
         "collate_packed.py",  # deprecated alias of chute.collate.packed (docs showed it)
         "demo_data.py",  # deprecated alias of chute.demo.data (docs showed it)
         "errors.py",  # every error chute raises, imported by every layer
@@ -172,6 +176,11 @@ def test_the_checker_sees_an_upward_import(tmp_path, monkeypatch):
     monkeypatch.setattr(sys.modules[__name__], "SRC", tmp_path)
     monkeypatch.setattr(sys.modules[__name__], "PACKAGE", fake)
     with pytest.raises(
-        AssertionError, match=r"chute.sources.planted \(layer 1\) imports chute.cli"
+        AssertionError, match=r"chute.sources.planted \(layer 2\) imports chute.cli"
     ):
         test_no_module_imports_from_a_layer_above_it()
+
+
+def test_errors_imports_nothing_of_chute_but_the_spelling_of_parameters():
+    assert import_graph()["chute.errors"] <= {"chute._spelling"}
+    assert not import_graph()["chute._spelling"]

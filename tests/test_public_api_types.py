@@ -24,6 +24,7 @@ ARRAY_LIKE = "any array-like of lengths: a numpy array, a memory-mapped .npy, a 
 EXPLAINED: dict[str, str] = {
     # records and their data
     "Recipe.batch:records": JSON_RECORD,
+    "RecipeContract.batch:records": JSON_RECORD,
     "Recipe.conversation:record": JSON_RECORD,
     "Recipe.format_of:record": JSON_RECORD,
     "Recipe.process:data": JSON_RECORD,
@@ -54,6 +55,7 @@ EXPLAINED: dict[str, str] = {
     "Loader.__init__:media": ACCEPTS_MANY,
     "Loader.__init__:mixture": ACCEPTS_MANY,
     "Loader.__init__:multiprocessing_context": "what torch's DataLoader takes: a name or a context",
+    "WorkerOptions.__init__:multiprocessing_context": "what torch's DataLoader takes, as Loader's",
     "lengths_of:source": ACCEPTS_MANY,
     "lengths_of:recipe": "any callable from an item to a sample dict (a Recipe is one)",
     "DynamicResolution.__init__:normalize": ACCEPTS_MANY + " (a preset name or (mean, std))",

@@ -54,6 +54,7 @@ _EXPORTS: dict[str, str] = {
     "Lengths": "chute.lengths",
     "lengths_of": "chute.lengths",
     "Loader": "chute.loader",
+    "WorkerOptions": "chute.loader",
     "DecodeOptions": "chute.media",
     "DynamicImageTokens": "chute.media",
     "DynamicResolution": "chute.media",
@@ -71,6 +72,7 @@ _EXPORTS: dict[str, str] = {
     "Planner": "chute.plan",
     "RandomPlanner": "chute.plan",
     "Recipe": "chute.recipe",
+    "RecipeContract": "chute.recipe",
     "JsonlSource": "chute.sources",
     "ParquetSource": "chute.sources",
     "Record": "chute.sources",
@@ -129,6 +131,7 @@ __all__ = [
     "PreprocessConfig",
     "RandomPlanner",
     "Recipe",
+    "RecipeContract",
     "Record",
     "RemoteError",
     "RemoteOptions",
@@ -139,6 +142,7 @@ __all__ = [
     "StateMismatch",
     "TarSource",
     "Tokenizer",
+    "WorkerOptions",
     "World",
     "__version__",
     "detect_format",
@@ -195,7 +199,7 @@ if TYPE_CHECKING:  # static analysers and IDEs see the real names
     )
     from chute.formats import FormatSpec, detect_format, sniff_format
     from chute.lengths import Lengths, lengths_of
-    from chute.loader import Loader
+    from chute.loader import Loader, WorkerOptions
     from chute.media import (
         DecodeOptions,
         DynamicImageTokens,
@@ -214,7 +218,7 @@ if TYPE_CHECKING:  # static analysers and IDEs see the real names
         Planner,
         RandomPlanner,
     )
-    from chute.recipe import Recipe
+    from chute.recipe import Recipe, RecipeContract
     from chute.sample import Conversation, ErrorBudget, Message, Part
     from chute.sources import (
         JsonlSource,

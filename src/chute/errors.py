@@ -21,7 +21,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from chute._internal.spelling import spell
+from chute._spelling import spell
 
 __all__ = [
     "SAMPLE_ERROR_KINDS",
@@ -53,7 +53,7 @@ class ConfigError(ChuteError, ValueError):
 
     Args:
         message: what is wrong and the fix. Parameters inside it are written with
-            ``chute._internal.spelling`` (``spell``, ``spell_set``), never spelled by hand, so the
+            ``chute._spelling`` (``spell``, ``spell_set``), never spelled by hand, so the
             CLI says ``--media-root`` and a config ``recipe.media_root`` where Python says
             ``media_root``.
         param: the parameter at fault (its Python name); the message is then prefixed with it,

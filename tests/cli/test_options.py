@@ -3,12 +3,18 @@
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 
 import pytest
 import typer
+from typer.testing import CliRunner
 
+from chute._internal.config_checks import kinds_of, option
 from chute.cli import app
 from chute.cli._options import RECIPE_OPTIONS, OutputArgs, RecipeArgs, recipe_options
+from chute.errors import ConfigError
+from chute.recipe.config import RecipeConfig
+from recipe_helpers import tiny_tokenizer
 
 RECIPE_FLAGS = {flag.decls[0] for flag in RECIPE_OPTIONS}
 
@@ -38,8 +44,46 @@ def test_output_flags_on_every_reporting_command(command: str) -> None:
     assert {"--json", "--quiet", "-q"} <= _flags(command)
 
 
-def test_the_flags_and_the_value_class_name_the_same_fields() -> None:
-    assert {f.name for f in dataclasses.fields(RecipeArgs)} == {f.name for f in RECIPE_OPTIONS}
+def test_every_flag_is_a_declared_recipe_option_and_reads_back_as_its_keyword() -> None:
+    declared = {f.name for f in dataclasses.fields(RecipeConfig)}
+    assert {f.name for f in RECIPE_OPTIONS} <= declared
+    keywords = RecipeArgs().keywords()
+    assert set(keywords) == {f.name for f in RECIPE_OPTIONS}
+    assert keywords["image_tokens"] == "auto"  # left out: the Recipe's default
+    assert RecipeArgs(columns="prompt=q").keywords()["columns"] == {"prompt": "q"}
+
+
+def test_a_recipe_option_declared_once_is_a_checked_config_key_and_a_flag_on_every_command(
+    tmp_path: Path,
+) -> None:
+    # --max-image-pixels was added as one cli=CliFlag(...) on RecipeConfig.max_image_pixels
+    for command in ("validate", "inspect", "bench", "stats"):
+        assert "--max-image-pixels" in _flags(command)
+    recipe = RecipeArgs(
+        tokenizer=tiny_tokenizer(), template="chatml", max_image_pixels=1000
+    ).build()
+    assert recipe.media.max_image_pixels == 1000
+    with pytest.raises(ConfigError, match="max_image_pixels: expected a positive integer, got 0"):
+        RecipeConfig(tokenizer="t", max_image_pixels=0)
+    data = tmp_path / "d.jsonl"
+    data.write_text('{"instruction": "hi", "output": "ho"}\n')
+    result = CliRunner().invoke(app, ["validate", str(data), "--max-image-pixels", "0", "--json"])
+    assert result.exit_code == 2
+    assert "--max-image-pixels need --tokenizer" in result.output  # named by its flag
+
+
+def test_config_checks_are_read_from_the_annotations() -> None:
+    kinds = RecipeConfig.KINDS
+    assert kinds["max_length"] == "int+?" and kinds["stride"] == "int0"
+    assert kinds["image_token_id"] == "int?" and kinds["columns"] == "map[str]"
+    assert kinds["overflow"][1] == "one of truncate, drop, split"
+
+    @dataclasses.dataclass
+    class Unchecked:
+        mystery: complex = option(1j)
+
+    with pytest.raises(TypeError, match=r"Unchecked.mystery: cannot check"):
+        kinds_of(Unchecked)
 
 
 def test_unknown_option_names_are_refused_at_definition() -> None:

@@ -340,7 +340,7 @@ def test_a_vocabulary_transformers_cannot_read_is_one_line(tmp_path: Path) -> No
 def test_a_sentencepiece_folder_without_the_extra_names_it(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    import chute.tokenize as tokenize
+    import chute.tokenize.load as tokenize
 
     monkeypatch.setattr(tokenize, "_installed", lambda module: module != "sentencepiece")
     (tmp_path / "tokenizer.model").write_bytes(b"\x0a\x0b")

@@ -19,6 +19,8 @@ import os
 from collections.abc import Iterable
 from typing import Any
 
+from chute.recipe.contract import as_recipe
+
 __all__ = ["has_media", "stage_for_recipe", "transform_for_rule"]
 
 
@@ -54,7 +56,9 @@ def stage_for_recipe(
     """
     from chute.media import MediaStage, PixelStore
 
-    rule = getattr(getattr(recipe, "media", None), "image_rule", None)
+    contract = as_recipe(recipe)
+    plan = contract.media if contract is not None else None
+    rule = plan.image_rule if plan is not None else None
     transform = transform_for_rule(rule, image_size=image_size)
     pixels = PixelStore(store, transform) if store is not None else None
     return MediaStage(image=transform, store=pixels)

@@ -31,7 +31,6 @@ Example:
 
 from __future__ import annotations
 
-import importlib
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field, fields
@@ -40,9 +39,7 @@ from typing import Any, ClassVar
 
 import yaml
 
-from chute._internal.remote import absolute
-from chute._internal.spelling import Spelling, spelling
-from chute.cache.config_checks import (
+from chute._internal.config_checks import (
     Problems,
     apply_overrides,
     check_fields,
@@ -50,12 +47,10 @@ from chute.cache.config_checks import (
     raise_problems,
     unknown_keys,
 )
+from chute._internal.remote import absolute
+from chute._internal.spelling import Spelling
 from chute.errors import ConfigError
-from chute.formats.spec import FORMAT_NAMES
-from chute.media.images import DEFAULT_MAX_PIXELS
-from chute.recipe import MAX_RECORD_BYTES, MAX_TURNS, OVERFLOW, TASKS, TRUNCATION
-from chute.templates.base import TRAIN_ON
-from chute.tokenize import BACKENDS
+from chute.recipe.config import RecipeConfig  # the recipe's own options (re-exported here)
 
 # where chunks run (chute.cache.engines)
 ENGINES = ("local", "ray")
@@ -71,134 +66,6 @@ __all__ = [
 ]
 
 # -- sections -------------------------------------------------------------------------------
-
-
-@dataclass
-class RecipeConfig:
-    """The ``Recipe``'s arguments as plain data (see ``chute.Recipe`` for each one).
-
-    Example:
-        >>> RecipeConfig(tokenizer="models/qwen3", max_length=0)
-        Traceback (most recent call last):
-        ...
-        chute.errors.ConfigError: invalid preprocessing config:
-          max_length: expected a positive integer or null, got 0
-    """
-
-    tokenizer: str
-    format: str = "auto"
-    template: str | None = None
-    max_length: int | None = None
-    overflow: str = "truncate"
-    truncation: str = "right"
-    stride: int = 0
-    task: str = "sft"
-    train_on: str = "assistant"
-    columns: dict[str, str] = field(default_factory=dict)
-    tags: dict[str, str] = field(default_factory=dict)
-    placeholders: dict[str, str | None] = field(default_factory=dict)
-    system: str | None = None
-    template_vars: dict[str, Any] = field(default_factory=dict)
-    special_tokens: dict[str, str | None] = field(default_factory=dict)
-    media_root: str | dict[str, str] | None = None
-    image_tokens: Any = "auto"
-    image_token: str | None = None
-    image_token_id: int | None = None
-    video_tokens: int | str | dict[str, Any] | None = None
-    audio_tokens: int | dict[str, Any] | None = None
-    video_token: str | None = None
-    audio_token: str | None = None
-    check_images: bool = True
-    allow_urls: bool = False
-    max_image_pixels: int = DEFAULT_MAX_PIXELS
-    media_allowed_roots: list[str] = field(default_factory=list)
-    tiktoken_pattern: str | None = None
-    tokenizer_backend: str = "auto"
-    max_record_bytes: int | None = MAX_RECORD_BYTES
-    max_turns: int | None = MAX_TURNS
-    geometry: str | dict[str, str] | None = None
-    timestamps: str | dict[str, Any] | None = None
-
-    KINDS: ClassVar[dict[str, Any]] = {
-        "tokenizer": "str",
-        "format": choice(FORMAT_NAMES),
-        "template": "str?",
-        "max_length": "int+?",
-        "overflow": choice(OVERFLOW),
-        "truncation": choice(TRUNCATION),
-        "stride": "int0",
-        "task": choice(TASKS),
-        "train_on": choice(TRAIN_ON),
-        "columns": "map[str]",
-        "tags": "map[str]",
-        "placeholders": "map[str?]",
-        "system": "str?",
-        "template_vars": "map",
-        "special_tokens": "map[str?]",
-        "media_root": "root",
-        "image_tokens": "image_tokens",
-        "image_token": "str?",
-        "image_token_id": "int?",
-        "video_tokens": "video_tokens",
-        "audio_tokens": "count_or_rule",
-        "video_token": "str?",
-        "audio_token": "str?",
-        "check_images": "bool",
-        "allow_urls": "bool",
-        "max_image_pixels": "int+",
-        "media_allowed_roots": "paths",
-        "tiktoken_pattern": "str?",
-        "tokenizer_backend": choice(BACKENDS),
-        "max_record_bytes": "int+?",
-        "max_turns": "int+?",
-        "geometry": "name_or_fields",
-        "timestamps": "name_or_fields",
-    }
-    # Options that change how samples are computed, never what they are (not in config.yaml).
-    NOT_SHAPING: ClassVar[tuple[str, ...]] = ("tokenizer_backend",)
-
-    def __post_init__(self) -> None:
-        raise_problems(check_fields(self.KINDS, vars(self)))
-
-    def build(self) -> Any:
-        """The ``Recipe`` (loads the tokenizer); its errors name ``recipe.<field>``."""
-        from chute.recipe import Recipe
-
-        with spelling(CONFIG):
-            return Recipe(**self._arguments())
-
-    def _arguments(self) -> dict[str, Any]:
-        args = asdict(self)
-        # video_tokens (a count, fields or a short form) resolves in the recipe, with the image
-        # rule's family preset (chute.media.video.video_tokens_rule)
-        for name, module, cls in (("audio_tokens", "chute.media.audio", "AudioClips"),):
-            if isinstance(args[name], Mapping):  # a rule counted from each file's header
-                rule = getattr(importlib.import_module(module), cls)
-                try:
-                    args[name] = rule(**args[name])
-                except TypeError as exc:
-                    raise ConfigError(f"{exc} (fields of {cls})", param=name) from None
-        return args
-
-    def resolved(self) -> RecipeConfig:
-        """A copy whose paths (tokenizer, template file, media_root) are absolute."""
-        template = self.template
-        if template is not None and "{" not in template and os.path.exists(template):
-            template = os.path.abspath(template)
-        root: Any = self.media_root
-        if isinstance(root, Mapping):  # data file (or glob) -> folder
-            root = {absolute(k): absolute(v) for k, v in sorted(root.items())}
-        elif root:
-            root = absolute(root)
-        return RecipeConfig(
-            **{
-                **asdict(self),
-                "tokenizer": os.path.abspath(self.tokenizer),
-                "template": template,
-                "media_root": root,
-                "media_allowed_roots": [absolute(p) for p in self.media_allowed_roots],
-            }
-        )
 
 
 @dataclass

@@ -133,8 +133,8 @@ class PixelsStage(ChunkStage):
             raise ConfigError(
                 f"{', '.join(unknown)}: unknown option(s); known: {', '.join(sorted(known))}"
             )
-        plan = getattr(recipe, "media", None)
-        rule = getattr(plan, "image_rule", None)
+        plan = recipe.media if recipe is not None else None  # the RecipeContract's media plan
+        rule = plan.image_rule if plan is not None else None
         anyres = isinstance(rule, AnyresImageTokens)  # LLaVA-NeXT / OneVision tiles
         dynamic_rule = rule is not None and hasattr(rule, "merge_size")
         kind = opts.pop("transform", "anyres" if anyres else "dynamic" if dynamic_rule else "fixed")

@@ -307,7 +307,8 @@ class Cache:
     @property
     def max_length(self) -> int | None:
         """The ``max_length`` of the recipe that built the cache (plans default to it)."""
-        return getattr(self.recipe_config().recipe, "max_length", None)
+        max_length: int | None = self.recipe_config().recipe.max_length
+        return max_length
 
     @property
     def task(self) -> str:
@@ -377,13 +378,17 @@ class Cache:
         if isinstance(recipe, RecipeConfig):
             overrides = self._overrides(recipe.resolved())
             recipe = recipe.build()
-        if not callable(getattr(recipe, "fingerprint", None)):
+        from chute.recipe.contract import as_recipe
+
+        contract = as_recipe(recipe) if callable(recipe) else None
+        made = contract.fingerprint() if contract is not None else None
+        if made is None:  # a function without a fingerprint cannot be compared with the cache
             raise ConfigError(
                 f"expected a Recipe, a RecipeConfig or a PreprocessConfig, got "
                 f"{type(recipe).__name__}",
                 param="recipe",
             )
-        diffs = sources + differences(built["recipe"], recipe.fingerprint())
+        diffs = sources + differences(built["recipe"], made)
         if diffs:
             raise mismatch(
                 self.root, "was built for a different recipe", diffs, "recipe", overrides=overrides

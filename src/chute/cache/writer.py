@@ -40,6 +40,7 @@ from chute.cache.layout import Layout
 from chute.cache.schema import chunk_batch, integers
 from chute.cache.stages import ChunkStage
 from chute.errors import RejectTally, SampleError
+from chute.recipe.contract import as_recipe
 from chute.recipe.outcome import judge
 from chute.sample.rejects import reject_entry
 from chute.sources.record import Record
@@ -74,7 +75,7 @@ class ChunkJob:
 
     Args:
         source: the ``JsonlSource`` over the config's files.
-        recipe: the ``Recipe``.
+        recipe: the ``Recipe`` (any ``chute.recipe.contract.RecipeContract``).
         root: the cache directory.
         chunk_size: records per chunk.
         dtype: the token id dtype name (``uint16`` or ``int32``).
@@ -94,6 +95,9 @@ class ChunkJob:
     stages: list[ChunkStage] = field(default_factory=list)
     plan: bytes = b""
 
+    def __post_init__(self) -> None:
+        self.recipe = as_recipe(self.recipe)  # the contract: what the writer reads of it
+
     @functools.cached_property
     def _build(self) -> dict[str, Any]:
         """What each commit record says of its build (nothing without a plan)."""
@@ -108,7 +112,7 @@ class ChunkJob:
 
     @property
     def _splits(self) -> bool:
-        return getattr(self.recipe, "overflow", None) == "split"
+        return bool(self.recipe.overflow == "split")
 
     def bounds(self, k: int) -> tuple[int, int]:
         lo = k * self.chunk_size

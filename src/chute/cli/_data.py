@@ -16,7 +16,7 @@ from typing import Any
 
 import typer
 
-from chute.errors import SourceError
+from chute.errors import ConfigError, SourceError
 from chute.sources import expand_paths, open_index, open_parquet
 from chute.sources.base import is_parquet
 from chute.sources.tar_index import is_tar, open_tar_index
@@ -83,3 +83,25 @@ def open_data_files(
         names = "; ".join(f"{Path(p).name}: {why}" for p, why in out.skipped)
         raise SourceError(f"none of the {len(out.skipped)} files holds records ({names})")
     return out
+
+
+def the_cache_among(paths: Sequence[str]) -> str | None:
+    """The one cache directory (``chute preprocess --out``) named on a command line, or ``None``.
+
+    A command reads one cache, or data files: a cache with other paths is a ``ConfigError``.
+
+    Example:
+        >>> the_cache_among(["train.jsonl", "val.jsonl"]) is None
+        True
+    """
+    from chute.cache import is_cache_dir
+
+    caches = [p for p in paths if is_cache_dir(p)]
+    if not caches:
+        return None
+    if len(paths) > 1:
+        raise ConfigError(
+            f"give one cache directory, or data files; got the cache {caches[0]} with "
+            f"{len(paths) - 1} more path(s)"
+        )
+    return caches[0]

@@ -12,23 +12,28 @@ parameters::
 ``recipe_options`` adds every recipe flag (``--tokenizer``, ``--template``, ``--format``,
 ``--max-length``, ...) to the command's signature, so typer parses them, and hands the command a
 ``RecipeArgs``; ``output_options`` adds ``--json`` and ``--quiet`` as an ``OutputArgs``. A new
-recipe flag is one entry in ``RECIPE_OPTIONS`` and reaches every command that takes a recipe.
+recipe flag is one ``option(..., cli=CliFlag(...))`` field of ``RecipeConfig`` (``chute.cache.config``):
+its type, default, check, YAML key and flag are declared there once, and it reaches every command
+that takes a recipe.
 """
 
 from __future__ import annotations
 
 import functools
 import inspect
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+import typing
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import MISSING, dataclass, fields
 from typing import Any, TypeVar
 
 import typer
 import yaml
 
+from chute._internal.config_checks import SAME_DEFAULT, CliFlag
 from chute._internal.progress import silenced
 from chute._internal.spelling import Spelling
 from chute.errors import ConfigError
+from chute.recipe.config import RecipeConfig
 
 __all__ = [
     "CACHE_DIR",
@@ -55,6 +60,7 @@ class _Flag:
     default: Any
     decls: tuple[str, ...]
     help: str
+    parse: str | None = None  # how its text becomes the Recipe keyword (CliFlag.parse)
 
     def option(self, help: str | None, default: Any, panel: str) -> Any:
         return typer.Option(
@@ -65,177 +71,31 @@ class _Flag:
         )
 
 
-RECIPE_OPTIONS: tuple[_Flag, ...] = (
-    _Flag(
-        "tokenizer",
-        str | None,
-        None,
-        ("--tokenizer",),
-        "tokenizer.json, tokenizer folder, or tiktoken BPE file.",
-    ),
-    _Flag(
-        "template",
-        str | None,
-        None,
-        ("--template",),
-        "Built-in (chatml, qwen3, llama3, llama2, mistral, vicuna, llava-v1, alpaca, raw), a "
-        "tokenizer_config.json or .jinja file. Default: the tokenizer's chat template.",
-    ),
-    _Flag(
-        "format",
-        str,
-        "auto",
-        ("--format",),
-        "auto, alpaca, prompt_completion, sharegpt, llava, qwen_vl, messages or text.",
-    ),
-    _Flag("max_length", int | None, None, ("--max-length",), "Longest sample in tokens."),
-    _Flag(
-        "overflow",
-        str,
-        "truncate",
-        ("--overflow",),
-        "Over --max-length: truncate, drop, or split (windows of --max-length; every token kept).",
-    ),
-    _Flag(
-        "truncation",
-        str,
-        "right",
-        ("--truncation",),
-        "What --overflow truncate keeps: right (the start), left (the end), turns (drops whole "
-        "earliest exchanges, the system prompt kept).",
-    ),
-    _Flag(
-        "stride",
-        int,
-        0,
-        ("--stride",),
-        "--overflow split: tokens each window repeats from the one before, as context only.",
-    ),
-    _Flag(
-        "task",
-        str,
-        "sft",
-        ("--task",),
-        "sft, preference (chosen/rejected pairs: DPO, ORPO, reward models) or kto.",
-    ),
-    _Flag("train_on", str, "assistant", ("--train-on",), "assistant, last or all."),
-    _Flag(
-        "media_root",
-        str | None,
-        None,
-        ("--media-root",),
-        "Folder (or URL: s3://bucket/images) for relative media paths (default: the data file's).",
-    ),
-    _Flag(
-        "media_allowed_roots",
-        list[str] | None,
-        None,
-        ("--media-allowed-roots",),
-        "A further folder media paths may resolve into through a symlink or an absolute path, "
-        "e.g. where an images -> /mnt/coco link points (repeatable). Default: none, only the "
-        "media root.",
-    ),
-    _Flag(
-        "image_tokens",
-        str | None,
-        None,
-        ("--image-tokens",),
-        "Tokens per image: a count (576) or llava-1.5, qwen-vl, qwen2-vl, qwen2.5-vl. Default "
-        "auto: qwen2-vl when the tokenizer's image token is <|image_pad|>, else 576.",
-    ),
-    _Flag(
-        "geometry",
-        str | None,
-        None,
-        ("--geometry",),
-        "How the text writes box and point coordinates, rewritten for the image the model "
-        "sees (its resize): qwen2-vl (0-1000), qwen2.5-vl (absolute pixels), normalized, "
-        "llava, or none. Boxes that cannot follow are counted (box_invalid, box_outside, "
-        "box_ambiguous). Default: the text is left as written.",
-    ),
-    _Flag(
-        "timestamps",
-        str | None,
-        None,
-        ("--timestamps",),
-        "Times in the text of video samples (00:12, 12.5s, 3.5 to 7 seconds): check rejects "
-        "one past the clip's end (timestamp_outside); seconds (or qwen2.5-vl, qwen3-vl) also "
-        "writes each as Qwen reads time (12.0 seconds). Default: not read.",
-    ),
-    _Flag(
-        "video_tokens",
-        str | None,
-        None,
-        ("--video-tokens",),
-        "How videos become tokens; needed for data with videos: fps (frames sampled 2 a second "
-        "as the --image-tokens family's processor does, counted from each header), fps=1,"
-        "max_frames=64, frames=8 (a fixed frame count), or a count of tokens per video (64).",
-    ),
-    _Flag(
-        "audio_tokens",
-        int | None,
-        None,
-        ("--audio-tokens",),
-        "Tokens per audio clip (a fixed count); needed for data with audio.",
-    ),
-    _Flag(
-        "video_token",
-        str | None,
-        None,
-        ("--video-token",),
-        "The token that marks a video (default <|video_pad|> if the vocabulary has it, else "
-        "<video>).",
-    ),
-    _Flag(
-        "audio_token",
-        str | None,
-        None,
-        ("--audio-token",),
-        "The token that marks an audio clip (default <|AUDIO|> if the vocabulary has it, else "
-        "<audio>).",
-    ),
-    _Flag(
-        "max_record_bytes",
-        int,
-        64 << 20,
-        ("--max-record-bytes",),
-        "Records larger than this many bytes are rejected (record_too_large) before they are read.",
-    ),
-    _Flag(
-        "max_turns",
-        int,
-        10_000,
-        ("--max-turns",),
-        "Records with more messages (or a message with more content parts) are rejected "
-        "(too_many_turns) before they are templated.",
-    ),
-    _Flag(
-        "columns",
-        str | None,
-        None,
-        ("--columns",),
-        "Record keys by meaning, e.g. 'prompt=question,response=answer'.",
-    ),
-    _Flag("tags", str | None, None, ("--tags",), "Role names, e.g. 'user_tag=Q,assistant_tag=A'."),
-    _Flag("system", str | None, None, ("--system",), "System prompt for records without one."),
-    _Flag(
-        "tokenizer_backend",
-        str,
-        "auto",
-        ("--tokenizer-backend",),
-        "Engine of a tokenizer.json: auto (tiktoken where it gives the same ids, checked; else "
-        "tokenizers), tiktoken (required) or hf (tokenizers). Same ids either way.",
-    ),
-    _Flag(
-        "template_vars",
-        list[str] | None,
-        None,
-        ("--template-var",),
-        "A template variable KEY=VALUE (repeatable; values read as YAML scalars), e.g. "
-        "enable_thinking=false or 'date_string=26 Jul 2024'. Templates never read the clock: "
-        "strftime_now gives 26 Jul 2024 unless you set the date this way.",
-    ),
-)
+def _recipe_flags() -> tuple[_Flag, ...]:
+    """One flag per ``RecipeConfig`` option that declares one (``CliFlag``): declared there once."""
+    flags = []
+    hints = typing.get_type_hints(RecipeConfig)
+    for f in fields(RecipeConfig):
+        cli: CliFlag | None = f.metadata.get("cli")
+        if cli is None:
+            continue
+        default = f.default if f.default is not MISSING else None
+        flags.append(
+            _Flag(
+                f.name,
+                cli.annotation if cli.annotation is not None else hints[f.name],
+                cli.default if cli.default is not SAME_DEFAULT else default,
+                (cli.decl or "--" + f.name.replace("_", "-"),),
+                cli.help,
+                cli.parse,
+            )
+        )
+    return tuple(flags)
+
+
+RECIPE_OPTIONS: tuple[_Flag, ...] = _recipe_flags()
+# the Recipe's own defaults, where leaving a flag out means "the default" (--image-tokens)
+RECIPE_DEFAULTS = {f.name: f.default for f in fields(RecipeConfig) if f.default is not MISSING}
 _RECIPE_BY_NAME = {flag.name: flag for flag in RECIPE_OPTIONS}
 RECIPE_FLAG_HELP = {flag.name: flag.help for flag in RECIPE_OPTIONS}
 
@@ -307,9 +167,11 @@ def parse_template_vars(items: Iterable[str]) -> dict[str, Any]:
     return out
 
 
-@dataclass(frozen=True)
 class RecipeArgs:
     """The recipe flags of one command line, and the ``Recipe`` they describe.
+
+    Its attributes are the flags of ``RECIPE_OPTIONS`` (``args.max_length``), each the flag's
+    default unless given; the flags come from ``RecipeConfig``'s declarations.
 
     Example:
         >>> args = RecipeArgs(template="chatml", system="Be brief.")
@@ -321,31 +183,35 @@ class RecipeArgs:
         chute.errors.ConfigError: --template, --system need --tokenizer (they configure the recipe); pass --tokenizer, or leave them out
     """
 
-    tokenizer: str | None = None
-    template: str | None = None
-    format: str | None = "auto"
-    max_length: int | None = None
-    overflow: str = "truncate"
-    truncation: str = "right"
-    stride: int = 0
-    task: str = "sft"
-    train_on: str = "assistant"
-    media_root: str | None = None
-    media_allowed_roots: Sequence[str] | None = None
-    image_tokens: str | None = None
-    geometry: str | None = None
-    timestamps: str | None = None
-    video_tokens: str | None = None
-    audio_tokens: int | None = None
-    video_token: str | None = None
-    audio_token: str | None = None
-    max_record_bytes: int = 64 << 20
-    max_turns: int = 10_000
-    columns: str | None = None
-    tags: str | None = None
-    system: str | None = None
-    tokenizer_backend: str = "auto"
-    template_vars: Sequence[str] | None = None
+    __slots__ = ("_values",)
+
+    def __init__(self, **values: Any):
+        unknown = sorted(set(values) - set(_RECIPE_BY_NAME))
+        if unknown:
+            raise TypeError(f"unknown recipe flags: {unknown}")
+        merged = {flag.name: values.get(flag.name, flag.default) for flag in RECIPE_OPTIONS}
+        object.__setattr__(self, "_values", merged)
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("_"):  # not a flag (and no recursion before _values is set)
+            raise AttributeError(name)
+        try:
+            return self._values[name]
+        except KeyError:
+            raise AttributeError(name) from None
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError(f"RecipeArgs is frozen: {name} cannot be set")
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, RecipeArgs) and self._values == other._values
+
+    def __hash__(self) -> int:
+        return hash(tuple(sorted((k, repr(v)) for k, v in self._values.items())))
+
+    def __repr__(self) -> str:
+        given = ", ".join(f"{k}={v!r}" for k, v in self._values.items() if v is not None)
+        return f"RecipeArgs({given})"
 
     def given(self, *, ignore: Iterable[str] = ()) -> dict[str, Any]:
         """``{flag: value}`` of every flag but ``--tokenizer`` set (not left out, not default)."""
@@ -381,33 +247,7 @@ class RecipeArgs:
             ...     "template_vars"]
             {'enable_thinking': False}
         """
-        return {
-            "tokenizer": self.tokenizer,
-            "template": self.template,
-            "format": self.format or "auto",
-            "max_length": self.max_length,
-            "overflow": self.overflow,
-            "truncation": self.truncation,
-            "stride": self.stride,
-            "task": self.task,
-            "train_on": self.train_on,
-            "media_root": self.media_root,
-            "media_allowed_roots": list(self.media_allowed_roots or ()),
-            "image_tokens": self.image_tokens or "auto",
-            "geometry": self.geometry,
-            "timestamps": self.timestamps,
-            "video_tokens": self.video_tokens,
-            "audio_tokens": self.audio_tokens,
-            "video_token": self.video_token,
-            "audio_token": self.audio_token,
-            "max_record_bytes": self.max_record_bytes,
-            "max_turns": self.max_turns,
-            "columns": parse_pairs(self.columns, "--columns"),
-            "tags": parse_pairs(self.tags, "--tags"),
-            "system": self.system,
-            "tokenizer_backend": self.tokenizer_backend,
-            "template_vars": parse_template_vars(self.template_vars or ()),
-        }
+        return {flag.name: _parsed(flag, self._values[flag.name]) for flag in RECIPE_OPTIONS}
 
     def build(self, **overrides: Any) -> Any:
         """The ``Recipe`` these flags describe (``overrides`` replace recipe keywords)."""
@@ -416,6 +256,21 @@ class RecipeArgs:
         if self.tokenizer is None:
             raise ConfigError("--tokenizer is required to build a recipe")
         return Recipe(**{**self.keywords(), **overrides})
+
+
+def _parsed(flag: _Flag, value: Any) -> Any:
+    """A flag's value as the ``Recipe`` keyword (``CliFlag.parse`` says how)."""
+    if flag.parse == "pairs":
+        return parse_pairs(value, flag.decls[0])
+    if flag.parse == "template_vars":
+        return parse_template_vars(value or ())
+    if flag.parse == "list":
+        return list(value or ())
+    if flag.parse == "or_default":
+        return value or RECIPE_DEFAULTS[flag.name]
+    if flag.name == "format":
+        return value or "auto"  # a command whose --format defaults to None (validate)
+    return value
 
 
 @dataclass(frozen=True)

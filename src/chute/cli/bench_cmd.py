@@ -12,6 +12,7 @@ from typing import Any
 
 import typer
 
+from chute.cli._data import the_cache_among
 from chute.cli._options import (
     CACHE_DIR,
     RECIPE_FLAG_HELP,
@@ -188,7 +189,7 @@ def bench(
             "--plan packed needs the row length: pass --max-length L (the recipe's, also "
             "used for rows) or --plan-option max_length=L"
         )
-    source = open_source(paths, cache_dir)
+    source = open_data_or_cache(paths, cache_dir)
     options = {}
     if pad_to_multiple_of is not None:
         options["pad_to_multiple_of"] = pad_to_multiple_of
@@ -222,20 +223,13 @@ def _run(
     typer.echo(render(report, built, described=described))
 
 
-def open_source(paths: list[str], cache_dir: Path | None) -> Any:
+def open_data_or_cache(paths: list[str], cache_dir: Path | None) -> Any:
     """One token cache directory (``chute preprocess --out``), or the data files as one source."""
-    from chute.cache import is_cache_dir, open_cache
+    from chute.cache import open_cache
     from chute.sources import open_source
 
-    caches = [p for p in paths if is_cache_dir(p)]
-    if not caches:
-        return open_source(paths, cache_dir=cache_dir)
-    if len(paths) > 1:
-        raise ConfigError(
-            f"give one cache directory, or data files; got the cache {caches[0]} with "
-            f"{len(paths) - 1} more path(s)"
-        )
-    return open_cache(caches[0])
+    cache = the_cache_among(paths)
+    return open_source(paths, cache_dir=cache_dir) if cache is None else open_cache(cache)
 
 
 def media_stage(

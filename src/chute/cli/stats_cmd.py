@@ -13,7 +13,7 @@ from typing import Any
 
 import typer
 
-from chute.cli._data import DataFiles, open_data_files
+from chute.cli._data import DataFiles, open_data_files, the_cache_among
 from chute.cli._options import (
     OutputArgs,
     RecipeArgs,
@@ -46,18 +46,16 @@ def load_lengths(
     A cache (``chute preprocess``) holds its lengths already (memory-mapped, no tokenizing).
     Returns the files read too (``None`` for a cache), with any set aside as holding no data.
     """
-    from chute.cache import is_cache_dir, open_cache
+    from chute.cache import open_cache
 
-    caches = [p for p in paths if is_cache_dir(p)]
-    if caches:
-        if len(paths) > 1:
-            raise ConfigError(f"give one cache directory, not with other paths: {caches[0]}")
+    cache = the_cache_among(paths)
+    if cache is not None:
         if recipe is not None:
             raise ConfigError(
-                f"{caches[0]} is a cache: its lengths come from the recipe that built it; leave "
+                f"{cache} is a cache: its lengths come from the recipe that built it; leave "
                 f"out --tokenizer and the other recipe options"
             )
-        return lengths_of(open_cache(caches[0], verify_sources=False)), None
+        return lengths_of(open_cache(cache, verify_sources=False)), None
     data = open_data_files(paths, cache_dir=cache_dir)
     source = open_source(data.paths, cache_dir=cache_dir)
     lengths = lengths_of(

@@ -36,6 +36,7 @@ import numpy as np
 from chute._internal.pools import process_map
 from chute.errors import RejectTally, SampleError
 from chute.lengths.base import ROWS, STATUS_OK, STATUS_REJECTED, STATUS_TRUNCATED
+from chute.recipe.contract import as_recipe
 from chute.recipe.outcome import first_trained, judge, preflight
 
 __all__ = ["compute_lengths"]
@@ -70,6 +71,7 @@ def compute_lengths(
         ``first_trained`` and ``longest`` (see ``chute.lengths.base``); the reject kinds by code; the
         reject tally.
     """
+    recipe = as_recipe(recipe)  # a function too: read as an SFT recipe (recipe/contract.py)
     preflight(recipe, source)  # a recipe that cannot work fails now, not after a chunk
     n = len(source)
     if out is None:

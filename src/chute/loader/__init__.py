@@ -2,5 +2,6 @@
 
 from chute.loader.core import Loader
 from chute.loader.worker import BatchBuilder, BatchReport, BatchTask
+from chute.loader.workers import WorkerOptions
 
-__all__ = ["BatchBuilder", "BatchReport", "BatchTask", "Loader"]
+__all__ = ["BatchBuilder", "BatchReport", "BatchTask", "Loader", "WorkerOptions"]

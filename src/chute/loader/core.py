@@ -32,8 +32,6 @@ from chute.loader.options import (
     PathLike,
     as_source,
     check_augment,
-    check_seconds,
-    check_workers,
     fingerprint_of,
     lengths_recipe,
     media_guard,
@@ -53,8 +51,10 @@ from chute.loader.planning import (
 )
 from chute.loader.state import STATE_FORMAT, STATE_VERSION, check_compatible, read_position
 from chute.loader.worker import BatchBuilder, BatchReport
+from chute.loader.workers import WorkerOptions
 from chute.plan import Plan, Planner, continue_epoch
 from chute.plan.mixed import MixturePlanner
+from chute.recipe.contract import as_recipe
 from chute.sample.budget import ErrorBudget
 from chute.world import World
 
@@ -68,8 +68,12 @@ class Loader:
         source: a ``JsonlSource``, a path / glob / list of paths (opened as one), a chute
             cache (``open_cache(DIR)``, or its directory), or any map-style dataset (``len``
             and ``dataset[i]``).
-        recipe: ``recipe(record) -> sample`` (a dict with ``input_ids``, optional ``labels``);
-            raises ``SampleError`` for a bad record. ``None``: records are pre-tokenized samples
+        recipe: a ``Recipe``, or any recipe meeting ``chute.recipe.contract.RecipeContract``
+            (``task``, ``overflow``, ``max_length``, ``stride``, ``media``: what plans, lengths
+            and collate read), or a plain function ``recipe(record) -> sample`` (a dict with
+            ``input_ids``, optional ``labels``), read as an SFT recipe without a length limit
+            or media; a callable declaring part of the contract is a ``ConfigError``. Raises
+            ``SampleError`` for a bad record. ``None``: records are pre-tokenized samples
             (``{"input_ids": [...], "labels": [...]}``). With a cache, the recipe is only
             checked against the one that built it (``FingerprintMismatch`` if it differs).
         batch_size: samples per batch on each rank.
@@ -108,6 +112,10 @@ class Loader:
         plan_options: options of a named plan, e.g. ``{"max_length": 4096}`` for ``packed``
             (default: the recipe's ``max_length``) or ``{"max_tokens": 16384}`` for ``budget``.
         multiprocessing_context: start method for workers (default: torch's).
+        workers: the worker keywords above as one ``WorkerOptions`` value (then leave them
+            out): ``workers=WorkerOptions(num_workers=8, prefetch_factor=4)``.
+        budget: ``max_bad_fraction``, ``max_consecutive_bad`` and ``budget_min_samples`` as
+            one ``ErrorBudget`` (its limits; the Loader counts in a fresh one).
         media: load each sample's images (videos, audio) in the workers, after the recipe: a
             ``chute.media.MediaStage``, or a transform (``ImageTransform``,
             ``DynamicResolution``) used with default decoding. Bad media are counted skips;
@@ -165,6 +173,8 @@ class Loader:
         mixture: Any = None,
         split: str = "train",
         slices: str | None = None,
+        workers: WorkerOptions | None = None,
+        budget: ErrorBudget | None = None,
     ):
         require_torch()
         self.world = world if world is not None else World.detect()
@@ -173,6 +183,7 @@ class Loader:
         self.mixture = bind_mixture(source, recipe, mixture, split, self.world)
         if self.mixture is not None:
             source, recipe = self.mixture.source, self.mixture.recipe
+        recipe = as_recipe(recipe)  # checked once: what plans, lengths and collate read of it
         self.split = split
         self.source = as_source(source)
         self.num_samples = len(self.source)
@@ -214,13 +225,25 @@ class Loader:
             )
         self.planner, self.lengths, self.excluded = setup.planner, setup.lengths, setup.excluded
         self.datasets = None if self.mixture is None else DatasetBooks(self.mixture, setup.lengths)
-        self.num_workers = check_workers(num_workers, persistent_workers, prefetch_factor)
-        self.pin_memory = bool(pin_memory)
-        self.persistent_workers = bool(persistent_workers)
-        self.prefetch_factor = prefetch_factor
-        self.timeout = check_seconds("timeout", timeout, allow_zero=True) or 0.0
-        self.sample_timeout = check_seconds("sample_timeout", sample_timeout, allow_zero=False)
-        self.multiprocessing_context = multiprocessing_context
+        self.workers = WorkerOptions.of(
+            workers,
+            {
+                "num_workers": num_workers,
+                "pin_memory": pin_memory,
+                "persistent_workers": persistent_workers,
+                "prefetch_factor": prefetch_factor,
+                "multiprocessing_context": multiprocessing_context,
+                "timeout": timeout,
+                "sample_timeout": sample_timeout,
+            },
+        )
+        self.num_workers = self.workers.num_workers
+        self.pin_memory = self.workers.pin_memory
+        self.persistent_workers = self.workers.persistent_workers
+        self.prefetch_factor = self.workers.prefetch_factor
+        self.timeout = self.workers.timeout
+        self.sample_timeout = self.workers.sample_timeout
+        self.multiprocessing_context = self.workers.multiprocessing_context
         check_packed_collate(setup, collate)
         self.collate = collate or setup.collate
         # bound to the recipe itself (also for a cache, whose samples it made)
@@ -231,7 +254,7 @@ class Loader:
         check_augment(self.media, recipe)
         self.rejects_path = rejects_path_for(rejects, self.world) if rejects is not None else None
         self.books = Accounting(
-            ErrorBudget(max_bad_fraction, max_consecutive_bad, budget_min_samples),
+            budget_of(budget, max_bad_fraction, max_consecutive_bad, budget_min_samples),
             self.world.rank,
             self.rejects_path,
         )
@@ -532,3 +555,39 @@ def _layout_of(world: World) -> dict[str, Any]:
 def _layout_text(world: World) -> str:
     shown = [f"{n}={getattr(world, n)}" for n in ("cp", "sp", "tp", "pp") if getattr(world, n) > 1]
     return f" ({', '.join(shown)}, dp_size={world.dp_size})" if shown else ""
+
+
+def budget_of(
+    budget: ErrorBudget | None,
+    max_bad_fraction: float | None,
+    max_consecutive_bad: int | None,
+    min_samples: int,
+) -> ErrorBudget:
+    """A fresh ``ErrorBudget`` with ``budget``'s limits, or the loose keywords' (never both).
+
+    Raises:
+        ConfigError: ``budget`` and a budget keyword set to other than its default.
+    """
+    loose = ErrorBudget(max_bad_fraction, max_consecutive_bad, min_samples)
+    if budget is None:
+        return loose
+    if not isinstance(budget, ErrorBudget):
+        raise ConfigError(
+            f"budget must be a chute.ErrorBudget, got {type(budget).__name__}", param="budget"
+        )
+    given = [
+        name
+        for name, value, default in (
+            ("max_bad_fraction", max_bad_fraction, 0.25),
+            ("max_consecutive_bad", max_consecutive_bad, 1000),
+            ("budget_min_samples", min_samples, 1000),
+        )
+        if value != default
+    ]
+    if given:
+        raise ConfigError(
+            f"error budget given twice: budget=ErrorBudget(...) and {', '.join(given)}; set "
+            f"them in the ErrorBudget",
+            param="budget",
+        )
+    return ErrorBudget(budget.max_bad_fraction, budget.max_consecutive_bad, budget.min_samples)

@@ -13,6 +13,8 @@ import orjson
 
 from chute._internal.spelling import spell, spell_set
 from chute.errors import ConfigError, as_sample_error
+from chute.recipe.contract import RecipeContract
+from chute.recipe.recipe import Recipe
 from chute.world import World
 
 __all__ = [
@@ -66,11 +68,11 @@ def fingerprint_of(source: Any) -> Any:
     }
 
 
-def pad_id_from(recipe: Any, pad_id: int | None) -> int:
+def pad_id_from(recipe: RecipeContract | None, pad_id: int | None) -> int:
     """``pad_id``, else the recipe's (or its tokenizer's) ``pad_id`` / ``pad_token_id``, else 0."""
     if pad_id is not None:
         return pad_id
-    for owner in (recipe, getattr(recipe, "tokenizer", None)):
+    for owner in (recipe, recipe.tokenizer if recipe is not None else None):
         for name in ("pad_id", "pad_token_id"):
             value = getattr(owner, name, None)
             if isinstance(value, int | np.integer) and not isinstance(value, bool) and value >= 0:
@@ -79,7 +81,11 @@ def pad_id_from(recipe: Any, pad_id: int | None) -> int:
 
 
 def media_stage_for(
-    media: Any, recipe: Any, collate: Any, source: Any = None, lengths: Any = None
+    media: Any,
+    recipe: RecipeContract | None,
+    collate: Any,
+    source: Any = None,
+    lengths: Any = None,
 ) -> tuple[Any, Any]:
     """``(stage, collate)`` for ``Loader(media=...)``.
 
@@ -141,21 +147,20 @@ def media_stage_for(
     return stage, collate if isinstance(collate, MediaCollate) else MediaCollate(collate)
 
 
-def media_guard(media: Any, recipe: Any) -> bool:
+def media_guard(media: Any, recipe: RecipeContract | None) -> bool:
     """Whether workers must refuse samples with media: no stage, and none turned off on purpose.
 
     A recipe that counts images (or videos, audio) may meet them; ``media=False`` says the text
     alone is wanted, and a recipe without any media rule refuses media itself.
     """
-    plan = getattr(recipe, "media", None)
+    plan = recipe.media if recipe is not None else None
     counts = plan is not None and any(
-        getattr(plan, name, None) is not None
-        for name in ("image_rule", "video_tokens", "audio_tokens")
+        rule is not None for rule in (plan.image_rule, plan.video_tokens, plan.audio_tokens)
     )
     return media is None and counts
 
 
-def _references_media(recipe: Any, source: Any, lengths: Any) -> bool:
+def _references_media(recipe: RecipeContract, source: Any, lengths: Any) -> bool:
     """Whether the samples reference media: a cache's manifest, the lengths, or a probe."""
     manifest = getattr(source, "manifest", None)
     if isinstance(manifest, dict):  # a cache: its samples are made already
@@ -178,12 +183,12 @@ def _references_media(recipe: Any, source: Any, lengths: Any) -> bool:
     return False
 
 
-def _default_stage(recipe: Any, source: Any, lengths: Any = None) -> Any:
+def _default_stage(recipe: RecipeContract | None, source: Any, lengths: Any = None) -> Any:
     """The default media stage of the recipe's image rule (the cache's recipe's), or ``None``."""
     from chute.media.stage import default_media_stage
 
-    plan = getattr(recipe, "media", None)
-    if plan is not None and hasattr(plan, "image_rule"):
+    plan = recipe.media if recipe is not None else None
+    if recipe is not None and plan is not None:
         if plan.image_rule is None or not _references_media(recipe, source, lengths):
             return None  # no sample references an image (or the recipe refuses them)
         stage = default_media_stage(plan.image_rule, plan.video_tokens, plan.audio_tokens)
@@ -197,7 +202,7 @@ def _default_stage(recipe: Any, source: Any, lengths: Any = None) -> Any:
         "(media=False trains on the text alone)",
         stage.image,
     )
-    rule = plan.image_rule if plan is not None and hasattr(plan, "image_rule") else None
+    rule = plan.image_rule if plan is not None else None
     if (
         rule is not None
         and getattr(rule, "patch_size", None)
@@ -265,7 +270,7 @@ def check_seconds(name: str, value: Any, *, allow_zero: bool) -> float | None:
     return float(value)
 
 
-def lengths_recipe(recipe: Any, media: Any) -> Any:
+def lengths_recipe(recipe: RecipeContract | None, media: Any) -> RecipeContract | None:
     """The recipe the lengths pass runs: with crops or flips, one writing the widest coordinates.
 
     A crop rewrites a box in the text per draw, so the sample's length changes from epoch to
@@ -274,13 +279,12 @@ def lengths_recipe(recipe: Any, media: Any) -> Any:
     packed row never exceeds ``max_length``.
     """
     augment = getattr(media, "augment", None)
-    widest = getattr(recipe, "widest_coordinates", None)
-    if augment is None or not augment.geometric or widest is None:
+    if augment is None or not augment.geometric or not isinstance(recipe, Recipe):
         return recipe
-    return widest()
+    return recipe.widest_coordinates()
 
 
-def check_augment(media: Any, recipe: Any) -> None:
+def check_augment(media: Any, recipe: RecipeContract | None) -> None:
     """Refuse augmentation whose crops or flips the text could not follow.
 
     A crop or flip moves what boxes in the text point at, and a flip falsifies "left" and
@@ -310,7 +314,7 @@ def check_augment(media: Any, recipe: Any) -> None:
             "(Augment(jitter=..., transform=...)), or load the grounding dataset on its own",
             param="augment",
         )
-    if getattr(recipe, "geometry", None) is None:
+    if not isinstance(recipe, Recipe) or recipe.geometry is None:
         raise ConfigError(
             f"the media stage's augmentation crops or flips images, but the recipe says "
             f"nothing of coordinates in the text; pass {spell('geometry')} with the data's "

@@ -32,6 +32,7 @@ from chute.media.positions import MRopePositions, positions_rule
 from chute.plan import PLANNERS, LengthPlanner, PackedPlanner, Planner, make_planner
 from chute.plan.shards import ShardPlanner
 from chute.plan.shared import PlanShare
+from chute.recipe.contract import RecipeContract
 from chute.sample.budget import ErrorBudget
 from chute.world import World
 
@@ -72,7 +73,7 @@ class PlanSetup:
 
 def resolve_plan(
     source: Any,
-    recipe: Any,
+    recipe: RecipeContract | None,
     plan: str | Planner,
     plan_options: Mapping[str, Any] | None,
     *,
@@ -102,7 +103,9 @@ def resolve_plan(
     task = task_of(source, recipe)
     if isinstance(plan, str) and needs:
         # the recipe's max_length; reading a cache (no recipe runs), the cache's recipe's
-        max_length = getattr(recipe, "max_length", None) or getattr(source, "max_length", None)
+        max_length = (recipe.max_length if recipe is not None else None) or getattr(
+            source, "max_length", None
+        )
         if plan == "packed" and max_length is not None and task == "preference":
             max_length *= 2  # a row must hold both sides of a pair (each up to max_length)
         if plan in ("packed", "budget") and max_length is not None:
@@ -189,20 +192,20 @@ def node_ranks() -> int:
     return World.detect().local_world_size
 
 
-def split_source(source: Any, recipe: Any, local_rank: int = 0) -> Any:
+def split_source(source: Any, recipe: RecipeContract | None, local_rank: int = 0) -> Any:
     """``source`` itself, or with ``Recipe(overflow="split")`` the view of its windows.
 
     The windows are counted from the records' lengths (one cached pass), so every plan, the
     random one too, deals window ids: exact-once, resume and rejects count windows.
     """
-    if recipe is None or getattr(recipe, "overflow", None) != "split":
+    if recipe is None or recipe.overflow != "split":
         return source
     return Pieces(source, lengths_of(source, recipe, local_rank=local_rank))
 
 
-def task_of(source: Any, recipe: Any) -> str:
+def task_of(source: Any, recipe: RecipeContract | None) -> str:
     """The kind of samples: ``sft``, ``preference`` or ``kto`` (the recipe's, or the cache's)."""
-    task = getattr(recipe, "task", None) or getattr(source, "task", None)
+    task = recipe.task if recipe is not None else getattr(source, "task", None)
     return task if isinstance(task, str) else "sft"
 
 
@@ -235,7 +238,7 @@ def default_collate(
     return KTOCollate(collate) if task == "kto" else collate
 
 
-def positions_of(source: Any, recipe: Any) -> MRopePositions | None:
+def positions_of(source: Any, recipe: RecipeContract | None) -> MRopePositions | None:
     """The positions rule of the samples: the family of the recipe's image-token rule.
 
     Over a token cache (no recipe runs) the rule the cache's recipe resolved, as its manifest
@@ -245,9 +248,9 @@ def positions_of(source: Any, recipe: Any) -> MRopePositions | None:
         >>> positions_of(None, recipe).family  # doctest: +SKIP
         'qwen2-vl'
     """
-    media = getattr(recipe, "media", None)
+    media = recipe.media if recipe is not None else None
     if media is not None:
-        return positions_rule(getattr(media, "image_rule", None))
+        return positions_rule(media.image_rule)
     manifest = getattr(source, "manifest", None)
     if not isinstance(manifest, dict):
         return None

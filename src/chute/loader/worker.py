@@ -31,6 +31,7 @@ from chute.loader.transport import share_one_storage
 from chute.loader.watchdog import SampleTimeout, Watchdog
 from chute.media.augment import SampleDraw
 from chute.recipe.outcome import sample_of
+from chute.recipe.recipe import Recipe
 from chute.sample.contract import bad_values, check_sample, describe_item, location_of
 from chute.sample.rejects import reject_entry
 from chute.sources.record import Record
@@ -158,7 +159,7 @@ class BatchBuilder:
         self.seed = seed
         self.augment = getattr(media, "augment", None)
         # coordinates in the text follow the draw only through a recipe that knows them
-        self._recipe_draws = self.augment is not None and hasattr(recipe, "geometry")
+        self._recipe_draws = self.augment is not None and isinstance(recipe, Recipe)
         self._watchdog = Watchdog(sample_timeout)
         self._name = type(source).__name__
         self._pid = -1

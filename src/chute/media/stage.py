@@ -146,8 +146,10 @@ class MediaStage:
                 recipe counts tokens (a dynamic transform with a fixed rule, other patch sizes,
                 another fixed count).
         """
-        plan = getattr(recipe, "media", None)
-        if plan is None or not hasattr(plan, "image_rule"):
+        # ``recipe`` meets chute.recipe.contract.RecipeContract (the Loader checked it), or is
+        # None: samples read from a cache
+        plan = recipe.media if recipe is not None else None
+        if plan is None:
             return self
         rule = plan.image_rule
         _check_rule(self.image, rule)

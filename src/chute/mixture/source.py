@@ -176,9 +176,12 @@ class MixtureRecipe:
         self.recipes = list(recipes)
         first = self.recipes[0]
         self.tokenizer = first.tokenizer
+        # run-wide options, like the tokenizer: the same in every dataset's recipe
         self.max_length = first.max_length
         self.media = first.media
-        self.task = getattr(first, "task", "sft")  # run-wide, like the tokenizer
+        self.task = first.task
+        self.overflow = first.overflow
+        self.stride = first.stride
 
     def _recipe_of(self, record: Any) -> Any:
         index = getattr(record, "index", None)

@@ -4,11 +4,15 @@
   (``recipe.py``), built on ``encode`` (conversation -> ``input_ids``/``labels``, ``encode.py``);
   long documents cut into windows (``windows.py``), whole exchanges dropped to fit
   (``truncate.py``), preference pairs and rated completions (``preference.py``).
+* ``RecipeContract``: what the layers above read of a recipe, checked where one enters
+  (``as_recipe``; ``contract.py``); one strategy per ``task`` (``tasks.py``).
 * ``validate_source``: any check (a ``Recipe`` is one) over every record, in parallel, with
   rejects counted by kind (``validate.py``).
 """
 
+from chute.recipe.contract import PlainRecipe, RecipeBase, RecipeContract, as_recipe
 from chute.recipe.encode import Encoded, encode, fit_length
+from chute.recipe.length import LengthPolicy
 from chute.recipe.recipe import (
     MAX_RECORD_BYTES,
     MAX_TURNS,
@@ -28,8 +32,13 @@ __all__ = [
     "TASKS",
     "TRUNCATION",
     "Encoded",
+    "LengthPolicy",
+    "PlainRecipe",
     "Recipe",
+    "RecipeBase",
+    "RecipeContract",
     "ValidationReport",
+    "as_recipe",
     "check_json_object",
     "encode",
     "fit_length",

@@ -35,6 +35,7 @@ from typing import Any
 import numpy as np
 
 from chute.errors import SampleError, as_sample_error
+from chute.recipe.contract import RecipeContract, as_recipe
 from chute.sample.contract import as_tokenized, bad_values, check_sample, location_of
 
 __all__ = [
@@ -108,11 +109,11 @@ def sample_of(recipe: Callable[[Any], Any] | None, item: Any) -> dict[str, Any]:
     return check_sample(recipe(item) if recipe is not None else as_tokenized(item))
 
 
-def judge(recipe: Any, items: Sequence[Any]) -> list[Any]:
+def judge(recipe: RecipeContract | None, items: Sequence[Any]) -> list[Any]:
     """Each item's sample (contract-checked) or its ``SampleError`` (located), in order.
 
-    ``recipe.batch`` runs when the recipe has one (the tokenizer then encodes back to back),
-    else one call per item; ``None`` takes items as pre-tokenized samples. Job-level errors
+    ``recipe.batch`` runs (a ``Recipe``'s tokenizer then encodes back to back; see
+    ``chute.recipe.contract``); ``None`` takes items as pre-tokenized samples. Job-level errors
     (``ChuteError``: a bad configuration, a file that changed) are raised, not counted.
     """
     raw = _batch(recipe, items)
@@ -136,11 +137,10 @@ def judge(recipe: Any, items: Sequence[Any]) -> list[Any]:
     return out
 
 
-def _batch(recipe: Any, items: Sequence[Any]) -> list[Any]:
-    batch_fn = getattr(recipe, "batch", None) if recipe is not None else None
-    if callable(batch_fn):
+def _batch(recipe: RecipeContract | None, items: Sequence[Any]) -> list[Any]:
+    if recipe is not None:
         try:
-            return list(batch_fn(list(items)))
+            return list(recipe.batch(list(items)))
         except Exception as exc:
             as_sample_error(exc, None, None)  # re-raises job-level errors (ChuteError)
         # something raised outside the batch's per-record guards: one record at a time
@@ -166,7 +166,7 @@ class SampleCheck:
     """
 
     def __init__(self, recipe: Any):
-        self.recipe = recipe
+        self.recipe = as_recipe(recipe)  # a function too (a Recipe, a mixture's recipe, ...)
 
     def __call__(self, record: Any) -> dict[str, Any]:
         result = judge(self.recipe, [record])[0]

@@ -39,6 +39,7 @@ from typing import Any
 import numpy as np
 
 from chute.errors import SampleError
+from chute.recipe.choices import TASKS
 from chute.recipe.encode import IGNORE, Encoded
 from chute.sample.conversation import Conversation
 from chute.templates import Rendered
@@ -53,8 +54,6 @@ __all__ = [
     "share_prompt",
     "train_after_prompt",
 ]
-
-TASKS = ("sft", "preference", "kto")
 
 
 def mark_response(conv: Conversation, response: int) -> Conversation:

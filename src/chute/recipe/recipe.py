@@ -45,7 +45,6 @@ import numpy as np
 from chute._internal.spelling import spell, spell_set, spell_value
 from chute.errors import ConfigError, SampleError
 from chute.formats import FormatReader, FormatSpec
-from chute.formats.preference import read_pair, read_rated
 from chute.formats.spec import MAX_TURNS
 from chute.media.geometry import Geometry, GeometryOption
 from chute.media.images import DEFAULT_MAX_PIXELS
@@ -55,20 +54,14 @@ from chute.media.timestamps import Timestamps, TimestampsOption
 from chute.media.tokens import DynamicImageTokens
 from chute.recipe.coordinates import move_coordinates, move_timestamps, objects_answer
 from chute.recipe.encode import Encoded, encode, fit_length
-from chute.recipe.preference import (
-    TASKS,
-    mark_response,
-    pair_sample,
-    response_rendered,
-    share_prompt,
-    train_after_prompt,
-)
+from chute.recipe.length import OVERFLOW, LengthPolicy
+from chute.recipe.preference import TASKS, response_rendered, train_after_prompt
 from chute.recipe.restarts import RestartPoints
+from chute.recipe.tasks import TASK_STRATEGIES
 from chute.recipe.truncate import TRUNCATION, check_policies, drop_exchanges
 from chute.recipe.windows import (
     IGNORE,
     Windowed,
-    check_stride,
     cut_window,
     split_sample,
     window_counts,
@@ -91,8 +84,6 @@ __all__ = [
 
 # Bump when the same inputs would give different samples (the cache keys on it).
 RECIPE_VERSION = 3  # 3: templates no longer read the clock (strftime_now is a fixed date)
-OVERFLOW = ("truncate", "drop", "split")
-SIDES = ("chosen", "rejected")
 # where a record came from: path, line, index, window
 _Where = tuple[str | None, int | None, int | None, int | None]
 
@@ -187,6 +178,8 @@ class Recipe:
             ``tokenizers``), ``tiktoken`` (required; a ``ConfigError`` says why it cannot be
             had) or ``hf`` (``tokenizers``). The ids, labels and cache fingerprint are the same
             either way (see docs/recipe.md, "Tokenizer").
+        length: ``max_length``, ``overflow``, ``truncation``, ``stride`` and
+            ``max_record_bytes`` as one ``LengthPolicy`` (then leave those keywords out).
     """
 
     def __init__(
@@ -225,6 +218,7 @@ class Recipe:
         max_turns: int | None = MAX_TURNS,
         geometry: GeometryOption = None,
         timestamps: TimestampsOption = None,
+        length: LengthPolicy | None = None,
     ):
         self.tokenizer: Tokenizer = load_tokenizer(
             tokenizer,
@@ -246,22 +240,22 @@ class Recipe:
         if template is None and self.format.name == "text":
             template = "raw"
         self.template = get_template(template, self.tokenizer)
-        if max_length is not None and (
-            not isinstance(max_length, int) or isinstance(max_length, bool) or max_length < 1
-        ):
-            raise ConfigError(
-                f"expected a positive integer or {spell_value(None)}, got {spell_value(max_length)}",
-                param="max_length",
-            )
-        if overflow not in OVERFLOW:
-            raise ConfigError(
-                f"expected one of {', '.join(OVERFLOW)}, got {spell_value(overflow)}",
-                param="overflow",
-            )
-        check_policies(max_length, overflow, truncation, task)
-        self.truncation = truncation
-        self.stride = check_stride(stride, max_length, overflow)
+        self.length = LengthPolicy.of(
+            length,
+            {
+                "max_length": max_length,
+                "overflow": overflow,
+                "truncation": truncation,
+                "stride": stride,
+                "max_record_bytes": max_record_bytes,
+            },
+        )
+        max_length, overflow = self.length.max_length, self.length.overflow
+        check_policies(max_length, overflow, self.length.truncation, task)  # with the task
+        self.truncation = self.length.truncation
+        self.stride = self.length.stride
         self.task = task
+        self.strategy = TASK_STRATEGIES[task]  # how a record becomes a sample (recipe/tasks.py)
         if system is not None and not isinstance(system, str):
             raise ConfigError(
                 f"expected a string or {spell_value(None)}, got {type(system).__name__}",
@@ -271,17 +265,7 @@ class Recipe:
         self.overflow = overflow
         self.system = system
         self.template_vars = dict(template_vars or {})
-        if max_record_bytes is not None and (
-            isinstance(max_record_bytes, bool)
-            or not isinstance(max_record_bytes, int)
-            or max_record_bytes < 1
-        ):
-            raise ConfigError(
-                f"expected a positive number of bytes or {spell_value(None)} (no limit), got "
-                f"{spell_value(max_record_bytes)}",
-                param="max_record_bytes",
-            )
-        self.max_record_bytes = max_record_bytes
+        self.max_record_bytes = self.length.max_record_bytes
         if max_turns is not None and (
             isinstance(max_turns, bool) or not isinstance(max_turns, int) or max_turns < 1
         ):
@@ -419,7 +403,7 @@ class Recipe:
             >>> good = [s for s in out if not isinstance(s, SampleError)]  # doctest: +SKIP
         """
         out: list[Any] = []
-        if self.task != "sft":  # pairs render several conversations each: one at a time
+        if not self.strategy.batched:  # pairs render several conversations each: one at a time
             for record in records:
                 try:
                     out.append(self(record))
@@ -500,15 +484,12 @@ class Recipe:
         window: int | None = None,
         draw: Any = None,
     ) -> dict[str, Any]:
-        if window is not None and self.task == "sft":
-            return self._window_sample(self._reader(data), window, path, line, index)
-        if self.task == "preference":
-            return self._pair(data, path, line, index)
-        if self.task == "kto":
-            rated = read_rated(data, self._reader)
-            conv = mark_response(rated.conversation, rated.response)
-            enc = self._fit(conv, self._encode(conv, path, "completion"), path, rated.response)
-            return {**self._finish(enc, path, line, index), "label": rated.label}
+        return self.strategy.sample(self, data, (path, line, index), window, draw)
+
+    def _sft_sample(
+        self, data: Any, path: str | None, line: int | None, index: int | None, draw: Any
+    ) -> dict[str, Any]:
+        """One sequence (``SftTask``): coordinates and times follow the draw, then encode."""
         conv = self._reader(data)
         flip_ok = True
         if self.geometry is not None or draw is not None:
@@ -518,7 +499,7 @@ class Recipe:
         sample = self._finish(self._fit(conv, self._encode(conv, path), path), path, line, index)
         if not flip_ok:
             sample["no_flip"] = True  # the text says left or right: the stage does not flip
-        return sample if window is None else self._window(sample, window)
+        return sample
 
     def _coordinates(
         self, conv: Conversation, path: str | None, draw: Any = None
@@ -632,7 +613,7 @@ class Recipe:
         ``max_length + 1`` for the policies that keep the start (``truncate`` on the right,
         ``drop``): one token past the limit says the sample is too long. Others read the whole.
         """
-        if self.max_length is None or self.task != "sft":
+        if self.max_length is None or not self.strategy.trims_early:
             return None
         if self.overflow == "drop" or (self.overflow == "truncate" and self.truncation == "right"):
             return self.max_length + 1
@@ -656,27 +637,6 @@ class Recipe:
             and limit is not None
             and max(len(e.ids) for e in encoded) > limit
         )
-
-    def _pair(
-        self, data: Any, path: str | None, line: int | None, index: int | None
-    ) -> dict[str, Any]:
-        pair = read_pair(data, self._reader)
-        convs = [mark_response(pair.chosen, pair.responses[0])]
-        convs.append(mark_response(pair.rejected, pair.responses[1]))
-        prompts: dict[str, list[int]] = {}  # both sides' prompt, encoded once
-
-        def encode_both(cs: list[Conversation]) -> tuple[Encoded, Encoded]:
-            c, r = (self._encode(c, path, s, prompts) for c, s in zip(cs, SIDES, strict=True))
-            return share_prompt(c, r)
-
-        sides: tuple[Encoded, ...] = encode_both(convs)
-        if self._drops_turns(*sides) and self.max_length is not None:
-            keep = pair.responses[0]
-            sides = drop_exchanges(convs, keep, self.max_length, encode_both) or sides
-        chosen, rejected = (
-            fit_length(e, self.max_length, self.overflow, self.truncation) for e in sides
-        )
-        return {**pair_sample(chosen, rejected), "index": index, "path": path, "line": line}
 
     def _finish(
         self, enc: Encoded, path: str | None, line: int | None, index: int | None

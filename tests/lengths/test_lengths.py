@@ -10,7 +10,7 @@ import numpy as np
 import orjson
 import pytest
 
-import chute.lengths as lengths_mod
+import chute.lengths.measure as lengths_mod
 from chute import ConfigError, JsonlSource, Recipe
 from chute.lengths import STATUS_TRUNCATED, Lengths, lengths_of
 from chute.lengths.store import cache_paths
