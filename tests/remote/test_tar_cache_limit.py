@@ -9,6 +9,7 @@ sample ids over 2 ranks x 2 workers, and a replaced shard still raises ``SourceC
 from __future__ import annotations
 
 import io
+import multiprocessing
 import pickle
 from collections.abc import Iterator
 from pathlib import Path
@@ -82,21 +83,36 @@ def image_loader(urls: list[str], limit: int | None, world: World, workers: int)
     )
 
 
+class Gets(list[int]):
+    """The sizes of the GETs sent from this process, and a count shared with forked workers."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.shared = multiprocessing.get_context("fork").Value("i", 0)
+
+    def clear(self) -> None:
+        super().clear()
+        with self.shared.get_lock():
+            self.shared.value = 0
+
+
 @pytest.fixture
-def counted_gets(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[int]]:
-    """Every GET chute sends from this process (ranged reads, pinned reads), with its bytes."""
-    calls: list[int] = []
+def counted_gets(monkeypatch: pytest.MonkeyPatch) -> Iterator[Gets]:
+    """Every GET chute sends (ranged reads, pinned reads), counted in workers too."""
+    calls = Gets()
     plain, pinned = RemoteFile.read_range, RemoteFile.pinned_read
 
-    def read_range(self: RemoteFile, start: int, end: int) -> bytes:
-        data = plain(self, start, end)
+    def count(data: bytes) -> bytes:
         calls.append(len(data))
+        with calls.shared.get_lock():
+            calls.shared.value += 1
         return data
 
+    def read_range(self: RemoteFile, start: int, end: int) -> bytes:
+        return count(plain(self, start, end))
+
     def pinned_read(self: RemoteFile, start: int, end: int) -> bytes:
-        data = pinned(self, start, end)
-        calls.append(len(data))
-        return data
+        return count(pinned(self, start, end))
 
     monkeypatch.setattr(RemoteFile, "read_range", read_range)
     monkeypatch.setattr(RemoteFile, "pinned_read", pinned_read)
@@ -104,9 +120,11 @@ def counted_gets(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[int]]:
 
 
 def test_an_epoch_of_image_shards_larger_than_the_limit_completes_under_it(
-    s3: Bucket, tmp_path: Path
+    s3: Bucket, tmp_path: Path, counted_gets: Gets
 ) -> None:
     urls = image_shards(s3, tmp_path)
+    TarSource(urls)  # member indexes built before counting
+    counted_gets.clear()
     limit = 3 * shard_size(s3)  # 3 of the 6 shards fit
     folder = cache_root() / "remote-files"
     ids: list[int] = []
@@ -122,10 +140,14 @@ def test_an_epoch_of_image_shards_larger_than_the_limit_completes_under_it(
     assert sorted(ids) == list(range(N))  # every sample exactly once over 2 ranks x 2 workers
     assert sampler.samples > 10 and 0 < sampler.peak <= limit
     assert len(sampler.seen) == SHARDS  # every shard went through the folder, evicted in turn
+    # the workers' image reads came from the copies: without them each of the 60 images is a
+    # GET of its own; with them, a download per shard and rank, and a few ranged reads while
+    # the other worker's pins leave no room (19 in one run)
+    assert counted_gets.shared.value < N // 2
 
 
 def test_gets_per_sample_drop_to_shards_over_samples(
-    s3: Bucket, tmp_path: Path, counted_gets: list[int]
+    s3: Bucket, tmp_path: Path, counted_gets: Gets
 ) -> None:
     urls = image_shards(s3, tmp_path)
     TarSource(urls)  # member indexes built before counting (each a one-time walk)
@@ -148,7 +170,7 @@ def test_gets_per_sample_drop_to_shards_over_samples(
 
 
 def test_member_reads_decode_the_same_pixels_from_the_local_copy(
-    s3: Bucket, tmp_path: Path, counted_gets: list[int]
+    s3: Bucket, tmp_path: Path, counted_gets: Gets
 ) -> None:
     urls = image_shards(s3, tmp_path)
     source = TarSource(urls, remote=RemoteOptions(cache_limit=10 * shard_size(s3)))
@@ -180,7 +202,7 @@ def test_a_replaced_shard_raises_source_changed_under_the_limit(s3: Bucket, tmp_
 
 
 def test_a_shard_larger_than_the_limit_is_read_by_range(
-    s3: Bucket, tmp_path: Path, counted_gets: list[int]
+    s3: Bucket, tmp_path: Path, counted_gets: Gets
 ) -> None:
     record = {"text": "a caption", "images": ["jpg"]}
     samples = [(f"{i:03d}", {"json": orjson.dumps(record), "jpg": jpeg(i)}) for i in range(5)]
