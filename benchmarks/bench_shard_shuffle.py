@@ -22,8 +22,10 @@ Each configuration reads the first ``--samples`` samples of epoch 0 (one process
 
 Reported per configuration: samples/s, GET requests and bytes fetched per sample (from the
 proxy), and shuffle quality of the whole epoch's order (``chute.plan.order_locality``; the
-identity order and the full permutation as references). Peer tools (mosaicml-streaming,
-litdata) are not in this run: see docs/benchmarks.md.
+identity order and the full permutation as references), and the same for mosaicml-streaming
+and litdata reading the same records (``_shard_peers``; ``--no-peers`` leaves them out). Image
+samples (tar shards, loose images, MDS, LitData): ``bench_remote_images.py``, which reuses
+``LatencyProxy``.
 """
 
 from __future__ import annotations

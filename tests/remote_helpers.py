@@ -178,3 +178,44 @@ def environ(values: dict[str, str]) -> Iterator[None]:
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
+
+
+def folder_bytes(folder: Path) -> tuple[int, set[str]]:
+    """Bytes of file data under the cache folder now (complete and partial), and the names."""
+    total, names = 0, set()
+    for sub in ("data", "partial"):
+        for entry in os.scandir(folder / sub) if (folder / sub).exists() else ():
+            try:
+                total += entry.stat().st_size
+            except FileNotFoundError:
+                continue
+            if sub == "data":
+                names.add(entry.name)
+    return total, names
+
+
+class DiskSampler:
+    """Samples the folder's disk use every few milliseconds from a thread, while a read runs."""
+
+    def __init__(self, folder: Path):
+        self.folder, self.peak, self.seen, self.samples = folder, 0, set[str](), 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self.sample()
+            time.sleep(0.003)
+
+    def sample(self) -> None:
+        used, names = folder_bytes(self.folder)
+        self.peak, self.samples = max(self.peak, used), self.samples + 1
+        self.seen |= names
+
+    def __enter__(self) -> DiskSampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._stop.set()
+        self._thread.join()

@@ -9,7 +9,6 @@ from __future__ import annotations
 import multiprocessing
 import os
 import signal
-import threading
 import time
 from pathlib import Path
 
@@ -25,7 +24,7 @@ from chute._internal.remote import options_from_env
 from chute.errors import ConfigError
 from chute.sources.file_cache import FileCache
 from chute.testing import check_elastic, check_resume
-from remote_helpers import Bucket
+from remote_helpers import Bucket, DiskSampler, folder_bytes
 
 pytestmark = [pytest.mark.filterwarnings("ignore:This DataLoader will create:UserWarning")]
 
@@ -46,47 +45,6 @@ def write_shards(s3: Bucket, tmp_path: Path) -> list[str]:
 
 def file_size(s3: Bucket) -> int:
     return max(len(s3.get(k)) for k in s3.list_keys("shards/"))
-
-
-def folder_bytes(folder: Path) -> tuple[int, set[str]]:
-    """Bytes of file data under the cache folder now (complete and partial), and the names."""
-    total, names = 0, set()
-    for sub in ("data", "partial"):
-        for entry in os.scandir(folder / sub) if (folder / sub).exists() else ():
-            try:
-                total += entry.stat().st_size
-            except FileNotFoundError:
-                continue
-            if sub == "data":
-                names.add(entry.name)
-    return total, names
-
-
-class DiskSampler:
-    """Samples the folder's disk use every few milliseconds from a thread, while a read runs."""
-
-    def __init__(self, folder: Path):
-        self.folder, self.peak, self.seen, self.samples = folder, 0, set[str](), 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            self.sample()
-            time.sleep(0.003)
-
-    def sample(self) -> None:
-        used, names = folder_bytes(self.folder)
-        self.peak, self.samples = max(self.peak, used), self.samples + 1
-        self.seen |= names
-
-    def __enter__(self) -> DiskSampler:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *_: object) -> None:
-        self._stop.set()
-        self._thread.join()
 
 
 def test_an_epoch_larger_than_the_limit_completes_under_it(s3: Bucket, tmp_path: Path) -> None:

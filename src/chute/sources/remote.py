@@ -136,13 +136,39 @@ class CachedBytes(RemoteBytes):
         self._retry_at = 0.0
 
     def pread(self, n: int, offset: int) -> bytes:
-        if time.monotonic() >= self._retry_at:
-            with self.files.thread_lock:
-                local = self.files.acquire(self.key, self.size, self._download)
-                if local is not None:
-                    return local.pread(n, offset)
-            self._retry_at = time.monotonic() + _RETRY_ROOM_S
-        return super().pread(n, offset)
+        data = self._local_pread(n, offset)
+        return data if data is not None else super().pread(n, offset)
+
+    def read_once(self, n: int, offset: int) -> bytes:
+        """``n`` bytes at ``offset`` (fewer only where the object ends), read once.
+
+        From the local copy when the folder has room for it (downloading it whole first);
+        else one ranged request of exactly these bytes (``If-Match``), not through the block
+        cache: a tar shard's media member is read once per epoch, and blocks around it
+        would only be fetched and thrown away.
+        """
+        n = max(0, min(n, self.size - offset))
+        data = self._local_pread(n, offset)
+        return data if data is not None else self.file.pinned_read(offset, offset + n)
+
+    def _local_pread(self, n: int, offset: int) -> bytes | None:
+        """The bytes from the pinned local copy, or ``None`` while the folder has no room."""
+        if time.monotonic() < self._retry_at:
+            return None
+        with self.files.thread_lock:
+            local = self.files.acquire(self.key, self.size, self._download)
+            if local is not None:
+                parts = [local.pread(n, offset)]
+                got = len(parts[0])
+                while 0 < got < n:  # one pread returns at most ~2 GiB
+                    more = local.pread(n - got, offset + got)
+                    if not more:
+                        break
+                    parts.append(more)
+                    got += len(more)
+                return parts[0] if len(parts) == 1 else b"".join(parts)
+        self._retry_at = time.monotonic() + _RETRY_ROOM_S
+        return None
 
     def _download(self, dst: BinaryIO) -> None:
         for lo in range(0, self.size, _DOWNLOAD_CHUNK):

@@ -36,6 +36,12 @@ sample's number in its shard (counting from 1, as lines do). A shard replaced wh
 is open raises ``SourceChanged`` (size and mtime of a local shard checked before each read; a
 remote one read with ``If-Match``), as for JSONL and Parquet files.
 
+Under ``RemoteOptions(cache_limit=...)`` a remote shard is downloaded whole into the node's
+bounded folder of remote files (``chute.sources.file_cache``, as JSONL and Parquet files are),
+and both its records and its media members (the media stage's reads of ``tar:`` references in
+the same process) are read from that copy: with ``plan="shards"`` a shard costs a few requests
+for all its samples. A shard that cannot get room is read by byte range, as without a limit.
+
 Example:
     >>> import tarfile, tempfile, pathlib, io
     >>> d = pathlib.Path(tempfile.mkdtemp()); p = d / "train-000000.tar"
@@ -64,9 +70,9 @@ from chute.errors import SampleError
 from chute.sources.base import FileSource, expand_paths, shown_path
 from chute.sources.jsonl import _Bytes, _bytes_of, _pread_all
 from chute.sources.record import _UNPARSED, Record, parse_json
-from chute.sources.remote import RemoteBytes, block_cache
+from chute.sources.remote import CachedBytes, RemoteBytes, block_cache, file_cache
 from chute.sources.tar_index import TarIndex, open_tar_index
-from chute.sources.tar_members import MemberRef
+from chute.sources.tar_members import MemberRef, serve_shard
 
 __all__ = ["MEDIA_EXTENSIONS", "TarRecord", "TarSource"]
 
@@ -130,9 +136,17 @@ class TarSource(FileSource):
         self._readers = self._open_readers()
 
     def _open_readers(self) -> list[_Bytes]:
-        blocks = block_cache(self.remote) if any(f.remote for f in self.files) else None
-        # Whole-shard caching under ``cache_limit`` is not wired for tar shards yet: ranged reads.
-        return [_bytes_of(f, self.remote, blocks, None) for f in self.files]  # type: ignore[arg-type]
+        remote = any(f.remote for f in self.files)
+        blocks = block_cache(self.remote) if remote else None
+        # Under cache_limit a remote shard is downloaded whole once (bounded, node-wide folder)
+        # and its records and media members are read from the copy; ``serve_shard`` lets the
+        # media stage's member reads in this process find that copy by the shard's URL.
+        files = file_cache(self.remote, self.cache_dir) if remote else None
+        readers = [_bytes_of(f, self.remote, blocks, files) for f in self.files]  # type: ignore[arg-type]
+        for reader in readers:
+            if isinstance(reader, CachedBytes):
+                serve_shard(reader)
+        return readers
 
     # -- size and identity ------------------------------------------------------------------
 

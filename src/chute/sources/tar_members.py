@@ -13,6 +13,12 @@ member's 512-byte tar header and its data. The header is checked on every read (
 member name and size): a shard replaced after it was indexed, whose member no longer sits at
 that offset, raises ``SourceChanged`` instead of decoding whatever bytes are there now.
 
+A remote shard that a ``TarSource`` of this process reads under ``cache_limit`` is registered
+here (``serve_shard``): its members are then read from the shard's whole local copy in the
+bounded folder of remote files (downloaded once, ``If-Match`` its indexed ETag), or with one
+ranged request pinned to that ETag while the folder has no room. A reference to a shard no
+source of this process reads (a token cache's rows) is read with one ranged request.
+
 Example:
     >>> ref = MemberRef("/data/train-000000.tar", "000005.jpg", 1536, 20480)
     >>> str(ref)
@@ -28,19 +34,41 @@ import io
 import os
 import re
 import tarfile
+import weakref
 from dataclasses import dataclass
 from urllib.parse import quote, unquote
 
 from chute._internal.objects import RangeReader, RemoteFile
 from chute._internal.remote import DEFAULT_OPTIONS, RemoteOptions, is_url, redact
 from chute.errors import RemoteError, SampleError, SourceChanged
+from chute.sources.remote import CachedBytes
 
-__all__ = ["MEMBER_PREFIX", "MemberRef", "is_member_ref", "open_member", "read_member"]
+__all__ = [
+    "MEMBER_PREFIX",
+    "MemberRef",
+    "is_member_ref",
+    "open_member",
+    "read_member",
+    "serve_shard",
+]
 
 MEMBER_PREFIX = "tar:"
 # Names that quote() leaves as they are (the common case: skip the call).
 _PLAIN = re.compile(r"[A-Za-z0-9_./~-]*")
 _BLOCK = tarfile.BLOCKSIZE  # 512: a member's header sits in the block before its data
+# Remote shards read through the bounded folder of whole files by a source of this process,
+# by URL. Weak: a source dropped takes its readers (and their pins) with it.
+_SERVED: weakref.WeakValueDictionary[str, CachedBytes] = weakref.WeakValueDictionary()
+
+
+def serve_shard(reader: CachedBytes) -> None:
+    """Read this process's member references into ``reader``'s shard from its local copy.
+
+    ``TarSource`` calls it for each remote shard under ``cache_limit`` when it opens its
+    readers (in every DataLoader worker, as the source is unpickled there), so the media
+    stage's reads of the shard's members share the copy its records are read from.
+    """
+    _SERVED[reader.file.url] = reader
 
 
 def is_member_ref(source: object) -> bool:
@@ -145,7 +173,10 @@ def open_member(ref: MemberRef, options: RemoteOptions = DEFAULT_OPTIONS) -> io.
 
 def _pread(ref: MemberRef, offset: int, n: int, options: RemoteOptions) -> bytes:
     if is_url(ref.shard):
+        served = _SERVED.get(ref.shard)
         try:
+            if served is not None:
+                return served.read_once(n, offset)
             return RemoteFile(ref.shard, options).read_range(offset, offset + n)
         except RemoteError as exc:
             if exc.missing:
