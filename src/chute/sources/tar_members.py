@@ -32,8 +32,9 @@ from dataclasses import dataclass
 from urllib.parse import quote, unquote
 
 from chute._internal.objects import RangeReader, RemoteFile
-from chute._internal.remote import DEFAULT_OPTIONS, RemoteOptions, is_url, redact
+from chute._internal.remote import DEFAULT_OPTIONS, is_url, redact
 from chute.errors import RemoteError, SampleError, SourceChanged
+from chute.remote_options import RemoteOptions
 
 __all__ = ["MEMBER_PREFIX", "MemberRef", "is_member_ref", "open_member", "read_member"]
 
