@@ -24,32 +24,32 @@ def test_chute_dataset_warns_and_is_mixture_entry() -> None:
     with pytest.warns(
         DeprecationWarning, match=r"chute\.Dataset is deprecated.*chute\.MixtureEntry"
     ):
-        old = chute.Dataset  # type: ignore[attr-defined]
+        old = chute.Dataset
     assert old is MixtureEntry is chute.MixtureEntry
     # every use warns, not only the first (the name is not cached on the module)
     with pytest.warns(DeprecationWarning, match="chute.Dataset"):
-        entry = chute.Dataset("a", "a.jsonl", weight=2)  # type: ignore[attr-defined]
+        entry = chute.Dataset("a", "a.jsonl", weight=2)
     assert isinstance(entry, MixtureEntry) and entry.weight == 2
 
 
 def test_from_imports_of_the_old_name_warn_too() -> None:
     with pytest.warns(DeprecationWarning, match=r"chute\.Dataset is deprecated"):
-        from chute import Dataset  # type: ignore[attr-defined]
+        from chute import Dataset
     with pytest.warns(DeprecationWarning, match=r"chute\.mixture\.Dataset is deprecated"):
-        from chute.mixture import Dataset as FromPackage  # type: ignore[attr-defined]
+        from chute.mixture import Dataset as FromPackage
     assert Dataset is FromPackage is MixtureEntry
 
 
 def test_an_entry_made_by_the_old_name_builds_the_same_mixture() -> None:
     with pytest.warns(DeprecationWarning):
-        old = chute.Dataset("a", "a.jsonl", repeat=2)  # type: ignore[attr-defined]
+        old = chute.Dataset("a", "a.jsonl", repeat=2)
     mix = chute.Mixture([old, MixtureEntry("b", "b.jsonl")])
     assert mix.to_dict()["datasets"] == {
         "a": {"sources": ["a.jsonl"], "repeat": 2},
         "b": {"sources": ["b.jsonl"]},
     }
     with pytest.raises(ConfigError, match=r"expected a non-empty list of chute\.MixtureEntry"):
-        chute.Mixture([{"a": "a.jsonl"}])  # type: ignore[list-item]
+        chute.Mixture([{"a": "a.jsonl"}])
 
 
 def test_the_new_name_does_not_warn_and_the_old_is_not_advertised() -> None:
@@ -59,7 +59,7 @@ def test_the_new_name_does_not_warn_and_the_old_is_not_advertised() -> None:
     assert "Dataset" not in chute.__all__ and "Dataset" not in dir(chute)
     assert "Dataset" not in chute.mixture.__all__
     with pytest.raises(AttributeError, match="has no attribute 'Datasets'"):
-        chute.mixture.Datasets  # type: ignore[attr-defined]
+        chute.mixture.Datasets
 
 
 def test_a_script_using_the_old_name_sees_the_warning_at_its_own_line() -> None:

@@ -241,3 +241,6 @@ if TYPE_CHECKING:  # static analysers and IDEs see the real names
     from chute.templates import JinjaTemplate, get_template
     from chute.tokenize import Tokenizer, load_tokenizer
     from chute.world import World
+
+    # typed code that still says chute.Dataset keeps checking; at run time it warns (_RENAMED)
+    Dataset = MixtureEntry

@@ -6,6 +6,8 @@ dataset; ``find_duplicates`` checks datasets and splits for exact duplicates by 
 The epoch's selection itself is pure plan arithmetic (``chute.plan.mixture_selection``).
 """
 
+from typing import TYPE_CHECKING
+
 from chute.mixture.build import MixtureReport, preprocess_any, preprocess_mixture
 from chute.mixture.config import Mixture, is_mixture_config
 from chute.mixture.entry import PER_DATASET, RUN_WIDE, MixtureEntry
@@ -33,6 +35,9 @@ __all__ = [
 
 # chute.preprocess: a plain config builds one cache, a mixture config one per dataset
 preprocess = preprocess_any
+
+if TYPE_CHECKING:  # typed code that still says Dataset keeps checking; at run time it warns
+    Dataset = MixtureEntry
 
 
 def __getattr__(name: str) -> object:
