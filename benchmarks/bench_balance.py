@@ -43,7 +43,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import SHARED_DATA, best_of, save
-from chute.mixture import Dataset, Mixture, open_mixture
+from chute.mixture import Mixture, MixtureEntry, open_mixture
 from chute.plan import BudgetPlanner, PackedPlanner, Planner, padding_report
 from chute.plan.balance import imbalance_report
 
@@ -91,10 +91,10 @@ def mixture(folder: Path) -> Mixture:
     tags = {"role_tag": "role", "content_tag": "content", "user_tag": "user"}
     return Mixture(
         [
-            Dataset(
+            MixtureEntry(
                 "alpaca", str(d / "llama-factory/alpaca_en_demo.json"), repeat=REPEATS["alpaca"]
             ),
-            Dataset(
+            MixtureEntry(
                 "mllm",
                 str(d / "llama-factory/mllm_demo.json"),
                 repeat=REPEATS["mllm"],
@@ -103,7 +103,7 @@ def mixture(folder: Path) -> Mixture:
                 tags={**tags, "assistant_tag": "assistant"},
                 image_tokens="qwen2-vl",
             ),
-            Dataset(
+            MixtureEntry(
                 "llava_bench",
                 str(llava_bench_records(folder)),
                 repeat=REPEATS["llava_bench"],

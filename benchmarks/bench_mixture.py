@@ -70,7 +70,7 @@ def write_lengths(path: Path, sizes: list[int]) -> None:
 
 
 def shares(sizes: list[int]) -> list[Any]:
-    from chute.plan.mixture import Share
+    from chute.plan.mixture_selection import Share
 
     out = []
     for k, n in enumerate(sizes):
@@ -90,8 +90,8 @@ def shares(sizes: list[int]) -> list[Any]:
 
 def plan_step(step: str, lengths_path: str, sizes: list[int], batch: int, world: int) -> dict:
     from chute.plan import RandomPlanner, continue_epoch
-    from chute.plan.mixed import MixturePlanner
-    from chute.plan.mixture import Selection, valid_pools
+    from chute.plan.mixture_planner import MixturePlanner
+    from chute.plan.mixture_selection import Selection, valid_pools
 
     out: dict[str, Any] = {"step": step}
     t0 = time.perf_counter()
@@ -268,7 +268,7 @@ def main() -> None:
     args = ap.parse_args()
     if args.plan_step:
         if args.plan_step == "none":  # the interpreter with numpy and chute imported
-            import chute.plan.mixed  # noqa: F401
+            import chute.plan.mixture_planner  # noqa: F401
 
             print(json.dumps({"step": "none", "seconds": 0.0, "peak_rss_mb": peak_rss_mb()}))
             return

@@ -24,7 +24,7 @@ LAYERS: list[tuple[str, ...]] = [
     # how a parameter is written in messages: below errors, so errors (and with it the bottom
     # layer) reaches nothing of chute above it and errors, world, _internal form no loop
     ("_spelling",),
-    ("errors", "world", "_internal"),  # what every layer may use
+    ("errors", "world", "remote_options", "_internal"),  # what every layer may use
     ("sources",),  # records with provenance
     ("sample",),  # the sample contract: conversation, checks, rejects, error budget
     ("tokenize",),  # tokenizer backends
@@ -160,6 +160,7 @@ def test_the_package_root_holds_only_entry_points():
         "collate_packed.py",  # deprecated alias of chute.collate.packed (docs showed it)
         "demo_data.py",  # deprecated alias of chute.demo.data (docs showed it)
         "errors.py",  # every error chute raises, imported by every layer
+        "remote_options.py",  # RemoteOptions: public, and read by _internal/remote.py
         "testing.py",  # helpers for users' own loader tests, like numpy.testing
         "world.py",  # World: where a process is, the value every layer takes
     ]

@@ -24,8 +24,8 @@ _EXPORTS: dict[str, str] = {
     "PreprocessConfig": "chute.cache",
     "open_cache": "chute.cache",
     "preprocess": "chute.mixture",
-    "Dataset": "chute.mixture",
     "Mixture": "chute.mixture",
+    "MixtureEntry": "chute.mixture",
     "Collate": "chute.collate",
     "PackedCollate": "chute.collate",
     "PreferenceCollate": "chute.collate",
@@ -76,7 +76,7 @@ _EXPORTS: dict[str, str] = {
     "JsonlSource": "chute.sources",
     "ParquetSource": "chute.sources",
     "Record": "chute.sources",
-    "RemoteOptions": "chute.sources",
+    "RemoteOptions": "chute.remote_options",
     "TarSource": "chute.sources",
     "open_source": "chute.sources",
     "JinjaTemplate": "chute.templates",
@@ -96,7 +96,6 @@ __all__ = [
     "ConfigError",
     "ContextParallelCollate",
     "Conversation",
-    "Dataset",
     "DecodeOptions",
     "DynamicImageTokens",
     "DynamicResolution",
@@ -119,6 +118,7 @@ __all__ = [
     "Message",
     "MissingDependency",
     "Mixture",
+    "MixtureEntry",
     "PackedCollate",
     "PackedPlanner",
     "PackedPreferenceCollate",
@@ -156,7 +156,17 @@ __all__ = [
 ]
 
 
+# old public name -> (the name it became, where that lives): each use warns, then resolves
+_RENAMED: dict[str, tuple[str, str]] = {
+    "Dataset": ("MixtureEntry", "chute.mixture"),
+}
+
+
 def __getattr__(name: str) -> Any:
+    if name in _RENAMED:
+        from chute._internal.deprecation import renamed_attribute
+
+        return renamed_attribute("chute", name, *_RENAMED[name])
     module = _EXPORTS.get(name)
     if module is None:
         raise AttributeError(f"module 'chute' has no attribute {name!r}")
@@ -209,7 +219,7 @@ if TYPE_CHECKING:  # static analysers and IDEs see the real names
         MediaStage,
         PixelStore,
     )
-    from chute.mixture import Dataset, Mixture, preprocess
+    from chute.mixture import Mixture, MixtureEntry, preprocess
     from chute.plan import (
         BudgetPlanner,
         GroupedPlanner,
@@ -219,15 +229,18 @@ if TYPE_CHECKING:  # static analysers and IDEs see the real names
         RandomPlanner,
     )
     from chute.recipe import Recipe, RecipeContract
+    from chute.remote_options import RemoteOptions
     from chute.sample import Conversation, ErrorBudget, Message, Part
     from chute.sources import (
         JsonlSource,
         ParquetSource,
         Record,
-        RemoteOptions,
         TarSource,
         open_source,
     )
     from chute.templates import JinjaTemplate, get_template
     from chute.tokenize import Tokenizer, load_tokenizer
     from chute.world import World
+
+    # typed code that still says chute.Dataset keeps checking; at run time it warns (_RENAMED)
+    Dataset = MixtureEntry

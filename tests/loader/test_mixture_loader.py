@@ -17,7 +17,7 @@ import numpy as np
 import orjson
 import pytest
 
-from chute import Dataset, Loader, Mixture, StateMismatch, World, open_cache, preprocess
+from chute import Loader, Mixture, MixtureEntry, StateMismatch, World, open_cache, preprocess
 from chute.errors import ConfigError, FingerprintMismatch
 from chute.testing import check_elastic, check_resume, take, write_id_jsonl
 
@@ -35,7 +35,11 @@ def ids_mixture(tmp_path: Path) -> Mixture:
     b = write_id_jsonl(tmp_path / "b.jsonl", 20, broken=[3])
     c = write_id_jsonl(tmp_path / "c.jsonl", 7)
     return Mixture(
-        [Dataset("a", a, weight=2), Dataset("b", b, repeat=1.5), Dataset("c", c, samples=11)]
+        [
+            MixtureEntry("a", a, weight=2),
+            MixtureEntry("b", b, repeat=1.5),
+            MixtureEntry("c", c, samples=11),
+        ]
     )
 
 
@@ -223,14 +227,14 @@ def test_val_split_never_overlaps_train_and_is_stable_under_resharding(
     texts = {}
     for seed, shards in [(0, 1), (1, 3)]:
         files = _alpaca_files(tmp_path, 300, shards, seed)
-        mix = Mixture([Dataset("qa", files, val=0.1, format="alpaca")], recipe=recipe)
+        mix = Mixture([MixtureEntry("qa", files, val=0.1, format="alpaca")], recipe=recipe)
         train = _texts(Loader(mix, batch_size=16))
         val = _texts(Loader(mix, batch_size=16, split="val"))
         assert train and val and not train & val
         assert 15 <= len(val) <= 45 and len(train) + len(val) == 300
         texts[seed] = val
     assert texts[0] == texts[1]  # the same records, however the files are ordered and split
-    counted = Mixture([Dataset("qa", files, val=25, format="alpaca")], recipe=recipe)
+    counted = Mixture([MixtureEntry("qa", files, val=25, format="alpaca")], recipe=recipe)
     assert len(_texts(Loader(counted, batch_size=16, split="val"))) == 25
 
 
@@ -253,21 +257,21 @@ def real_mixture(shared_data: Path, **amounts: Any) -> Mixture:
     d = shared_data
     return Mixture(
         [
-            Dataset(
+            MixtureEntry(
                 "alpaca",
                 d / "llama-factory/alpaca_en_demo.json",
                 weight=0.5,
                 val=0.05,
                 format="alpaca",
             ),
-            Dataset(
+            MixtureEntry(
                 "chat",
                 d / "fastchat/dummy_conversation.json",
                 weight=0.3,
                 system="Answer briefly.",
                 format="sharegpt",
             ),
-            Dataset(
+            MixtureEntry(
                 "vision",
                 d / "llama-factory/mllm_demo.json",
                 samples=20,
@@ -276,7 +280,7 @@ def real_mixture(shared_data: Path, **amounts: Any) -> Mixture:
                 tags=MLLM_TAGS,
             ),
             # LLaVA-style records whose image paths resolve under their own media root
-            Dataset(
+            MixtureEntry(
                 "llava",
                 d / "qwen3-vl/demo/single_images.json",
                 repeat=4,

@@ -165,7 +165,7 @@ def test_crops_without_a_geometry_are_refused(tmp_path: Path):
 def test_crops_over_a_mixture_are_refused_until_its_lengths_can_follow(tmp_path: Path):
     """A mixture's lengths pass does not write the widest coordinates: a crop could make a
     sample longer than its planned row, so crops and flips over a mixture are refused."""
-    from chute import Dataset, Mixture
+    from chute import Mixture, MixtureEntry
 
     data = _data(tmp_path)
     rule = {"min_pixels": TRANSFORM.min_pixels, "max_pixels": TRANSFORM.max_pixels}
@@ -175,6 +175,6 @@ def test_crops_over_a_mixture_are_refused_until_its_lengths_can_follow(tmp_path:
         "image_tokens": {**rule, "family": "qwen2.5-vl"},
         "geometry": "qwen2.5-vl",
     }
-    mix = Mixture([Dataset("boxes", str(data), weight=1.0)], recipe=recipe)
+    mix = Mixture([MixtureEntry("boxes", str(data), weight=1.0)], recipe=recipe)
     with pytest.raises(ConfigError, match="over a mixture"):
         Loader(mix, batch_size=4, media=MediaStage(TRANSFORM, augment=AUG))

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from chute import Dataset, Mixture
+from chute import Mixture, MixtureEntry
 from chute.errors import ConfigError
 from chute.mixture import PER_DATASET, RUN_WIDE
 
@@ -77,11 +77,11 @@ def test_another_tools_name_for_the_files_points_to_sources() -> None:
 
 def test_python_names_the_same_problems() -> None:
     with pytest.raises(ConfigError, match=r"datasets\.x\.samples: expected an integer >= 0"):
-        Dataset("x", "x.jsonl", samples=-1)
+        MixtureEntry("x", "x.jsonl", samples=-1)
     with pytest.raises(ConfigError, match=r"datasets\.a: the name is used more than once"):
-        Mixture([Dataset("a", "1.jsonl"), Dataset("a", "2.jsonl")])
+        Mixture([MixtureEntry("a", "1.jsonl"), MixtureEntry("a", "2.jsonl")])
     with pytest.raises(ConfigError, match=r"recipe\.tokenizer: required"):
-        Mixture([Dataset("a", "1.jsonl")], recipe={"template": "qwen3"})
+        Mixture([MixtureEntry("a", "1.jsonl")], recipe={"template": "qwen3"})
 
 
 def test_run_wide_and_per_dataset_options_split_the_recipe() -> None:
@@ -96,7 +96,7 @@ def test_a_dataset_recipe_error_names_the_dataset(tmp_path: Path, shared_data: P
     data = tmp_path / "a.jsonl"
     data.write_text('{"instruction": "a", "output": "b"}\n')
     mix = Mixture(
-        [Dataset("ok", data), Dataset("broken", data, image_tokens="no-such-preset")],
+        [MixtureEntry("ok", data), MixtureEntry("broken", data, image_tokens="no-such-preset")],
         recipe={"tokenizer": str(shared_data / "tokenizers/qwen3/tokenizer.json")},
     )
     with pytest.raises(ConfigError, match=r"dataset 'broken'"):

@@ -8,7 +8,7 @@ from pathlib import Path
 import orjson
 import pytest
 
-from chute import Dataset, Mixture
+from chute import Mixture, MixtureEntry
 from chute.mixture.overlap import find_duplicates
 
 
@@ -80,7 +80,10 @@ def test_planted_duplicates_are_found_with_their_lines(
 def test_a_mixture_is_checked_per_dataset_and_split(shared_data: Path, tmp_path: Path) -> None:
     a, b, _ = _plant(shared_data, tmp_path)
     mix = Mixture(
-        [Dataset("alpaca", a, format="alpaca", val=0.1), Dataset("chat", b, format="sharegpt")]
+        [
+            MixtureEntry("alpaca", a, format="alpaca", val=0.1),
+            MixtureEntry("chat", b, format="sharegpt"),
+        ]
     )
     report = find_duplicates(mix, progress=False, workers=1)
     assert report.groups == ["alpaca:train", "alpaca:val", "chat"]

@@ -20,8 +20,8 @@ from chute.plan import (
     padding_report,
 )
 from chute.plan.balance import Balance, imbalance_report, rank_loads
-from chute.plan.mixed import MixturePlanner
-from chute.plan.mixture import Selection, Share
+from chute.plan.mixture_planner import MixturePlanner
+from chute.plan.mixture_selection import Selection, Share
 from chute.plan.pack import pack_rows, pack_spread
 from chute.plan.rebalance import deal_rows, spread_tail
 

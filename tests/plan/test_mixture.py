@@ -21,8 +21,8 @@ from chute.plan import (
     RandomPlanner,
     continue_epoch,
 )
-from chute.plan.mixed import MixturePlanner, Switch, multiset_minus
-from chute.plan.mixture import Selection, Share, counts_of, valid_pools
+from chute.plan.mixture_planner import MixturePlanner, Switch, multiset_minus
+from chute.plan.mixture_selection import Selection, Share, counts_of, valid_pools
 
 SIZES = (40, 23, 7)  # three datasets of different sizes (ids 0..39, 40..62, 63..69)
 N = sum(SIZES)

@@ -20,8 +20,8 @@ import pytest
 
 from chute import JsonlSource, Loader, ParquetSource, RemoteOptions, World
 from chute._internal.files import cache_root
-from chute._internal.remote import options_from_env
 from chute.errors import ConfigError
+from chute.remote_options import options_from_env
 from chute.sources.file_cache import FileCache
 from chute.testing import check_elastic, check_resume
 from remote_helpers import Bucket, DiskSampler, folder_bytes

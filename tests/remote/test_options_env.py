@@ -8,8 +8,8 @@ import sys
 
 import pytest
 
-from chute._internal.remote import ENV_OPTIONS, RemoteOptions, options_from_env
 from chute.errors import ConfigError
+from chute.remote_options import ENV_OPTIONS, RemoteOptions, options_from_env
 
 
 def test_each_variable_sets_its_default() -> None:

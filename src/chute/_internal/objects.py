@@ -29,13 +29,13 @@ from typing import Any, BinaryIO
 from chute._internal.files import FileIdentity, file_identity
 from chute._internal.remote import (
     DEFAULT_OPTIONS,
-    RemoteOptions,
     is_url,
     redact,
     split,
     with_retries,
 )
 from chute.errors import SourceChanged, SourceError
+from chute.remote_options import RemoteOptions
 
 __all__ = [
     "ETAG_NOTE",

@@ -48,13 +48,13 @@ from typing import Any
 from chute._internal.files import atomic_file, cache_root
 from chute._internal.remote import (
     DEFAULT_OPTIONS,
-    RemoteOptions,
     check_url,
     is_url,
     split,
     with_retries,
 )
 from chute.errors import CacheError, RemoteError
+from chute.remote_options import RemoteOptions
 
 __all__ = [
     "HOST",

@@ -17,7 +17,7 @@ import typer
 
 from chute.cli._output import emit_json, table
 from chute.formats import FormatSpec
-from chute.mixture.mixture import Mixture, is_mixture_config
+from chute.mixture.config import Mixture, is_mixture_config
 from chute.mixture.opened import open_mixture
 from chute.mixture.overlap import Group, find_duplicates, mixture_groups
 

@@ -21,7 +21,7 @@ from chute.loader.accounting import Accounting
 from chute.loader.collectives import check_lockstep, sum_over_ranks
 from chute.loader.delivery import DeliveryCheck
 from chute.loader.dispatch import TaskSampler, make_dataloader, next_batch, shutdown_workers
-from chute.loader.mixing import (
+from chute.loader.mixture_binding import (
     DatasetBooks,
     bind_mixture,
     mixture_state,
@@ -53,7 +53,7 @@ from chute.loader.state import STATE_FORMAT, STATE_VERSION, check_compatible, re
 from chute.loader.worker import BatchBuilder, BatchReport
 from chute.loader.workers import WorkerOptions
 from chute.plan import Plan, Planner, continue_epoch
-from chute.plan.mixed import MixturePlanner
+from chute.plan.mixture_planner import MixturePlanner
 from chute.recipe.contract import as_recipe
 from chute.sample.budget import ErrorBudget
 from chute.world import World

@@ -33,10 +33,11 @@ from typing import Any
 
 from chute._internal.files import atomic_file, cache_root
 from chute._internal.objects import RemoteFile
-from chute._internal.remote import DEFAULT_OPTIONS, RemoteOptions, redact
+from chute._internal.remote import DEFAULT_OPTIONS, redact
 from chute.errors import RemoteError, SampleError
 from chute.media.images import DEFAULT_MAX_BYTES
 from chute.media.paths import MediaPaths
+from chute.remote_options import RemoteOptions
 
 __all__ = ["DEFAULT_MEDIA_CACHE_BYTES", "RemoteMedia"]
 

@@ -37,8 +37,8 @@ from chute._internal.remote import absolute, is_url
 from chute.cache.build import PreprocessReport, parse_shard, preprocess
 from chute.cache.cacheset import SET_FILE, write_cache_set
 from chute.errors import CacheError, ChuteError, ConfigError, FingerprintMismatch, SourceError
+from chute.mixture.config import Mixture, is_mixture_config
 from chute.mixture.hashes import content_hashes
-from chute.mixture.mixture import Mixture, is_mixture_config
 from chute.mixture.opened import HASHES_DIR, MIXTURE_FILE, _spec
 from chute.world import World
 

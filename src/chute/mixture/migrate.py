@@ -48,10 +48,10 @@ import yaml
 from chute._internal.spelling import spell
 from chute.errors import ConfigError
 from chute.formats import FormatSpec
-from chute.mixture.dataset import Dataset
+from chute.mixture.config import Mixture
+from chute.mixture.entry import MixtureEntry
 from chute.mixture.llamafactory import amount_notes, dropped_notes, lf_recipe, read_dataset_info
 from chute.mixture.migration import Migration, Note
-from chute.mixture.mixture import Mixture
 
 __all__ = [
     "from_llamafactory",
@@ -153,7 +153,7 @@ def migrate_llamafactory(
         elif strategy.startswith("interleave"):
             amount["weight"] = probs[k] if probs else 1.0
         datasets.append(
-            Dataset(name, sources, max_samples=args.get("max_samples"), **amount, **options)
+            MixtureEntry(name, sources, max_samples=args.get("max_samples"), **amount, **options)
         )
     epoch = None
     if strategy.startswith("interleave"):
@@ -185,13 +185,15 @@ def _read_yaml(path: str | os.PathLike[str]) -> dict[str, Any]:
     return dict(data)
 
 
-def _records(ds: Dataset) -> int:
+def _records(ds: MixtureEntry) -> int:
     from chute.sources import open_source
 
     return len(open_source(ds.sources))
 
 
-def _interleave_total(datasets: list[Dataset], strategy: str, probs: list[float] | None) -> int:
+def _interleave_total(
+    datasets: list[MixtureEntry], strategy: str, probs: list[float] | None
+) -> int:
     sizes = [
         _records(d) if d.max_samples is None else min(d.max_samples, _records(d)) for d in datasets
     ]
@@ -203,14 +205,14 @@ def _interleave_total(datasets: list[Dataset], strategy: str, probs: list[float]
     return max(1, math.ceil(max(ratios)))
 
 
-def _with_val(ds: Dataset, val: float | int, everything: list[Dataset]) -> Dataset:
+def _with_val(ds: MixtureEntry, val: float | int, everything: list[MixtureEntry]) -> MixtureEntry:
     data = ds.to_dict()
     if isinstance(val, float) and val < 1:
         data["val"] = val
     else:  # a count over the merged data: each dataset holds out its share
         sizes = {d.name: _records(d) for d in everything}
         data["val"] = max(1, round(int(val) * sizes[ds.name] / sum(sizes.values())))
-    return Dataset.from_dict(ds.name, data)
+    return MixtureEntry.from_dict(ds.name, data)
 
 
 # -- XTuner ------------------------------------------------------------------------------------
@@ -310,7 +312,7 @@ def migrate_xtuner(
     for k, part in enumerate(parts):
         name, sources, options = _xtuner_part(part, k)
         max_length = max_length or part.get("max_length")
-        datasets.append(Dataset(name, sources, **options))
+        datasets.append(MixtureEntry(name, sources, **options))
     if not datasets:
         raise ConfigError(
             "no datasets found (expected dict(type=ConcatDataset, datasets=[...]))", param="config"

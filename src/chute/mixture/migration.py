@@ -7,9 +7,9 @@ random). Each such key becomes a ``Note``: the command prints it as a warning an
 a comment at the top of the mixture YAML, so nothing is lost in silence.
 
 Example:
-    >>> from chute.mixture import Dataset, Mixture
+    >>> from chute.mixture import MixtureEntry, Mixture
     >>> note = Note("packing", True, "dropped", "a loader option: Loader(..., plan='packed')")
-    >>> print(Migration(Mixture([Dataset("a", "a.jsonl")]), [note], "train.yaml").to_yaml())
+    >>> print(Migration(Mixture([MixtureEntry("a", "a.jsonl")]), [note], "train.yaml").to_yaml())
     ... # doctest: +ELLIPSIS
     # chute migrate from train.yaml. Not carried over exactly (also printed as warnings):
     #   packing: true: dropped: a loader option: Loader(..., plan='packed')
@@ -24,7 +24,7 @@ from typing import Any
 
 import yaml
 
-from chute.mixture.mixture import Mixture
+from chute.mixture.config import Mixture
 
 __all__ = ["Migration", "Note"]
 

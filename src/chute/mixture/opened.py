@@ -12,8 +12,8 @@ result knows what a Loader needs::
       .planner(inner, split=...) MixturePlanner: `inner` over each epoch's selection
 
 Example:
-    >>> opened = open_mixture(Mixture([Dataset("a", "a.jsonl"), Dataset("b", "b.jsonl",
-    ...                                weight=2)]))  # doctest: +SKIP
+    >>> opened = open_mixture(Mixture([MixtureEntry("a", "a.jsonl"),
+    ...                                MixtureEntry("b", "b.jsonl", weight=2)]))  # doctest: +SKIP
     >>> loader_planner = opened.planner(RandomPlanner(8), split="train", seed=0)  # doctest: +SKIP
 """
 
@@ -31,14 +31,14 @@ from chute._internal.spelling import Spelling, spelling
 from chute.cache.config import CONFIG
 from chute.errors import ConfigError, FingerprintMismatch
 from chute.formats import FormatSpec
-from chute.mixture.dataset import PER_DATASET
+from chute.mixture.config import Mixture
+from chute.mixture.entry import PER_DATASET
 from chute.mixture.hashes import content_hashes
-from chute.mixture.mixture import Mixture
 from chute.mixture.source import MixtureRecipe, MixtureSource
 from chute.mixture.split import SPLITS, split_ids
 from chute.plan.base import Planner
-from chute.plan.mixed import MixturePlanner
-from chute.plan.mixture import Selection, Share, valid_pools
+from chute.plan.mixture_planner import MixturePlanner
+from chute.plan.mixture_selection import Selection, Share, valid_pools
 
 __all__ = ["MIXTURE_FILE", "OpenedMixture", "open_cached_mixture", "open_mixture"]
 

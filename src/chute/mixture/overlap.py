@@ -134,7 +134,7 @@ def mixture_groups(opened: Any) -> list[Group]:
 
 
 def _as_groups(groups: Any) -> list[Group]:
-    from chute.mixture.mixture import Mixture
+    from chute.mixture.config import Mixture
     from chute.mixture.opened import OpenedMixture, open_mixture
     from chute.sources import open_source
 

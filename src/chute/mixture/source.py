@@ -162,7 +162,7 @@ def _stamped(item: Any, index: int) -> Any:
 
 
 class MixtureRecipe:
-    """Dataset ``d``'s recipe for records whose global id falls in ``d``'s range.
+    """The recipe of dataset ``d`` for records whose global id falls in ``d``'s range.
 
     Args:
         names: the datasets' names.

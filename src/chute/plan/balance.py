@@ -82,7 +82,7 @@ from chute.errors import ConfigError
 from chute.lengths.base import Lengths
 from chute.plan.base import Plan
 from chute.plan.cost import DEFAULT_COST, CostModel, CostOption, sample_costs
-from chute.plan.mixed import as_table
+from chute.plan.mixture_planner import as_table
 from chute.plan.table import TablePlan
 
 __all__ = [

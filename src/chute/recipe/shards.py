@@ -44,13 +44,14 @@ from typing import Any
 
 import orjson
 
-from chute._internal.remote import DEFAULT_OPTIONS, RemoteOptions, is_url, split, with_retries
+from chute._internal.remote import DEFAULT_OPTIONS, is_url, split, with_retries
 from chute.errors import ConfigError, RejectTally, SampleError, as_sample_error
 from chute.formats import FormatReader, FormatSpec
 from chute.formats.media import inline_url
 from chute.media.images import DEFAULT_MAX_BYTES
 from chute.media.paths import INLINE, MediaPaths, is_remote
 from chute.media.remote import RemoteMedia
+from chute.remote_options import RemoteOptions
 from chute.sources.tar import MEDIA_EXTENSIONS
 from chute.sources.tar_members import MemberRef, is_member_ref, read_member
 

@@ -1,6 +1,6 @@
 """Sources: records with provenance, read in place (local files or object storage)."""
 
-from chute._internal.remote import RemoteOptions
+from chute.remote_options import RemoteOptions
 from chute.sources.base import FileSource, expand_paths
 from chute.sources.index import FileIndex, open_index
 from chute.sources.jsonl import JsonlSource

@@ -22,8 +22,9 @@ from typing import Any
 
 import numpy as np
 
-from chute._internal.remote import DEFAULT_OPTIONS, RemoteOptions, check_url, glob_urls, is_url
+from chute._internal.remote import DEFAULT_OPTIONS, check_url, glob_urls, is_url
 from chute.errors import SourceError
+from chute.remote_options import RemoteOptions
 from chute.sources.record import Record
 
 __all__ = ["FileSource", "expand_braces", "expand_paths", "is_parquet", "shown_path"]

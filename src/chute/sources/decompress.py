@@ -27,8 +27,9 @@ from typing import IO, Any
 
 from chute._internal.files import atomic_file
 from chute._internal.objects import object_identity, open_binary
-from chute._internal.remote import DEFAULT_OPTIONS, RemoteOptions, is_url
+from chute._internal.remote import DEFAULT_OPTIONS, is_url
 from chute.errors import ChuteError, ConfigError, SourceError
+from chute.remote_options import RemoteOptions
 
 __all__ = ["COMPRESSED_SUFFIXES", "decompressed_copy"]
 

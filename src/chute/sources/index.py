@@ -45,8 +45,9 @@ from chute._internal.files import FileIdentity, atomic_file, cache_root
 from chute._internal.objects import RemoteIdentity, object_identity, open_binary
 from chute._internal.progress import ProgressArg
 from chute._internal.progress import progress as progress_of
-from chute._internal.remote import DEFAULT_OPTIONS, RemoteOptions, check_url, is_url
+from chute._internal.remote import DEFAULT_OPTIONS, check_url, is_url
 from chute.errors import SourceChanged, SourceError
+from chute.remote_options import RemoteOptions
 from chute.sources.decompress import COMPRESSED_SUFFIXES, decompressed_copy
 from chute.sources.remote import remote_pread, spooled_array
 from chute.sources.scan_array import ArrayScan, scan_array

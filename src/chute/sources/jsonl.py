@@ -28,8 +28,9 @@ import numpy as np
 
 from chute._internal.files import FileIdentity
 from chute._internal.objects import RemoteIdentity
-from chute._internal.remote import DEFAULT_OPTIONS, RemoteOptions
+from chute._internal.remote import DEFAULT_OPTIONS
 from chute.errors import SourceChanged
+from chute.remote_options import RemoteOptions
 from chute.sources.base import FileSource, expand_paths, shown_path
 from chute.sources.blocks import BlockCache
 from chute.sources.file_cache import FileCache

@@ -40,8 +40,9 @@ import numpy as np
 
 from chute._internal.files import FileIdentity
 from chute._internal.objects import RangeReader, RemoteIdentity, object_identity
-from chute._internal.remote import DEFAULT_OPTIONS, RemoteOptions, is_url
+from chute._internal.remote import DEFAULT_OPTIONS, is_url
 from chute.errors import SourceChanged, SourceError
+from chute.remote_options import RemoteOptions
 from chute.sources.base import FileSource, expand_paths, shown_path
 from chute.sources.blocks import BlockCache
 from chute.sources.file_cache import FileCache

@@ -42,7 +42,7 @@ import numpy as np
 
 from chute._internal.files import cache_root
 from chute._internal.objects import RemoteFile, RemoteIdentity, open_binary
-from chute._internal.remote import RemoteOptions
+from chute.remote_options import RemoteOptions
 from chute.sources.blocks import BlockCache
 from chute.sources.file_cache import FileCache
 from chute.sources.scan_lines import Pread

@@ -19,8 +19,9 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Sequence
 
-from chute._internal.remote import DEFAULT_OPTIONS, RemoteOptions
+from chute._internal.remote import DEFAULT_OPTIONS
 from chute.errors import ConfigError
+from chute.remote_options import RemoteOptions
 from chute.sources.base import FileSource, expand_paths, is_parquet
 from chute.sources.jsonl import JsonlSource
 from chute.sources.parquet import ParquetSource

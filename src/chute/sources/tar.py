@@ -65,8 +65,9 @@ from typing import Any
 import numpy as np
 import orjson
 
-from chute._internal.remote import DEFAULT_OPTIONS, RemoteOptions
+from chute._internal.remote import DEFAULT_OPTIONS
 from chute.errors import SampleError
+from chute.remote_options import RemoteOptions
 from chute.sources.base import FileSource, expand_paths, shown_path
 from chute.sources.jsonl import _Bytes, _bytes_of, _pread_all
 from chute.sources.record import _UNPARSED, Record, parse_json

@@ -53,8 +53,9 @@ from chute._internal.files import FileIdentity, atomic_file, cache_root
 from chute._internal.objects import RemoteIdentity, object_identity, open_binary
 from chute._internal.progress import ProgressArg
 from chute._internal.progress import progress as progress_of
-from chute._internal.remote import DEFAULT_OPTIONS, RemoteOptions, check_url, is_url
+from chute._internal.remote import DEFAULT_OPTIONS, check_url, is_url
 from chute.errors import SourceChanged, SourceError
+from chute.remote_options import RemoteOptions
 
 __all__ = [
     "MEMBER_DTYPE",

@@ -39,8 +39,9 @@ from dataclasses import dataclass
 from urllib.parse import quote, unquote
 
 from chute._internal.objects import RangeReader, RemoteFile
-from chute._internal.remote import DEFAULT_OPTIONS, RemoteOptions, is_url, redact
+from chute._internal.remote import DEFAULT_OPTIONS, is_url, redact
 from chute.errors import RemoteError, SampleError, SourceChanged
+from chute.remote_options import RemoteOptions
 from chute.sources.remote import CachedBytes
 
 __all__ = [

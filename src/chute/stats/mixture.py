@@ -29,8 +29,8 @@ from chute.mixture.opened import OpenedMixture
 from chute.mixture.source import slice_lengths
 from chute.plan import Planner
 from chute.plan.cost import CostOption
-from chute.plan.mixed import MixturePlanner
-from chute.plan.mixture import Selection
+from chute.plan.mixture_planner import MixturePlanner
+from chute.plan.mixture_selection import Selection
 from chute.stats.padding import PLAN_NAMES, padding_stats
 
 __all__ = ["mixture_stats"]

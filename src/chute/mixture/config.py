@@ -6,7 +6,7 @@
       tokenizer: models/qwen3    # of the per-dataset options, e.g. a system prompt for all)
       template: qwen3
       max_length: 4096
-    datasets:                    # name: entry (chute.mixture.dataset)
+    datasets:                    # name: entry (chute.mixture.entry)
       alpaca:
         sources: [data/alpaca_en_demo.json]
         weight: 0.6
@@ -53,8 +53,8 @@ from chute.cache.config_checks import (
     unknown_keys,
 )
 from chute.errors import ConfigError
-from chute.mixture.dataset import Dataset, dataset_problems
-from chute.plan.mixed import BATCHING
+from chute.mixture.entry import MixtureEntry, dataset_problems
+from chute.plan.mixture_planner import BATCHING
 
 __all__ = ["TOP_KEYS", "Mixture", "is_mixture_config"]
 
@@ -78,7 +78,7 @@ class Mixture:
     """Datasets with their own options and amounts, and the run-wide recipe they share.
 
     Args:
-        datasets: ``Dataset`` entries (names unique).
+        datasets: ``MixtureEntry`` entries (names unique).
         recipe: the run-wide recipe options (a mapping or ``RecipeConfig``): tokenizer,
             template, max_length, ... and defaults for the per-dataset options. ``None`` for
             pre-tokenized records (``{"input_ids": ...}``).
@@ -93,7 +93,7 @@ class Mixture:
 
     def __init__(
         self,
-        datasets: Sequence[Dataset],
+        datasets: Sequence[MixtureEntry],
         *,
         recipe: Mapping[str, Any] | RecipeConfig | None = None,
         epoch_samples: int | None = None,
@@ -104,8 +104,8 @@ class Mixture:
     ):
         datasets = list(datasets)
         problems: Problems = []
-        if not datasets or not all(isinstance(d, Dataset) for d in datasets):
-            problems.append(("datasets", "expected a non-empty list of chute.Dataset"))
+        if not datasets or not all(isinstance(d, MixtureEntry) for d in datasets):
+            problems.append(("datasets", "expected a non-empty list of chute.MixtureEntry"))
         names = [getattr(d, "name", None) for d in datasets]
         for name in sorted({n for n in names if names.count(n) > 1}, key=str):
             problems.append((f"datasets.{name}", "the name is used more than once"))
@@ -176,7 +176,7 @@ class Mixture:
             problems.append(("cache", f"expected a mapping, got {cache!r}"))
         raise_problems(problems, what="mixture")
         return cls(
-            [Dataset.from_dict(str(n), e) for n, e in entries.items()],
+            [MixtureEntry.from_dict(str(n), e) for n, e in entries.items()],
             recipe=recipe,
             epoch_samples=data.get("epoch_samples"),
             batching=data.get("batching", "mixed"),
@@ -230,20 +230,20 @@ class Mixture:
     def names(self) -> list[str]:
         return [d.name for d in self.datasets]
 
-    def __getitem__(self, name: str) -> Dataset:
+    def __getitem__(self, name: str) -> MixtureEntry:
         for d in self.datasets:
             if d.name == name:
                 return d
         raise KeyError(f"no dataset {name!r} in this mixture (it has {self.names})")
 
-    def __iter__(self) -> Iterator[Dataset]:
+    def __iter__(self) -> Iterator[MixtureEntry]:
         return iter(self.datasets)
 
     def __len__(self) -> int:
         return len(self.datasets)
 
     def recipe_config(self, name: str) -> RecipeConfig:
-        """Dataset ``name``'s recipe: the mixture's options, its own over them."""
+        """The recipe of dataset ``name``: the mixture's options, its own over them."""
         if self.recipe is None:
             raise ConfigError(
                 "this mixture has no recipe (its records are taken as pre-tokenized); give it "
@@ -281,7 +281,7 @@ class Mixture:
         """A copy where ``changes[name]`` sets that dataset's amounts, e.g. ``{"weight": 0.5}``.
 
         Example:
-            >>> mix = Mixture([Dataset("a", "a.jsonl"), Dataset("b", "b.jsonl")])
+            >>> mix = Mixture([MixtureEntry("a", "a.jsonl"), MixtureEntry("b", "b.jsonl")])
             >>> mix.with_amounts(a={"weight": 2}, b={"weight": 1})["a"].weight
             2
         """

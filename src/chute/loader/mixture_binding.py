@@ -28,9 +28,9 @@ from chute._internal.fields import diff_fields
 from chute.errors import ConfigError, StateMismatch
 from chute.loader.state import content_identity
 from chute.mixture import Mixture, OpenedMixture, open_cached_mixture, open_mixture
-from chute.mixture.mixture import is_mixture_config
+from chute.mixture.config import is_mixture_config
 from chute.plan import Planner, continue_epoch
-from chute.plan.mixed import MixturePlanner, Switch
+from chute.plan.mixture_planner import MixturePlanner, Switch
 from chute.world import World
 
 __all__ = ["DatasetBooks", "bind_mixture", "mixture_state", "restore_mixture", "switched"]

@@ -1,9 +1,11 @@
-"""``Dataset``: one entry of a mixture: its files, its own recipe options, how much an epoch takes.
+"""``MixtureEntry``: one dataset of a mixture: its files, its own recipe options, its amount.
 
-A dataset names its files (paths, globs or URLs, like ``sources:`` of a preprocessing config),
-the recipe options that differ between datasets (``PER_DATASET``: format, columns, tags,
-placeholders, system prompt, template variables, media root, image/video/audio token rules, ...)
-and at most one amount rule:
+Named for what it is, an entry of a ``Mixture`` (one item of its ``datasets:`` mapping), and
+not ``Dataset``: it holds no samples and is no ``torch.utils.data.Dataset`` (``chute.Dataset``
+remains a deprecated alias). An entry names its files (paths, globs or URLs, like ``sources:``
+of a preprocessing config), the recipe options that differ between datasets (``PER_DATASET``:
+format, columns, tags, placeholders, system prompt, template variables, media root,
+image/video/audio token rules, ...) and at most one amount rule:
 
 ==============================  ==================================================================
 ``weight`` (or ``proportion``)  its share of the samples the weighted datasets give per epoch
@@ -18,11 +20,11 @@ template, max_length, overflow, special tokens, the image token) belong to the m
 they define the model.
 
 Example:
-    >>> ds = Dataset("tools", "data/glaive.json", weight=0.2, format="sharegpt",
-    ...              columns={"messages": "conversations"}, val=0.01)
+    >>> ds = MixtureEntry("tools", "data/glaive.json", weight=0.2, format="sharegpt",
+    ...                   columns={"messages": "conversations"}, val=0.01)
     >>> ds.share(300).weight, ds.recipe_options
     (0.2, {'format': 'sharegpt', 'columns': {'messages': 'conversations'}})
-    >>> Dataset("x", "a.jsonl", tokenizer="qwen3/")
+    >>> MixtureEntry("x", "a.jsonl", tokenizer="qwen3/")
     Traceback (most recent call last):
     ...
     chute.errors.ConfigError: invalid mixture:
@@ -38,9 +40,9 @@ from typing import Any
 
 from chute.cache.config import RecipeConfig
 from chute.cache.config_checks import Problems, check_fields, raise_problems, unknown_keys
-from chute.plan.mixture import Share
+from chute.plan.mixture_selection import Share
 
-__all__ = ["AMOUNT_KEYS", "PER_DATASET", "RUN_WIDE", "Dataset", "dataset_problems"]
+__all__ = ["AMOUNT_KEYS", "PER_DATASET", "RUN_WIDE", "MixtureEntry", "dataset_problems"]
 
 # Recipe options a dataset may set for itself; the others are the mixture's alone.
 PER_DATASET = (
@@ -151,8 +153,8 @@ def dataset_problems(name: Any, entry: Mapping[str, Any], prefix: str) -> Proble
     return out
 
 
-class Dataset:
-    """One dataset of a ``Mixture`` (see the module docstring).
+class MixtureEntry:
+    """One dataset of a ``Mixture``: its name, files, amount and own options (see the module).
 
     Args:
         name: a name of your choosing (reports, resume states, cache folders use it).
@@ -201,7 +203,7 @@ class Dataset:
         self.recipe_options = dict(recipe)
 
     @classmethod
-    def from_dict(cls, name: str, entry: Mapping[str, Any]) -> Dataset:
+    def from_dict(cls, name: str, entry: Mapping[str, Any]) -> MixtureEntry:
         """A dataset from its YAML mapping (``sources``, amounts, recipe options)."""
         data = dict(entry)
         sources = data.pop("sources", None)
@@ -228,7 +230,7 @@ class Dataset:
             tag={"val": self.val} if self.val else None,
         )
 
-    def with_amounts(self, **amounts: Any) -> Dataset:
+    def with_amounts(self, **amounts: Any) -> MixtureEntry:
         """A copy with other amounts (``weight``, ``repeat``, ``samples``, ``max_samples``)."""
         data = self.to_dict()
         for key in ("weight", "repeat", "samples"):
@@ -236,7 +238,7 @@ class Dataset:
                 for other in ("weight", "repeat", "samples"):
                     data.pop(other, None)
         data.update({k: v for k, v in amounts.items()})
-        return Dataset.from_dict(self.name, {k: v for k, v in data.items() if v is not None})
+        return MixtureEntry.from_dict(self.name, {k: v for k, v in data.items() if v is not None})
 
     def __repr__(self) -> str:
         rule = next(
@@ -247,4 +249,4 @@ class Dataset:
             ),
             "repeat=1",
         )
-        return f"Dataset({self.name!r}, {len(self.sources)} source(s), {rule})"
+        return f"MixtureEntry({self.name!r}, {len(self.sources)} source(s), {rule})"
