@@ -52,34 +52,33 @@ from chute.media.images import DEFAULT_MAX_BYTES
 from chute.media.paths import INLINE, MediaPaths, is_remote
 from chute.media.remote import RemoteMedia
 from chute.remote_options import RemoteOptions
+from chute.remote_options import parse_size as parse_remote_size
 from chute.sources.tar import MEDIA_EXTENSIONS
 from chute.sources.tar_members import MemberRef, is_member_ref, read_member
 
 __all__ = ["ShardReport", "parse_size", "write_shards"]
 
 _DEFAULT_EXT = {"image": "jpg", "video": "mp4", "audio": "wav"}
-_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?i?b?)?\s*$", re.IGNORECASE)
 
 
 def parse_size(text: str | int) -> int:
-    """Bytes of a size such as ``256MB``, ``1.5GB``, ``512MiB`` or ``1000000``.
+    """Bytes of a size such as ``256MB``, ``1.5GB``, ``512MiB`` or ``1000000`` (or an int).
+
+    The units are ``chute.remote_options.parse_size``'s; here an error names ``shard_size``.
 
     Example:
         >>> parse_size("256MB"), parse_size("1GiB"), parse_size(4096)
         (256000000, 1073741824, 4096)
     """
-    if not isinstance(text, int) or isinstance(text, bool):
-        m = _SIZE.match(str(text))
-        if m is None:
+    if isinstance(text, int) and not isinstance(text, bool):
+        value = text
+    else:
+        try:
+            value = parse_remote_size(str(text))
+        except ValueError:
             raise ConfigError(
                 f"expected a size such as 256MB, 1GB or 512MiB, got {text!r}", param="shard_size"
-            )
-        unit = (m.group(2) or "").lower().removesuffix("b")  # "mib" -> "mi", "mb" -> "m"
-        base = 1024 if unit.endswith("i") else 1000
-        power = "kmgt".index(unit[0]) + 1 if unit else 0
-        value = int(float(m.group(1)) * base**power)
-    else:
-        value = text
+            ) from None
     if value < 1:
         raise ConfigError(f"expected a positive size, got {text!r}", param="shard_size")
     return value

@@ -186,27 +186,54 @@ def _data_path(path: str, cache_dir: str | os.PathLike[str] | None, options: Rem
 
 
 def _sidecar_path(data_path: str, cache_dir: str | os.PathLike[str] | None) -> Path:
+    return sidecar_path(data_path, cache_dir, ".idx")
+
+
+def sidecar_path(data_path: str, cache_dir: str | os.PathLike[str] | None, suffix: str) -> Path:
+    """Where the index of ``data_path`` lives: ``<cache>/index/<hash>-<name><suffix>``."""
     key = hashlib.blake2b(data_path.encode(), digest_size=8).hexdigest()
     name = re.sub(r"[^A-Za-z0-9._-]", "_", data_path.rsplit("/", 1)[-1])[-100:]
-    return cache_root(cache_dir) / "index" / f"{key}-{name}.idx"
+    return cache_root(cache_dir) / "index" / f"{key}-{name}{suffix}"
 
 
-def _load(
-    sidecar: Path, identity: FileIdentity | RemoteIdentity
-) -> tuple[dict[str, Any], np.ndarray] | None:
+def sidecar_head(magic: bytes, header: dict[str, Any], shown: str) -> bytes:
+    """The fixed ``HEADER_SIZE`` bytes that start an index file: magic, length, JSON header."""
+    blob = orjson.dumps(header)
+    if len(blob) > HEADER_SIZE - 12:
+        raise SourceError(f"{shown}: index header too large ({len(blob)} bytes)")
+    return (magic + struct.pack("<I", len(blob)) + blob).ljust(HEADER_SIZE, b"\0")
+
+
+def read_sidecar_header(
+    sidecar: Path, magic: bytes, version: int, identity: FileIdentity | RemoteIdentity
+) -> dict[str, Any] | None:
+    """The JSON header of an index file, or ``None`` where it cannot be used (then rebuilt).
+
+    ``None``: the file is missing, not ``magic``'s, of another version, or of another state of
+    the data file.
+    """
     try:
         with open(sidecar, "rb") as f:
             head = f.read(HEADER_SIZE)
     except OSError:
         return None
-    if len(head) < HEADER_SIZE or head[:8] != MAGIC:
+    if len(head) < HEADER_SIZE or head[: len(magic)] != magic:
         return None
     (length,) = struct.unpack("<I", head[8:12])
     try:
-        header = orjson.loads(head[12 : 12 + length])
+        header: dict[str, Any] = orjson.loads(head[12 : 12 + length])
     except orjson.JSONDecodeError:
         return None
-    if header.get("version") != INDEX_VERSION or header.get("identity") != identity.to_json():
+    if header.get("version") != version or header.get("identity") != identity.to_json():
+        return None
+    return header
+
+
+def _load(
+    sidecar: Path, identity: FileIdentity | RemoteIdentity
+) -> tuple[dict[str, Any], np.ndarray] | None:
+    header = read_sidecar_header(sidecar, MAGIC, INDEX_VERSION, identity)
+    if header is None:
         return None
     n = header["records"]
     if sidecar.stat().st_size != HEADER_SIZE + n * ENTRY_DTYPE.itemsize:
@@ -232,11 +259,8 @@ def _build(
         with atomic_file(sidecar) as out:
             out.seek(HEADER_SIZE)
             header.update(scan.into(out), identity=identity.to_json())
-            blob = orjson.dumps(header)
-            if len(blob) > HEADER_SIZE - 12:
-                raise SourceError(f"{path}: index header too large ({len(blob)} bytes)")
             out.seek(0)
-            out.write((MAGIC + struct.pack("<I", len(blob)) + blob).ljust(HEADER_SIZE, b"\0"))
+            out.write(sidecar_head(MAGIC, header, path))
             if object_identity(data_path, options).to_json() != identity.to_json():
                 raise SourceError(f"{path}: the file changed while it was being indexed; try again")
         loaded = _load(sidecar, identity)

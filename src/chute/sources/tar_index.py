@@ -35,11 +35,9 @@ Example:
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import os
 import re
-import struct
 import tarfile
 import time
 from dataclasses import dataclass
@@ -47,15 +45,15 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import orjson
 
-from chute._internal.files import FileIdentity, atomic_file, cache_root
+from chute._internal.files import FileIdentity, atomic_file
 from chute._internal.objects import RemoteIdentity, object_identity, open_binary
 from chute._internal.progress import ProgressArg
 from chute._internal.progress import progress as progress_of
 from chute._internal.remote import DEFAULT_OPTIONS, check_url, is_url
 from chute.errors import SourceChanged, SourceError
 from chute.remote_options import RemoteOptions
+from chute.sources.index import HEADER_SIZE, read_sidecar_header, sidecar_head, sidecar_path
 
 __all__ = [
     "MEMBER_DTYPE",
@@ -71,7 +69,6 @@ log = logging.getLogger("chute.index")
 
 TAR_INDEX_VERSION = 1
 MAGIC = b"CHUTETAR"
-HEADER_SIZE = 4096
 TAR_SUFFIXES = (".tar",)
 # Compressed tars cannot be read by byte range: a member's bytes are not at an offset.
 _COMPRESSED_TARS = (".tar.gz", ".tgz", ".tar.bz2", ".tar.xz", ".tar.zst")
@@ -271,9 +268,7 @@ def _data_path(path: str) -> str:
 
 
 def _sidecar_path(data_path: str, cache_dir: str | os.PathLike[str] | None) -> Path:
-    key = hashlib.blake2b(data_path.encode(), digest_size=8).hexdigest()
-    name = re.sub(r"[^A-Za-z0-9._-]", "_", data_path.rsplit("/", 1)[-1])[-100:]
-    return cache_root(cache_dir) / "index" / f"{key}-{name}.tidx"
+    return sidecar_path(data_path, cache_dir, ".tidx")
 
 
 def _scan(
@@ -346,11 +341,9 @@ def _write(
     names: np.ndarray,
 ) -> None:
     sidecar.parent.mkdir(parents=True, exist_ok=True)
-    blob = orjson.dumps(header)
-    if len(blob) > HEADER_SIZE - 12:
-        raise SourceError(f"{header['path']}: index header too large ({len(blob)} bytes)")
+    head = sidecar_head(MAGIC, header, header["path"])
     with atomic_file(sidecar) as out:
-        out.write((MAGIC + struct.pack("<I", len(blob)) + blob).ljust(HEADER_SIZE, b"\0"))
+        out.write(head)
         out.write(samples.tobytes())
         out.write(members.tobytes())
         out.write(names.tobytes())
@@ -359,19 +352,8 @@ def _write(
 def _load(
     sidecar: Path, identity: FileIdentity | RemoteIdentity
 ) -> tuple[dict[str, Any], np.ndarray, np.ndarray, np.ndarray] | None:
-    try:
-        with open(sidecar, "rb") as f:
-            head = f.read(HEADER_SIZE)
-    except OSError:
-        return None
-    if len(head) < HEADER_SIZE or head[:8] != MAGIC:
-        return None
-    (length,) = struct.unpack("<I", head[8:12])
-    try:
-        header = orjson.loads(head[12 : 12 + length])
-    except orjson.JSONDecodeError:
-        return None
-    if header.get("version") != TAR_INDEX_VERSION or header.get("identity") != identity.to_json():
+    header = read_sidecar_header(sidecar, MAGIC, TAR_INDEX_VERSION, identity)
+    if header is None:
         return None
     samples_at, members_at, names_at = _layout(header)
     if sidecar.stat().st_size != names_at + header["names"]:
