@@ -173,8 +173,9 @@ def test_shard_order_is_identical_on_every_rank_and_resumes(s3: Bucket, tmp_path
 
 
 def test_a_full_shuffle_over_far_more_than_the_limit_warns(
-    s3: Bucket, tmp_path: Path, caplog: pytest.LogCaptureFixture
+    s3: Bucket, tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    monkeypatch.setattr("chute.loader.planning._WARNED", set())  # earlier tests' warnings
     urls = write_shards(s3, tmp_path)
     source = JsonlSource(urls, remote=RemoteOptions(cache_limit=2 * file_size(s3)))
     with caplog.at_level("WARNING", logger="chute.loader"):
@@ -195,3 +196,18 @@ def test_a_file_larger_than_the_limit_is_read_with_ranged_requests(
     assert folder_bytes(cache_root() / "remote-files") == (0, set())
     reader = source._readers[0].io
     assert reader.files.refusals > 0 and reader.cache.requests > 0  # type: ignore[union-attr]
+
+
+def test_a_full_shuffle_over_files_far_larger_than_the_limit_warns_once(
+    s3: Bucket, tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("chute.loader.planning._WARNED", set())  # earlier tests' warnings
+    urls = write_shards(s3, tmp_path)
+    source = JsonlSource(urls, remote=RemoteOptions(cache_limit=2 * file_size(s3)))
+    with caplog.at_level("WARNING", logger="chute"):
+        Loader(source, batch_size=4, world=World(0, 1), seed=4, plan="shards")
+        assert "downloads most files many times" not in caplog.text  # shards: a window at a time
+        for _ in range(2):
+            Loader(source, batch_size=4, world=World(0, 1), seed=4)
+    assert caplog.text.count("downloads most files many times") == 1
+    assert "plan='shards'" in caplog.text

@@ -156,7 +156,8 @@ def warn_if_thrashing(source: Any, planner: Planner) -> None:
         return
     remote = [f for f in files if getattr(f, "remote", False)]
     total = sum(int(getattr(f, "bytes", 0) or getattr(f.identity, "size", 0)) for f in remote)
-    key = f"thrash:{id(source)}"
+    # once per process for these files and limit (not per object: an id is reused after GC)
+    key = f"thrash:{limit}:" + "|".join(str(getattr(f, "path", "")) for f in remote)
     if total > 2 * limit and key not in _WARNED:
         _WARNED.add(key)
         log.warning(
