@@ -5,17 +5,19 @@ run and interleaved, building a plan of ``--samples`` samples and reading every 
 with the inner planner alone and through the wrapper, for the random and the grouped plan, plus
 the Loader's per-dataset counting of one batch (``DatasetBooks.add``, now run for one dataset too).
 
-    python benchmarks/bench_one_dataset_plan.py --samples 5000000
+    python benchmarks/bench_one_dataset_plan.py --samples 5000000 --repeats 6
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
 import time
 from collections.abc import Callable
 
 import numpy as np
 
+from chute.collate import Collate
 from chute.loader.mixture_binding import DatasetBooks
 from chute.mixture.opened import OpenedMixture
 from chute.plan import GroupedPlanner, Planner, RandomPlanner
@@ -51,25 +53,40 @@ def main() -> None:
         # fresh planners per run (their own caches of built plans would hide the build)
         alone: list[float] = []
         wrapped: list[float] = []
-        for r in range(args.repeats):  # interleaved: before and after see the same machine
-            alone.append(_epoch(make(), n, r, args.world))
-            wrapped.append(_epoch(MixturePlanner(make()), n, r, args.world))
+        for r in range(args.repeats):  # interleaved, each first in turn: the same machine
+            runs = [(alone, False), (wrapped, True)]
+            for times, wrap in runs if r % 2 else runs[::-1]:
+                gc.collect()  # the previous plan's arrays are gone before the next build
+                planner = MixturePlanner(make()) if wrap else make()
+                times.append(_epoch(planner, n, r, args.world))
         rows.append((name, min(alone), min(wrapped)))
+    # the per-batch counting, beside what building the same batch costs (the padded collate)
+    samples = [{"input_ids": np.arange(1 + i * 100, dtype=np.int64)} for i in range(8)]
+    collate = Collate()
+    batch = collate(samples)
     books = DatasetBooks(OpenedMixture.of_one(None, None))
     ids = np.arange(8, dtype=np.int64)
-    batch = {"attention_mask": np.ones((8, 1024), dtype=np.int64), "sample_ids": ids}
-    count = 20_000
-    t0 = time.perf_counter()
-    for _ in range(count):
-        books.add(ids, [], batch)
-    per_batch = (time.perf_counter() - t0) / count
+    costs = {"collate": [], "books": []}
+    for _ in range(args.repeats):
+        for name, step in (
+            ("collate", lambda: collate(samples)),
+            ("books", lambda: books.add(lambda: ids, len(ids), [], batch)),
+        ):
+            t0 = time.perf_counter()
+            for _ in range(5_000):
+                step()
+            costs[name].append((time.perf_counter() - t0) / 5_000)
+    book, made = min(costs["books"]), min(costs["collate"])
     print(
         f"{n:,} samples, {args.world} ranks, best of {args.repeats} (build + every batch of rank 0)"
     )
     print(f"{'plan':10} {'inner alone':>12} {'MixturePlanner':>15} {'ratio':>6}")
     for name, a, w in rows:
         print(f"{name:10} {a:11.3f}s {w:14.3f}s {w / a:6.3f}")
-    print(f"DatasetBooks.add, one batch of 8 x 1024 (mask counted): {per_batch * 1e6:.1f} us")
+    print(
+        f"per batch of 8 samples (padded to 701 tokens): DatasetBooks.add {book * 1e6:.1f} us, "
+        f"the padded Collate {made * 1e6:.1f} us (ratio {book / made:.3f})"
+    )
 
 
 if __name__ == "__main__":

@@ -11,6 +11,7 @@ it yields, which is all a resume needs.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -353,7 +354,8 @@ class Loader:
         plan, start = self.plan, self._consumed
         if start >= plan.num_batches:
             return
-        self._sampler.set(plan, self.world.dp_rank, self._epoch, start)
+        rank = self.world.dp_rank  # computed from the layout on each read: once per epoch
+        self._sampler.set(plan, rank, self._epoch, start)
         if self._dataloader is None:
             self._dataloader = make_dataloader(
                 self._builder,
@@ -378,7 +380,8 @@ class Loader:
                 batch, report = self._next(it, plan, k)
                 self.books.add(report)
                 self._delivery.after(plan, k, report, epoch=self._epoch, fresh=not self._segments)
-                self.datasets.add(plan.batch(self.world.dp_rank, k), report.bad, batch)
+                ids_of = partial(plan.batch, rank, k)  # read only when the books need them
+                self.datasets.add(ids_of, report.planned, report.bad, batch)
                 self._consumed = k + 1
                 yield batch
         finally:

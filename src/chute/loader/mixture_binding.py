@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
@@ -185,9 +185,17 @@ class DatasetBooks:
             k: np.zeros(n, dtype=np.int64) for k in ("samples", "valid", "rejected", "tokens")
         }
 
-    def add(self, ids: Any, bad: list[int], batch: Any) -> None:
-        ids = np.asarray(ids, dtype=np.int64)
+    def add(self, ids_of: Callable[[], Any], planned: int, bad: list[int], batch: Any) -> None:
+        """Count one batch.
+
+        ``ids_of()`` gives its planned ids (asked only when needed), ``planned`` how many,
+        ``bad`` the positions rejected, ``batch`` what the collate made of the rest.
+        """
         n = len(self.names)
+        if n == 1:  # one dataset (most loaders): sums, no search, no ids without lengths
+            self._add_to_one(ids_of, planned, bad, batch)
+            return
+        ids = np.asarray(ids_of(), dtype=np.int64)
         dataset = np.searchsorted(self.offsets, ids, side="right") - 1
         ok = np.ones(len(ids), dtype=bool)
         ok[bad] = False
@@ -196,14 +204,29 @@ class DatasetBooks:
         self.counts["rejected"] += np.bincount(dataset[~ok], minlength=n)
         self.counts["tokens"] += self._tokens(ids[ok], dataset[ok], batch)
 
+    def _add_to_one(
+        self, ids_of: Callable[[], Any], planned: int, bad: list[int], batch: Any
+    ) -> None:
+        counts, rejected = self.counts, len(bad)
+        counts["samples"][0] += planned
+        counts["valid"][0] += planned - rejected
+        counts["rejected"][0] += rejected
+        if self.lengths is not None:
+            ids = np.asarray(ids_of(), dtype=np.int64)
+            valid = np.delete(ids, bad) if rejected else ids
+            counts["tokens"][0] += int(self.lengths[valid].sum())
+            return
+        mask, sample_ids = _mask_rows(batch)
+        if mask is not None:  # numpy views of the tensors: small torch ops cost more
+            tokens, rows = np.asarray(mask), np.asarray(sample_ids) >= 0
+            counts["tokens"][0] += int(tokens.sum() if rows.all() else tokens[rows].sum())
+
     def _tokens(self, ids: np.ndarray, dataset: np.ndarray, batch: Any) -> Any:
         n = len(self.names)
         if self.lengths is not None:
             return np.bincount(dataset, weights=self.lengths[ids], minlength=n).astype(np.int64)
-        if not isinstance(batch, Mapping):  # a custom collate's own shape: tokens unknown
-            return np.zeros(n, dtype=np.int64)
-        mask, sample_ids = batch.get("attention_mask"), batch.get("sample_ids")
-        if mask is None or sample_ids is None or "row_sample_ids" in batch:
+        mask, sample_ids = _mask_rows(batch)
+        if mask is None:
             return np.zeros(n, dtype=np.int64)
         rows = np.asarray(sample_ids)
         keep = rows >= 0
@@ -246,3 +269,17 @@ class DatasetBooks:
         for k in self.counts:
             if k in state:
                 self.counts[k] = np.asarray(state[k], dtype=np.int64)
+
+
+def _mask_rows(batch: Any) -> tuple[Any, Any]:
+    """``(attention_mask, sample_ids)`` of a padded batch as they are, else ``(None, None)``.
+
+    Packed rows (``row_sample_ids``) hold several samples, and a custom collate's own shape
+    says nothing: their tokens are counted from the lengths when the plan has them, else not.
+    """
+    if not isinstance(batch, Mapping) or "row_sample_ids" in batch:
+        return None, None
+    mask, sample_ids = batch.get("attention_mask"), batch.get("sample_ids")
+    if mask is None or sample_ids is None:
+        return None, None
+    return mask, sample_ids
