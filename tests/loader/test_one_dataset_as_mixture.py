@@ -113,3 +113,14 @@ def test_a_pass_through_planner_refuses_a_mixture_switch() -> None:
         MixturePlanner(RandomPlanner(2)).with_switch(Switch(0, {}, ((1, 1),)))
     with pytest.raises(ConfigError, match="no datasets to batch apart"):
         MixturePlanner(RandomPlanner(2), batching="per_dataset")
+
+
+def test_one_dataset_read_alone_has_no_amounts_and_no_val_split(data: Path) -> None:
+    from chute.errors import ConfigError
+    from chute.mixture.opened import OpenedMixture
+
+    sole = OpenedMixture.of_one(str(data), None)
+    with pytest.raises(ConfigError, match="no amounts"):
+        sole.selection()
+    with pytest.raises(ConfigError, match="split='val' needs a mixture"):
+        Loader(str(data), batch_size=4, split="val")

@@ -203,6 +203,18 @@ class SoleDataset(OpenedMixture):
             )
         return [None]
 
+    def shares(self, split: str = "train") -> list[Share]:
+        raise ConfigError(
+            "one dataset read alone has no amounts: its planner deals every sample once per "
+            "epoch; give a Mixture for weights, repeats or samples",
+            param="mixture",
+        )
+
+    def selection(
+        self, *, split: str = "train", seed: int = 0, shuffle: bool = True, lengths: Any = None
+    ) -> Selection:
+        return Selection(self.shares(split))  # raises: see shares
+
     def planner(
         self, inner: Planner, *, split: str = "train", seed: int = 0, shuffle: bool = True
     ) -> MixturePlanner:

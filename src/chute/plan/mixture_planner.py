@@ -109,8 +109,10 @@ class MixturePlanner(Planner):
         >>> sole = MixturePlanner(inner)
         >>> sole.params() == inner.params(), sole.sole
         (True, True)
-        >>> sole.build(10, epoch=1, world_size=2).batch(1, 0).tolist()
-        [2, 9, 8, 0]
+        >>> sole.build(10, epoch=1, world_size=2).batch(1, 0).tolist()  # inner's own plan
+        [1, 2, 4, 7]
+        >>> inner.build(10, epoch=1, world_size=2).batch(1, 0).tolist()
+        [1, 2, 4, 7]
     """
 
     kind: ClassVar[str] = "mixture"
