@@ -9,6 +9,9 @@ What it counts, over ``src/chute``:
   decided by probing a recipe instead of reading its contract.
 - ``mixture_is_none``: ``mixture is None`` / ``mixture is not None`` tests (one dataset and many
   taking separate paths), with the files they sit in.
+- ``selection_is_none``: ``selection is None`` tests: where one dataset read alone (a mixture of
+  one, ``MixturePlanner(inner)`` without a selection) still differs from a mixture. Since issue 29
+  point 3 they sit in the mixture planner and its binding, not in the Loader's paths.
 - ``option_declarations``: for a few recipe options, the places in ``recipe/``, ``cache/config.py``
   and ``cli/_options.py`` that declare them (a keyword of
   ``Recipe.__init__``, a field of ``RecipeConfig``, an entry of its type table, a CLI flag, a field
@@ -59,6 +62,16 @@ def getattr_recipe_probes() -> list[str]:
 
 def mixture_is_none() -> list[str]:
     pattern = re.compile(r"\bmixture is (not )?None")
+    return [
+        f"{path.relative_to(SRC)}:{n}"
+        for path in _files()
+        for n, line in enumerate(path.read_text().splitlines(), 1)
+        if pattern.search(line)
+    ]
+
+
+def selection_is_none() -> list[str]:
+    pattern = re.compile(r"\bselection is (not )?None")
     return [
         f"{path.relative_to(SRC)}:{n}"
         for path in _files()
@@ -119,12 +132,14 @@ def main() -> None:
     parser.add_argument("--json", action="store_true")
     parser.add_argument("-v", "--verbose", action="store_true", help="list every place")
     args = parser.parse_args()
-    probes, branches = getattr_recipe_probes(), mixture_is_none()
+    probes, branches, sole = getattr_recipe_probes(), mixture_is_none(), selection_is_none()
     declared = option_declarations()
     report = {
         "getattr_recipe_probes": len(probes),
         "mixture_is_none": len(branches),
         "mixture_is_none_files": len({b.split(":")[0] for b in branches}),
+        "selection_is_none": len(sole),
+        "selection_is_none_files": len({b.split(":")[0] for b in sole}),
         "option_declarations": {k: len(v) for k, v in declared.items()},
         "upward_imports": len(upward_imports()),
         "init_logic_lines": init_logic_lines(),
@@ -136,7 +151,7 @@ def main() -> None:
     for key, value in report.items():
         print(f"{key:24} {value}")
     if args.verbose:
-        print("\n".join(["", *probes, "", *branches]))
+        print("\n".join(["", *probes, "", *branches, "", *sole]))
         for option, places in declared.items():
             print(f"\n{option}: " + ", ".join(places))
 

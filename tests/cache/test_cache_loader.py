@@ -108,5 +108,5 @@ def test_packed_plan_over_a_cache_takes_the_caches_max_length(setup: dict) -> No
     cache = open_cache(setup["out"])
     assert cache.max_length == 200
     loader = Loader(cache, batch_size=4, seed=0, plan="packed")  # no plan_options needed
-    assert loader.planner.max_length == 200
+    assert loader.planner.inner.max_length == 200
     assert next(iter(loader))["input_ids"].shape == (4, 200)

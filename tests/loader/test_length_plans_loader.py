@@ -174,7 +174,7 @@ def test_packed_takes_max_length_from_the_recipe_and_its_own_collate(id_source) 
             return {"input_ids": item.data["input_ids"][: self.max_length]}
 
     loader = Loader(id_source(20), Truncating(), batch_size=2, plan="packed", world=World())
-    assert loader.planner.max_length == 6 and isinstance(loader.collate, PackedCollate)
+    assert loader.planner.inner.max_length == 6 and isinstance(loader.collate, PackedCollate)
     assert next(iter(loader))["input_ids"].shape[1] == 6
 
 

@@ -11,6 +11,7 @@ it yields, which is all a resume needs.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -53,7 +54,6 @@ from chute.loader.state import STATE_FORMAT, STATE_VERSION, check_compatible, re
 from chute.loader.worker import BatchBuilder, BatchReport
 from chute.loader.workers import WorkerOptions
 from chute.plan import Plan, Planner, continue_epoch
-from chute.plan.mixture_planner import MixturePlanner
 from chute.recipe.contract import as_recipe
 from chute.sample.budget import ErrorBudget
 from chute.world import World
@@ -180,9 +180,9 @@ class Loader:
         self.world = world if world is not None else World.detect()
         if not isinstance(self.world, World):
             raise ConfigError(f"world must be a chute.World, got {type(world).__name__}")
+        # one dataset is a mixture of one: its source and recipe as given, its plan unchanged
         self.mixture = bind_mixture(source, recipe, mixture, split, self.world)
-        if self.mixture is not None:
-            source, recipe = self.mixture.source, self.mixture.recipe
+        source, recipe = self.mixture.source, self.mixture.recipe
         recipe = as_recipe(recipe)  # checked once: what plans, lengths and collate read of it
         self.split = split
         self.source = as_source(source)
@@ -219,12 +219,10 @@ class Loader:
         )
         if setup.packed and top_up:
             raise ConfigError("top_up=True cannot refill packed rows; drop it with plan='packed'")
-        if self.mixture is not None:
-            setup.planner = self.mixture.planner(
-                setup.planner, split=split, seed=seed, shuffle=shuffle
-            )
-        self.planner, self.lengths, self.excluded = setup.planner, setup.lengths, setup.excluded
-        self.datasets = None if self.mixture is None else DatasetBooks(self.mixture, setup.lengths)
+        # setup.planner stays the inner one: setup.packed and the collate checks read it
+        self.planner = self.mixture.planner(setup.planner, split=split, seed=seed, shuffle=shuffle)
+        self.lengths, self.excluded = setup.lengths, setup.excluded
+        self.datasets = DatasetBooks(self.mixture, setup.lengths)
         self.workers = WorkerOptions.of(
             workers,
             {
@@ -356,7 +354,8 @@ class Loader:
         plan, start = self.plan, self._consumed
         if start >= plan.num_batches:
             return
-        self._sampler.set(plan, self.world.dp_rank, self._epoch, start)
+        rank = self.world.dp_rank  # computed from the layout on each read: once per epoch
+        self._sampler.set(plan, rank, self._epoch, start)
         if self._dataloader is None:
             self._dataloader = make_dataloader(
                 self._builder,
@@ -381,8 +380,8 @@ class Loader:
                 batch, report = self._next(it, plan, k)
                 self.books.add(report)
                 self._delivery.after(plan, k, report, epoch=self._epoch, fresh=not self._segments)
-                if self.datasets is not None:
-                    self.datasets.add(plan.batch(self.world.dp_rank, k), report.bad, batch)
+                ids_of = partial(plan.batch, rank, k)  # read only when the books need them
+                self.datasets.add(ids_of, report.planned, report.bad, batch)
                 self._consumed = k + 1
                 yield batch
         finally:
@@ -423,18 +422,17 @@ class Loader:
             "excluded_by_reason": dict(self.excluded),
             "by_reason": self.stats,
             "examples": self.tally.examples,
+            # per dataset (one dataset read alone: "data"): samples, valid, rejected, tokens
+            "datasets": self.datasets.summary(),
         }
-        if self.datasets is not None:  # a mixture: samples, valid, rejected, tokens per dataset
-            out["datasets"] = self.datasets.summary()
         return out
 
     def dataset_report(self) -> str:
         """Per dataset of a mixture, on this rank: samples, valid, rejected, tokens, token share.
 
-        A text table for training logs (``summary()["datasets"]`` has the numbers).
+        A text table for training logs (``summary()["datasets"]`` has the numbers); one dataset
+        read alone is one row, ``data``.
         """
-        if self.datasets is None:
-            raise ConfigError("dataset_report() is for a Loader over a mixture")
         return self.datasets.table()
 
     def stats_all_ranks(self) -> dict[str, int]:
@@ -476,7 +474,7 @@ class Loader:
             "source": self._fingerprint,
             **self.books.state_dict(),
             **mixture_state(self.planner, self._epoch),
-            **({"datasets": self.datasets.state_dict()} if self.datasets is not None else {}),
+            "datasets": self.datasets.state_dict(),
         }
 
     def load_state_dict(self, state: dict[str, Any], *, new_mixture: bool = False) -> None:
@@ -507,7 +505,7 @@ class Loader:
         self.planner, self._plan_cache, self._plan_key = planner, None, None
         position = read_position(state)
         epoch, batches, saved_world, segments = position
-        if previous is not None and isinstance(planner, MixturePlanner):
+        if previous is not None:
             self.planner, finished = switched(planner, previous, self.num_samples, position)
             self._epoch, self._segments = epoch, []
             self._consumed = self.plan.num_batches if finished else 0
@@ -535,8 +533,8 @@ class Loader:
 
     def _load_books(self, state: dict[str, Any]) -> None:
         self.books.load_state_dict(state)
-        if self.datasets is not None:
-            self.datasets.load_state_dict(state.get("datasets"))
+        # absent from the states one-dataset loaders saved before they had per-dataset counts
+        self.datasets.load_state_dict(state.get("datasets"))
 
     def __repr__(self) -> str:
         return (

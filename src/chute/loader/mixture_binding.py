@@ -4,7 +4,9 @@
 ``Loader(open_cache(DIR))`` reads a preprocessed mixture (``mixture=`` gives other amounts);
 ``split="val"`` deals the validation hold-outs instead. The plan is the usual one, wrapped in a
 ``MixturePlanner`` over each epoch's selection, so the resume state is the usual one too; its
-``plan.mixture`` records every dataset's amounts. A state saved under other amounts is refused,
+``plan.mixture`` records every dataset's amounts. Any other source is one dataset, bound as a
+mixture of one (``OpenedMixture.of_one``: its planner is the usual plan unchanged, its state
+has no ``plan.mixture``), so the Loader has one path for one dataset and many. A state saved under other amounts is refused,
 naming each change, unless ``load_state_dict(state, new_mixture=True)``: then the current epoch
 continues with the new mixture's selection minus what the old one already delivered (recorded in
 the state as ``mixture_switch``), and later epochs are the new mixture's own.
@@ -19,7 +21,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
@@ -29,7 +31,7 @@ from chute.errors import ConfigError, StateMismatch
 from chute.loader.state import content_identity
 from chute.mixture import Mixture, OpenedMixture, open_cached_mixture, open_mixture
 from chute.mixture.config import is_mixture_config
-from chute.plan import Planner, continue_epoch
+from chute.plan import continue_epoch
 from chute.plan.mixture_planner import MixturePlanner, Switch
 from chute.world import World
 
@@ -41,10 +43,14 @@ _AMOUNT = re.compile(
 )
 
 
-def bind_mixture(
-    source: Any, recipe: Any, mixture: Any, split: str, world: World
-) -> OpenedMixture | None:
-    """The opened mixture the Loader reads, or ``None`` for an ordinary source."""
+def bind_mixture(source: Any, recipe: Any, mixture: Any, split: str, world: World) -> OpenedMixture:
+    """The opened mixture the Loader reads; an ordinary source is a mixture of one.
+
+    Example:
+        >>> bound = bind_mixture([{"input_ids": [1]}], None, None, "train", World())
+        >>> type(bound).__name__, bound.names
+        ('SoleDataset', ['data'])
+    """
     from chute.cache.cacheset import CacheSet, is_cache_set, open_cache_set
 
     if isinstance(source, str | os.PathLike) and is_mixture_config(source):
@@ -80,25 +86,23 @@ def bind_mixture(
             "source: Loader(Mixture(...))",
             param="mixture",
         )
-    if split != "train":
-        raise ConfigError(
-            f"split={split!r} needs a mixture whose datasets hold out val samples", param="split"
-        )
-    return None
+    sole = OpenedMixture.of_one(source, recipe)
+    sole.pools(split)  # split="val" refused now, before any file is opened
+    return sole
 
 
 # -- resume ------------------------------------------------------------------------------------
 
 
-def mixture_state(planner: Planner, epoch: int) -> dict[str, Any]:
+def mixture_state(planner: MixturePlanner, epoch: int) -> dict[str, Any]:
     """The state's ``mixture_switch`` while the epoch of a mixture change runs, else nothing."""
-    switch = planner.switch if isinstance(planner, MixturePlanner) else None
+    switch = planner.switch
     return {"mixture_switch": switch.to_json()} if switch and switch.epoch == epoch else {}
 
 
 def restore_mixture(
-    planner: Planner, state: Mapping[str, Any], *, new_mixture: bool
-) -> tuple[Planner, MixturePlanner | None]:
+    planner: MixturePlanner, state: Mapping[str, Any], *, new_mixture: bool
+) -> tuple[MixturePlanner, MixturePlanner | None]:
     """``(planner to resume with, the state's planner)``; the second only after a mix change.
 
     Applies the state's own ``mixture_switch``. When only amounts differ from the state's
@@ -106,7 +110,10 @@ def restore_mixture(
     ``new_mixture``; then returns the state's planner too, so the caller can continue the
     epoch from where it stood.
     """
-    if not isinstance(planner, MixturePlanner):
+    selection = planner.selection
+    if selection is None:
+        # one dataset: nothing of a mixture to restore (a mixture's state is refused by
+        # check_compatible, naming plan.mixture)
         return planner, None
     saved = (state.get("plan") or {}).get("mixture")
     switch = state.get("mixture_switch")
@@ -128,7 +135,7 @@ def restore_mixture(
             f"(the rest of this epoch is the new mixture's selection minus the samples already "
             f"delivered in it; later epochs are the new mixture's own)."
         )
-    previous = planner.with_selection(planner.selection.with_amounts(saved))
+    previous = planner.with_selection(selection.with_amounts(saved))
     if planner.switch is not None:
         previous = previous.with_switch(planner.switch)
     return planner.with_switch(None), previous
@@ -178,9 +185,17 @@ class DatasetBooks:
             k: np.zeros(n, dtype=np.int64) for k in ("samples", "valid", "rejected", "tokens")
         }
 
-    def add(self, ids: Any, bad: list[int], batch: Mapping[str, Any]) -> None:
-        ids = np.asarray(ids, dtype=np.int64)
+    def add(self, ids_of: Callable[[], Any], planned: int, bad: list[int], batch: Any) -> None:
+        """Count one batch.
+
+        ``ids_of()`` gives its planned ids (asked only when needed), ``planned`` how many,
+        ``bad`` the positions rejected, ``batch`` what the collate made of the rest.
+        """
         n = len(self.names)
+        if n == 1:  # one dataset (most loaders): sums, no search, no ids without lengths
+            self._add_to_one(ids_of, planned, bad, batch)
+            return
+        ids = np.asarray(ids_of(), dtype=np.int64)
         dataset = np.searchsorted(self.offsets, ids, side="right") - 1
         ok = np.ones(len(ids), dtype=bool)
         ok[bad] = False
@@ -189,12 +204,29 @@ class DatasetBooks:
         self.counts["rejected"] += np.bincount(dataset[~ok], minlength=n)
         self.counts["tokens"] += self._tokens(ids[ok], dataset[ok], batch)
 
-    def _tokens(self, ids: np.ndarray, dataset: np.ndarray, batch: Mapping[str, Any]) -> Any:
+    def _add_to_one(
+        self, ids_of: Callable[[], Any], planned: int, bad: list[int], batch: Any
+    ) -> None:
+        counts, rejected = self.counts, len(bad)
+        counts["samples"][0] += planned
+        counts["valid"][0] += planned - rejected
+        counts["rejected"][0] += rejected
+        if self.lengths is not None:
+            ids = np.asarray(ids_of(), dtype=np.int64)
+            valid = np.delete(ids, bad) if rejected else ids
+            counts["tokens"][0] += int(self.lengths[valid].sum())
+            return
+        mask, sample_ids = _mask_rows(batch)
+        if mask is not None:  # numpy views of the tensors: small torch ops cost more
+            tokens, rows = np.asarray(mask), np.asarray(sample_ids) >= 0
+            counts["tokens"][0] += int(tokens.sum() if rows.all() else tokens[rows].sum())
+
+    def _tokens(self, ids: np.ndarray, dataset: np.ndarray, batch: Any) -> Any:
         n = len(self.names)
         if self.lengths is not None:
             return np.bincount(dataset, weights=self.lengths[ids], minlength=n).astype(np.int64)
-        mask, sample_ids = batch.get("attention_mask"), batch.get("sample_ids")
-        if mask is None or sample_ids is None or "row_sample_ids" in batch:
+        mask, sample_ids = _mask_rows(batch)
+        if mask is None:
             return np.zeros(n, dtype=np.int64)
         rows = np.asarray(sample_ids)
         keep = rows >= 0
@@ -237,3 +269,17 @@ class DatasetBooks:
         for k in self.counts:
             if k in state:
                 self.counts[k] = np.asarray(state[k], dtype=np.int64)
+
+
+def _mask_rows(batch: Any) -> tuple[Any, Any]:
+    """``(attention_mask, sample_ids)`` of a padded batch as they are, else ``(None, None)``.
+
+    Packed rows (``row_sample_ids``) hold several samples, and a custom collate's own shape
+    says nothing: their tokens are counted from the lengths when the plan has them, else not.
+    """
+    if not isinstance(batch, Mapping) or "row_sample_ids" in batch:
+        return None, None
+    mask, sample_ids = batch.get("attention_mask"), batch.get("sample_ids")
+    if mask is None or sample_ids is None:
+        return None, None
+    return mask, sample_ids

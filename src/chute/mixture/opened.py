@@ -11,6 +11,16 @@ result knows what a Loader needs::
       .pools(split)              train / val ids of each dataset (content-hash split)
       .planner(inner, split=...) MixturePlanner: `inner` over each epoch's selection
 
+One dataset read alone (files, a ``Source``, a cache, any map-style dataset) is a mixture of one:
+``OpenedMixture.of_one(source, recipe)`` keeps the source and recipe as they are (so its
+fingerprint, samples and cache are unchanged) and plans through ``MixturePlanner(inner)``, which
+deals every sample in ``inner``'s own order. The Loader reads both through this one interface::
+
+    OpenedMixture.of_one(source, recipe)
+      .source, .recipe          as given
+      .names ["data"], .offsets [0]   every id belongs to the one dataset
+      .planner(inner)           MixturePlanner(inner): inner's plans and params, unchanged
+
 Example:
     >>> opened = open_mixture(Mixture([MixtureEntry("a", "a.jsonl"),
     ...                                MixtureEntry("b", "b.jsonl", weight=2)]))  # doctest: +SKIP
@@ -40,10 +50,18 @@ from chute.plan.base import Planner
 from chute.plan.mixture_planner import MixturePlanner
 from chute.plan.mixture_selection import Selection, Share, valid_pools
 
-__all__ = ["MIXTURE_FILE", "OpenedMixture", "open_cached_mixture", "open_mixture"]
+__all__ = [
+    "MIXTURE_FILE",
+    "SOLE_NAME",
+    "OpenedMixture",
+    "SoleDataset",
+    "open_cached_mixture",
+    "open_mixture",
+]
 
 MIXTURE_FILE = "mixture.yaml"  # beside the caches of a preprocessed mixture
 HASHES_DIR = "hashes"
+SOLE_NAME = "data"  # the name of one dataset read alone (summary()["datasets"]["data"])
 
 
 class OpenedMixture:
@@ -141,8 +159,71 @@ class OpenedMixture:
         batching = self.mixture.batching if split == "train" else "mixed"
         return MixturePlanner(inner, selection, batching=batching)
 
+    @classmethod
+    def of_one(cls, source: Any, recipe: Any) -> OpenedMixture:
+        """One dataset read alone, as a mixture of one (see ``SoleDataset``)."""
+        return SoleDataset(source, recipe)
+
     def __repr__(self) -> str:
         return f"OpenedMixture({self.source!r})"
+
+
+class SoleDataset(OpenedMixture):
+    """One dataset read alone (no ``Mixture``): a mixture of one that changes nothing.
+
+    The source and recipe stay as given (a path, a ``Source``, a cache, a list: the Loader opens
+    it as before, so fingerprints and samples are the same); every id is of dataset
+    ``SOLE_NAME``; ``planner(inner)`` is ``MixturePlanner(inner)``, which passes every call to
+    ``inner``: the same plans and ``params()`` as ``inner`` alone, so resume states saved
+    before a one-dataset loader planned through a mixture still load.
+
+    Example:
+        >>> from chute.plan import RandomPlanner
+        >>> sole = OpenedMixture.of_one([{"input_ids": [1]}] * 5, None)
+        >>> sole.names, sole.offsets.tolist(), sole.planner(RandomPlanner(2)).sole
+        (['data'], [0], True)
+    """
+
+    def __init__(self, source: Any, recipe: Any):  # no super().__init__: nothing to open
+        self.source = source
+        self.recipe = recipe
+        self.names = [SOLE_NAME]
+
+    @property
+    def offsets(self) -> np.ndarray:
+        # [0] alone: every id >= 0 is of dataset 0, however many samples the source turns
+        # out to hold (a document source's windows are counted after the Loader opens it)
+        return np.zeros(1, dtype=np.int64)
+
+    def pools(self, split: str = "train") -> list[np.ndarray | None]:
+        if split != "train":
+            raise ConfigError(
+                f"split={split!r} needs a mixture whose datasets hold out val samples",
+                param="split",
+            )
+        return [None]
+
+    def shares(self, split: str = "train") -> list[Share]:
+        raise ConfigError(
+            "one dataset read alone has no amounts: its planner deals every sample once per "
+            "epoch; give a Mixture for weights, repeats or samples",
+            param="mixture",
+        )
+
+    def selection(
+        self, *, split: str = "train", seed: int = 0, shuffle: bool = True, lengths: Any = None
+    ) -> Selection:
+        return Selection(self.shares(split))  # raises: see shares
+
+    def planner(
+        self, inner: Planner, *, split: str = "train", seed: int = 0, shuffle: bool = True
+    ) -> MixturePlanner:
+        """``inner`` itself behind a ``MixturePlanner`` of one dataset (``split``: train)."""
+        self.pools(split)
+        return MixturePlanner(inner)
+
+    def __repr__(self) -> str:
+        return f"SoleDataset({self.source!r})"
 
 
 def dataset_spelling(name: str) -> Spelling:

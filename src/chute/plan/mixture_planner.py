@@ -19,6 +19,13 @@ to the steps each still has (with ``shuffle=False``: spread evenly)::
 A dataset's last step may be short (split evenly over ranks, as any last step); every rank still
 gets the same number of batches.
 
+One dataset read alone (files, a source, a cache: no ``Mixture``) is a mixture of one whose
+selection is every sample in the inner planner's own order: ``MixturePlanner(inner)`` without a
+selection passes every call to ``inner``, so its plans, ``params()`` and resume states are the
+inner planner's own, at no cost (nothing per sample, no plan held twice). The Loader plans
+through a ``MixturePlanner`` in both cases, so exact-once, resume and the per-dataset counts have
+one implementation.
+
 Example:
     >>> from chute.plan import RandomPlanner
     >>> from chute.plan.mixture_selection import Selection, Share
@@ -90,10 +97,22 @@ class MixturePlanner(Planner):
     Args:
         inner: the planner that deals the selection (random, grouped, budget, packed); a
             length-aware one must have the lengths of every global id bound.
-        selection: which samples each epoch takes.
+        selection: which samples each epoch takes; ``None``: one dataset, every sample once
+            per epoch in ``inner``'s own order (``sole``: ``inner`` plans it unchanged).
         batching: ``"mixed"`` (batches mix datasets) or ``"per_dataset"`` (each step from one
             dataset).
         switch: a mixture change inside an epoch (see ``with_switch``).
+
+    Example:
+        >>> from chute.plan import RandomPlanner
+        >>> inner = RandomPlanner(4, seed=3)
+        >>> sole = MixturePlanner(inner)
+        >>> sole.params() == inner.params(), sole.sole
+        (True, True)
+        >>> sole.build(10, epoch=1, world_size=2).batch(1, 0).tolist()  # inner's own plan
+        [1, 2, 4, 7]
+        >>> inner.build(10, epoch=1, world_size=2).batch(1, 0).tolist()
+        [1, 2, 4, 7]
     """
 
     kind: ClassVar[str] = "mixture"
@@ -102,7 +121,7 @@ class MixturePlanner(Planner):
     def __init__(
         self,
         inner: Planner,
-        selection: Selection,
+        selection: Selection | None = None,
         *,
         batching: str = "mixed",
         switch: Switch | None = None,
@@ -117,12 +136,22 @@ class MixturePlanner(Planner):
                 "batching='per_dataset'; use the default (the last step of each dataset is "
                 "split evenly over ranks) or drop_last=True"
             )
+        if selection is None and (batching != "mixed" or switch is not None):
+            raise ConfigError(
+                "one dataset read alone has no datasets to batch apart and no mixture to switch "
+                "from (a state saved over a mixture resumes only with that mixture)"
+            )
         self.inner = inner
         self.selection = selection
         self.batching = batching
         self.switch = switch
         self._built: OrderedDict[tuple[int, int, int], Plan] = OrderedDict()
         self._switch_base: np.ndarray | None = None
+
+    @property
+    def sole(self) -> bool:
+        """One dataset dealt by ``inner`` as it is (no selection): plans and params are its own."""
+        return self.selection is None
 
     @property
     def needs_lengths(self) -> bool:
@@ -133,13 +162,21 @@ class MixturePlanner(Planner):
         return getattr(self.inner, "lengths", None)
 
     def identity(self) -> dict[str, Any]:
-        """The mixture part of ``params()``: the selection's identity and the batching."""
+        """The mixture part of ``params()``: the selection's identity and the batching.
+
+        One dataset (``sole``) has none: its ``params()`` are ``inner``'s, so a resume state
+        of a loader over one dataset is the same with or without this wrapper.
+        """
+        if self.selection is None:
+            return {}
         return {**self.selection.identity(), "batching": self.batching}
 
     def params(self) -> dict[str, Any]:
+        if self.selection is None:
+            return self.inner.params()
         return {**self.inner.params(), "mixture": self.identity()}
 
-    def with_selection(self, selection: Selection) -> MixturePlanner:
+    def with_selection(self, selection: Selection | None) -> MixturePlanner:
         """This planner over another selection (e.g. the one a resume state was saved under)."""
         return MixturePlanner(self.inner, selection, batching=self.batching)
 
@@ -157,6 +194,9 @@ class MixturePlanner(Planner):
     def build(
         self, num_samples: int, *, epoch: int, world_size: int, order: Order | None = None
     ) -> Plan:
+        selection = self.selection
+        if selection is None:  # one dataset: the inner planner's plan, nothing kept here
+            return self.inner.build(num_samples, epoch=epoch, world_size=world_size, order=order)
         key = (int(num_samples), int(epoch), int(world_size))
         if order is None and key in self._built:
             self._built.move_to_end(key)
@@ -167,7 +207,7 @@ class MixturePlanner(Planner):
         if self.batching == "mixed":
             plan = self.inner.build(num_samples, epoch=epoch, world_size=world_size, order=order)
         else:
-            plan = self._per_dataset(num_samples, int(epoch), int(world_size), order)
+            plan = self._per_dataset(selection, num_samples, int(epoch), int(world_size), order)
         if given is None:
             self._built[key] = plan
             while len(self._built) > self._CACHED_BUILDS:
@@ -176,6 +216,8 @@ class MixturePlanner(Planner):
 
     def epoch_order(self, num_samples: int, epoch: int) -> Order:
         """The ids ``epoch`` deals, in order (after a switch: what the earlier mixture left)."""
+        if self.selection is None:  # one dataset: the inner planner's own order
+            return self.inner.build(num_samples, epoch=epoch, world_size=1).order
         if self.switch is None or epoch != self.switch.epoch:
             return self.selection.order(epoch)
         if self._switch_base is None:
@@ -186,7 +228,7 @@ class MixturePlanner(Planner):
     def delivered_before(self, num_samples: int) -> np.ndarray:
         """The ids the earlier mixture delivered in the switch's epoch (repeats included)."""
         switch = self.switch
-        if switch is None:
+        if switch is None or self.selection is None:
             return np.empty(0, dtype=np.int64)
         previous = self.with_selection(self.selection.with_amounts(switch.previous))
         if switch.previous.get("switch") is not None:
@@ -207,11 +249,13 @@ class MixturePlanner(Planner):
             return np.empty(0, dtype=np.int64)
         return multiset_minus(owed, plan.remaining(consumed).materialize())
 
-    def _per_dataset(self, n: int, epoch: int, world_size: int, order: Order) -> TablePlan:
+    def _per_dataset(
+        self, selection: Selection, n: int, epoch: int, world_size: int, order: Order
+    ) -> TablePlan:
         ids = order.materialize()
-        dataset = self.selection.dataset_of(ids)
+        dataset = selection.dataset_of(ids)
         tables: list[TablePlan] = []
-        for d in range(len(self.selection.shares)):
+        for d in range(len(selection.shares)):
             mine = ids[dataset == d]
             if not len(mine):
                 continue
@@ -221,7 +265,7 @@ class MixturePlanner(Planner):
         which = np.repeat(np.arange(len(tables)), steps)
         index = np.concatenate([np.arange(s) for s in steps]) if steps else np.empty(0, int)
         if getattr(self.inner, "shuffle", True):
-            seed = derive_seed(self.selection.seed, "mixture-steps")
+            seed = derive_seed(selection.seed, "mixture-steps")
             perm = Permutation(len(which), seed, epoch).materialize()
         else:  # spread each dataset's steps evenly, in proportion
             perm = np.argsort(
@@ -230,6 +274,8 @@ class MixturePlanner(Planner):
         return interleave(IdOrder(ids), world_size, tables, which[perm], index[perm])
 
     def __repr__(self) -> str:
+        if self.selection is None:  # one dataset: its planner (what a Loader's repr showed)
+            return repr(self.inner)
         return f"MixturePlanner({self.inner!r}, {self.selection!r}, batching={self.batching!r})"
 
 
