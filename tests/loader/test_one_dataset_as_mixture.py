@@ -124,3 +124,13 @@ def test_one_dataset_read_alone_has_no_amounts_and_no_val_split(data: Path) -> N
         sole.selection()
     with pytest.raises(ConfigError, match="split='val' needs a mixture"):
         Loader(str(data), batch_size=4, split="val")
+
+
+def test_one_datasets_planner_attributes_read_through_the_wrapper() -> None:
+    from chute.plan import GroupedPlanner
+
+    inner = GroupedPlanner(4, seed=1)
+    sole = MixturePlanner(inner)
+    assert sole.batch_size == inner.batch_size  # as loader.planner read before the wrapper
+    with pytest.raises(AttributeError, match="no_such"):
+        sole.no_such

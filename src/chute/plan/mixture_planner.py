@@ -153,6 +153,16 @@ class MixturePlanner(Planner):
         """One dataset dealt by ``inner`` as it is (no selection): plans and params are its own."""
         return self.selection is None
 
+    def __getattr__(self, name: str) -> object:
+        # One dataset's loader.planner was the strategy itself before it was wrapped: its
+        # attributes (max_length, batch_size, ...) stay readable through the wrapper. Only for
+        # `sole`: a mixture's inner planner deals the selection, not the samples.
+        if name.startswith("_") or name in ("inner", "selection"):
+            raise AttributeError(name)
+        if self.selection is None:
+            return getattr(self.inner, name)
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+
     @property
     def needs_lengths(self) -> bool:
         return isinstance(self.inner, LengthPlanner)
