@@ -103,6 +103,18 @@ class RecipeOptions:
     max_length: int | None = option(
         None, cli=CliFlag("Longest sample in tokens."), doc="longest sample in tokens, or ``None``."
     )
+    min_length: int | None = option(
+        None,
+        cli=CliFlag(
+            "Shortest sample in tokens: a shorter one is rejected (too_short), e.g. to leave out "
+            "empty or one-word answers."
+        ),
+        doc=(
+            "shortest sample in tokens: a sample with fewer (after ``max_length`` cut it; a "
+            'preference pair: both sequences; with ``overflow="split"``: the whole document) '
+            "is rejected as ``too_short``, counted like every reject; ``None`` (default): no limit."
+        ),
+    )
     overflow: str = option(
         "truncate",
         choices=OVERFLOW,

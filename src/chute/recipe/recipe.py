@@ -246,6 +246,7 @@ class Recipe:
         if problems:
             name, message = problems[0]
             raise ConfigError(message, param=name)
+        self._check_min_length_fits()
         # where this process's long documents can be encoded from again (windows, issue 21)
         self._restarts = RestartPoints()
 
@@ -381,6 +382,7 @@ class Recipe:
             try:
                 enc = encode(rendered, tok, media.tokens, slots, media.guard, pre, need)
                 sample = self._finish(self._fit(conv, enc, path), path, line, index)
+                self._check_min_length(sample["length"])  # a window's: its whole document's
                 out[k] = sample if window is None else self._window(sample, window)
             except SampleError as exc:
                 exc = exc.with_traceback(None)
@@ -414,7 +416,29 @@ class Recipe:
         window: int | None = None,
         draw: Any = None,
     ) -> dict[str, Any]:
-        return self.strategy.sample(self, data, (path, line, index), window, draw)
+        sample = self.strategy.sample(self, data, (path, line, index), window, draw)
+        if window is None:  # a window's document was measured whole (_window_sample)
+            self._check_min_length(sample["length"])
+        return sample
+
+    def _check_min_length_fits(self) -> None:
+        """A ``min_length`` above ``max_length`` would reject every sample (windows aside)."""
+        least, most = self.options["min_length"], self.max_length
+        if least is not None and most is not None and least > most and self.overflow != "split":
+            raise ConfigError(
+                f"{least} is more than {spell_set('max_length', most)}: every sample would be "
+                f"rejected as too_short",
+                param="min_length",
+            )
+
+    def _check_min_length(self, length: int) -> None:
+        """``too_short``: fewer tokens than ``min_length``."""
+        least = self.options["min_length"]
+        if least is not None and length < least:
+            raise SampleError(
+                "too_short",
+                f"{length} tokens, fewer than {spell_set('min_length', least)}",
+            )
 
     def _sft_sample(
         self, data: Any, path: str | None, line: int | None, index: int | None, draw: Any
@@ -481,6 +505,7 @@ class Recipe:
             sample = self._finish(
                 self._fit(conv, self._encode(conv, path), path), path, line, index
             )
+            self._check_min_length(sample["length"])
             return self._window(sample, window)
         start = window * (self.max_length - self.stride)
         enc = self._restarts.window(
@@ -491,6 +516,7 @@ class Recipe:
             (path, index),
         )
         total = enc.total if enc.total is not None else start + len(enc.ids)
+        self._check_min_length(total)
         if not len(enc.ids) or (window and total <= self.max_length):
             raise ConfigError(
                 f"window {window} of a {total}-token document: the record changed since its "
