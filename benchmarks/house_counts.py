@@ -35,7 +35,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 SRC = ROOT / "src" / "chute"
-OPTIONS = ("max_length", "audio_token", "stride", "max_turns")
+OPTIONS = ("max_length", "audio_token", "stride", "max_turns", "min_length")  # min_length: new
 # where a recipe option meets its users: the Recipe, its config section, the command line
 SURFACES = ("recipe/", "cache/config", "cli/_options")
 

@@ -82,8 +82,10 @@ def test_a_template_spec_is_its_keywords() -> None:
         template_vars={"x": 1},
     )
     spec = TemplateSpec("chatml", system="Be brief.", train_on="all", variables={"x": 1})
-    _same(loose, Recipe(tokenizer=TOK, template=spec))
-    assert Recipe(tokenizer=TOK, template=spec).system == "Be brief."
+    grouped = Recipe(tokenizer=TOK, template=spec)
+    _same(loose, grouped)
+    assert grouped.system == "Be brief."
+    assert grouped.options["train_on"] == loose.options["train_on"] == "all"
 
 
 def test_specs_serialise_as_the_config_keys(tmp_path) -> None:

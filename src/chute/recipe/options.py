@@ -5,10 +5,10 @@ its documentation is the field's ``doc``), the key of a config's ``recipe:`` sec
 (``chute.recipe.config.RecipeConfig`` is this dataclass with ``build``), and, with
 ``cli=CliFlag(help)``, the flag of every command that takes a recipe
 (``chute.cli._options`` builds the flags from these fields). The field's type gives its check
-(``kinds_of``), refined by ``choices``, ``minimum`` or a named ``check``. So adding an option is
-one field here, and its use in the recipe::
-
-    min_length: int | None = option(None, cli=CliFlag("..."), doc="...")
+(``kinds_of``), refined by ``choices``, ``minimum`` or a named ``check``; a ``Recipe`` value
+given as plain data meets the same check; an option no entry of ``Recipe.fingerprint`` holds is
+in it under its name when not at its default. So adding an option is one field here, its use in
+the recipe (``recipe.options["min_length"]``) and its test: ``min_length`` was added so.
 
 Example:
     >>> RecipeOptions(tokenizer="models/qwen3", max_length=4096).max_length

@@ -142,8 +142,15 @@ class Recipe:
         self.length = LengthPolicy.of(
             length, {k: options[k] for k in LENGTH_KEYWORDS if k in options}
         )
-        o: dict[str, Any] = {**option_defaults(), **options}
-        self.options = o  # every option's value, as given or by default (fingerprint)
+        # every option's value: given (loose or in its group) or its default
+        o: dict[str, Any] = {
+            **option_defaults(),
+            **options,
+            **tok.keywords(),
+            **tpl.keywords(),
+            **{k: getattr(self.length, k) for k in LENGTH_KEYWORDS},
+        }
+        self.options = o
         self.tokenizer: Tokenizer = load_tokenizer(
             tok.source,
             special_tokens=tok.special_tokens,
