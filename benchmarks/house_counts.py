@@ -2,6 +2,7 @@
 
     python benchmarks/house_counts.py            # a table
     python benchmarks/house_counts.py --json
+    python benchmarks/house_counts.py --root /tmp/old   # another checkout (its src/chute)
 
 What it counts, over ``src/chute``:
 
@@ -16,6 +17,10 @@ What it counts, over ``src/chute``:
   and ``cli/_options.py`` that declare them (a keyword of
   ``Recipe.__init__``, a field of ``RecipeConfig``, an entry of its type table, a CLI flag, a field
   of the CLI's ``RecipeArgs``, a line of its ``keywords()``).
+- ``option_sites``: for the same options, the sites one edits to add such an option: a keyword
+  of ``Recipe.__init__``, an entry of its docstring's ``Args:``, a field of a class in
+  ``recipe/config.py`` or ``recipe/options.py`` (``RecipeConfig``, ``RecipeOptions``), a CLI
+  ``_Flag(...)``. Read from the syntax tree, so plumbing (a helper's parameter) is not counted.
 - ``upward_imports``: imports of ``chute._internal`` from ``chute/errors.py`` (the one module
   below ``_internal``).
 - ``init_logic_lines``: non-blank, non-import lines of ``__init__.py`` files of ``lengths``,
@@ -33,7 +38,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 SRC = ROOT / "src" / "chute"
-OPTIONS = ("max_length", "audio_token", "stride", "max_turns")
+OPTIONS = ("max_length", "audio_token", "stride", "max_turns", "min_length")  # min_length: new
 # where a recipe option meets its users: the Recipe, its config section, the command line
 SURFACES = ("recipe/", "cache/config", "cli/_options")
 
@@ -105,6 +110,46 @@ def option_declarations() -> dict[str, list[str]]:
     return out
 
 
+def option_sites() -> dict[str, list[str]]:
+    recipe = ast.parse((SRC / "recipe" / "recipe.py").read_text())
+    init = next(
+        node
+        for node in ast.walk(recipe)
+        if isinstance(node, ast.FunctionDef)
+        and node.name == "__init__"
+        and any(isinstance(c, ast.ClassDef) and c.name == "Recipe" for c in recipe.body)
+    )
+    keywords = {a.arg for a in [*init.args.args, *init.args.kwonlyargs]}
+    recipe_class = next(
+        c for c in recipe.body if isinstance(c, ast.ClassDef) and c.name == "Recipe"
+    )
+    doc = (ast.get_docstring(recipe_class) or "").partition("Args:")[2]
+    documented = set(re.findall(r"^    (\w+)(?: / (\w+))?:", doc, re.M))
+    documented_names = {n for pair in documented for n in pair if n}
+    fields: dict[str, set[str]] = {}
+    for rel in ("recipe/config.py", "recipe/options.py"):
+        if not (SRC / rel).exists():
+            continue
+        for node in ast.walk(ast.parse((SRC / rel).read_text())):
+            if isinstance(node, ast.ClassDef):
+                for item in node.body:
+                    if isinstance(item, ast.AnnAssign) and isinstance(item.target, ast.Name):
+                        fields.setdefault(item.target.id, set()).add(f"{node.name} field")
+    flags = set(re.findall(r'_Flag\(\s*"(\w+)"', (SRC / "cli" / "_options.py").read_text()))
+    out: dict[str, list[str]] = {}
+    for option in OPTIONS:
+        sites = []
+        if option in keywords:
+            sites.append("Recipe.__init__ keyword")
+        if option in documented_names:
+            sites.append("Recipe docstring Args")
+        sites += sorted(fields.get(option, ()))
+        if option in flags:
+            sites.append("CLI _Flag")
+        out[option] = sites
+    return out
+
+
 def upward_imports() -> list[str]:
     text = (SRC / "errors.py").read_text()
     return [line.strip() for line in text.splitlines() if "chute._internal" in line]
@@ -131,9 +176,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", action="store_true")
     parser.add_argument("-v", "--verbose", action="store_true", help="list every place")
+    parser.add_argument("--root", type=Path, help="count another checkout (default: this one)")
     args = parser.parse_args()
+    if args.root is not None:
+        global ROOT, SRC
+        ROOT, SRC = args.root.resolve(), args.root.resolve() / "src" / "chute"
     probes, branches, sole = getattr_recipe_probes(), mixture_is_none(), selection_is_none()
-    declared = option_declarations()
+    declared, sites = option_declarations(), option_sites()
     report = {
         "getattr_recipe_probes": len(probes),
         "mixture_is_none": len(branches),
@@ -141,6 +190,7 @@ def main() -> None:
         "selection_is_none": len(sole),
         "selection_is_none_files": len({b.split(":")[0] for b in sole}),
         "option_declarations": {k: len(v) for k, v in declared.items()},
+        "option_sites": {k: len(v) for k, v in sites.items()},
         "upward_imports": len(upward_imports()),
         "init_logic_lines": init_logic_lines(),
         "root_test_files": len(root_test_files()),
@@ -154,6 +204,7 @@ def main() -> None:
         print("\n".join(["", *probes, "", *branches, "", *sole]))
         for option, places in declared.items():
             print(f"\n{option}: " + ", ".join(places))
+            print("  sites to edit: " + ", ".join(sites[option]))
 
 
 if __name__ == "__main__":

@@ -35,11 +35,7 @@ EXPLAINED: dict[str, str] = {
     # one argument, several documented forms
     "Recipe.__init__:tokenizer": ACCEPTS_MANY,
     "Recipe.__init__:template": ACCEPTS_MANY,
-    "Recipe.__init__:media_root": ACCEPTS_MANY,
     "Recipe.__init__:image_tokens": ACCEPTS_MANY,
-    "Recipe.__init__:video_tokens": ACCEPTS_MANY,
-    "Recipe.__init__:audio_tokens": ACCEPTS_MANY,
-    "Recipe.__init__:media_allowed_roots": ACCEPTS_MANY,
     "load_tokenizer:tokenizer": ACCEPTS_MANY,
     "get_template:value": ACCEPTS_MANY,
     "get_template:tokenizer": ACCEPTS_MANY,

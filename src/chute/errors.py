@@ -193,6 +193,7 @@ SAMPLE_ERROR_KINDS: dict[str, str] = {
     "cannot be aligned with the messages",
     "no_trainable_tokens": "no token is left to train on (no assistant turn, or truncation cut them)",
     "too_long": "the sample has more tokens than max_length and the overflow policy is 'drop'",
+    "too_short": "the sample has fewer tokens than min_length",
     # Recipe: media references
     "image_placeholder_mismatch": "the number of <image>/<video>/<audio> placeholders differs from "
     "the number of media the record lists",

@@ -239,8 +239,9 @@ def option(
     choices: Sequence[str] | None = None,
     minimum: int = 1,
     cli: CliFlag | None = None,
+    doc: str | None = None,
 ) -> Any:
-    """A config field declared once: its default, its check, its command-line flag.
+    """A config field declared once: its default, its check, its command-line flag, its doc.
 
     The check comes from the field's annotation (``int | None`` -> a positive integer or null,
     ``bool`` -> true or false, ``dict[str, str]`` -> a mapping of names to strings, ...);
@@ -255,7 +256,7 @@ def option(
         >>> kinds_of(Opts)["stride"], kinds_of(Opts)["mode"][1]
         ('int0', 'one of a, b')
     """
-    metadata = {"check": check, "choices": choices, "minimum": minimum, "cli": cli}
+    metadata = {"check": check, "choices": choices, "minimum": minimum, "cli": cli, "doc": doc}
     if factory is not MISSING:
         return field(default_factory=factory, metadata=metadata)
     return field(default=default, metadata=metadata)

@@ -4,6 +4,9 @@
   (``recipe.py``), built on ``encode`` (conversation -> ``input_ids``/``labels``, ``encode.py``);
   long documents cut into windows (``windows.py``), whole exchanges dropped to fit
   (``truncate.py``), preference pairs and rated completions (``preference.py``).
+* ``RecipeOptions``: every option of a recipe, declared once (keyword, config key, flag, doc;
+  ``options.py``); its groups as checked values: ``LengthPolicy`` (``length.py``),
+  ``TokenizerSpec`` and ``TemplateSpec`` (``specs.py``).
 * ``RecipeContract``: what the layers above read of a recipe, checked where one enters
   (``as_recipe``; ``contract.py``); one strategy per ``task`` (``tasks.py``).
 * ``validate_source``: any check (a ``Recipe`` is one) over every record, in parallel, with
@@ -13,6 +16,7 @@
 from chute.recipe.contract import PlainRecipe, RecipeBase, RecipeContract, as_recipe
 from chute.recipe.encode import Encoded, encode, fit_length
 from chute.recipe.length import LengthPolicy
+from chute.recipe.options import RecipeOptions
 from chute.recipe.recipe import (
     MAX_RECORD_BYTES,
     MAX_TURNS,
@@ -22,6 +26,7 @@ from chute.recipe.recipe import (
     TRUNCATION,
     Recipe,
 )
+from chute.recipe.specs import TemplateSpec, TokenizerSpec
 from chute.recipe.validate import ValidationReport, check_json_object, validate_source
 
 __all__ = [
@@ -37,6 +42,9 @@ __all__ = [
     "Recipe",
     "RecipeBase",
     "RecipeContract",
+    "RecipeOptions",
+    "TemplateSpec",
+    "TokenizerSpec",
     "ValidationReport",
     "as_recipe",
     "check_json_object",

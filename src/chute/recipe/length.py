@@ -28,7 +28,7 @@ from chute.recipe.truncate import check_policies
 from chute.recipe.windows import check_stride
 from chute.sources.record import MAX_RECORD_BYTES
 
-__all__ = ["OVERFLOW", "LengthPolicy"]
+__all__ = ["LENGTH_KEYWORDS", "OVERFLOW", "LengthPolicy"]
 
 
 @dataclass(frozen=True)
@@ -99,3 +99,7 @@ class LengthPolicy:
                 param="length",
             )
         return length
+
+
+# the Recipe keywords (and config keys) a LengthPolicy stands for: its fields' names
+LENGTH_KEYWORDS: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(LengthPolicy))

@@ -37,6 +37,7 @@ Example:
 from __future__ import annotations
 
 import copy
+import inspect
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -46,17 +47,27 @@ from chute._internal.spelling import spell, spell_set, spell_value
 from chute.errors import ConfigError, SampleError
 from chute.formats import FormatReader, FormatSpec
 from chute.formats.spec import MAX_TURNS
-from chute.media.geometry import Geometry, GeometryOption
-from chute.media.images import DEFAULT_MAX_PIXELS
+from chute.media.geometry import Geometry
 from chute.media.refs import MediaPlan, MediaSlot
 from chute.media.stage import default_media_stage
-from chute.media.timestamps import Timestamps, TimestampsOption
+from chute.media.timestamps import Timestamps
 from chute.media.tokens import DynamicImageTokens
 from chute.recipe.coordinates import move_coordinates, move_timestamps, objects_answer
 from chute.recipe.encode import Encoded, encode, fit_length
-from chute.recipe.length import OVERFLOW, LengthPolicy
+from chute.recipe.length import LENGTH_KEYWORDS, OVERFLOW, LengthPolicy
+from chute.recipe.options import (
+    OPTION_NAMES,
+    RecipeOptions,
+    check_plain,
+    keyword_parameters,
+    keyword_problems,
+    none_as_empty,
+    option_defaults,
+    options_doc,
+)
 from chute.recipe.preference import TASKS, response_rendered, train_after_prompt
 from chute.recipe.restarts import RestartPoints
+from chute.recipe.specs import TemplateSpec, TokenizerSpec, group_of
 from chute.recipe.tasks import TASK_STRATEGIES
 from chute.recipe.truncate import TRUNCATION, check_policies, drop_exchanges
 from chute.recipe.windows import (
@@ -91,140 +102,66 @@ _Where = tuple[str | None, int | None, int | None, int | None]
 class Recipe:
     """Record -> training sample. Picklable (DataLoader workers, process pools) and cheap to call.
 
+    Every keyword but the three groups below is an option declared once in
+    ``chute.recipe.options.RecipeOptions`` (the same key in a config's ``recipe:`` section, the
+    same ``--flag`` on the command line); each is listed, with its doc, under "Options" (written
+    from the declarations when this module loads, as is the signature ``help(Recipe)`` shows).
+
     Args:
-        tokenizer: a ``tokenizer.json`` path, a tokenizer folder, a tiktoken BPE file, or a
-            ``tokenizers`` / ``transformers`` tokenizer object (see ``chute.tokenize``).
-        format: ``auto`` (each record detected from its keys), a format name (``alpaca``,
-            ``prompt_completion``, ``sharegpt``, ``llava``, ``qwen_vl``, ``messages``,
-            ``text``) or a ``FormatSpec``.
-        template: a built-in name (``chatml``, ``qwen3``, ``llama3``, ``llama2``, ``mistral``,
-            ``vicuna``, ``llava-v1``, ``alpaca``, ``raw``), a ``tokenizer_config.json`` or
-            ``.jinja`` path, a Jinja string, or ``None``: the tokenizer's own chat template
-            (``raw`` for ``format="text"``).
-        max_length: longest sample in tokens, or ``None``.
-        overflow: what ``max_length`` does to a longer sample: ``truncate`` (cut it as
-            ``truncation`` says, never cutting an image), ``drop`` (reject it as
-            ``too_long``) or ``split`` (a long document becomes several samples, windows of
-            at most ``max_length`` tokens: every token kept; see ``chute.recipe.windows``).
-        truncation: with ``overflow="truncate"``: ``right`` (keep the start), ``left`` (keep
-            the end: completion-style data) or ``turns`` (drop whole earliest exchanges, the
-            system prompt kept, until the conversation fits; see ``chute.recipe.truncate``).
-        stride: with ``overflow="split"``: tokens each later window repeats from the one
-            before, as context only (labels -100); ``1`` makes every token a target once.
-        task: ``sft`` (one sequence per record: instruction data, pretraining text),
-            ``preference`` (a chosen and a rejected sequence sharing the prompt: DPO, ORPO,
-            reward models) or ``kto`` (one completion and a desirability ``label``: TRL's
-            unpaired preference). See ``chute.recipe.preference``.
-        train_on: ``assistant`` (every assistant turn), ``last`` (the last one) or ``all``.
-        columns: record keys by meaning, e.g. ``{"prompt": "question"}`` (needs ``format``).
-        tags: role and key names in message lists, e.g. ``{"user_tag": "Q"}`` (needs ``format``).
-        placeholders: media placeholder text per kind, e.g. ``{"image": "<IMG_CONTEXT>"}``.
-        system: system prompt for conversations without one.
-        template_vars: extra variables for Jinja templates, e.g. ``{"enable_thinking": False,
-            "date_string": "26 Jul 2024"}`` (in the fingerprint). Templates never read the
-            clock: ``strftime_now`` formats 26 Jul 2024 (see docs/templates.md).
-        special_tokens: overrides of ``bos``/``eos``/``pad``/``unk``/``image`` tokens.
-        media_root: folder that relative media paths are resolved against (default: the folder
-            of the record's data file), or a mapping from data file path (or glob) to folder.
-            A reference that escapes its root (``..``, an absolute path elsewhere, a symlink
-            pointing outside) is rejected as ``unsafe_path``.
-        image_tokens: tokens per image: ``auto`` (the default: ``qwen2-vl`` when the image
-            token is ``<|image_pad|>``, else 576), a count (``576``), a preset (``llava-1.5``,
-            ``qwen-vl``, ``qwen2-vl``, ``qwen2.5-vl``, ``qwen3-vl``, ``llava-next``,
-            ``llava-onevision``), a ``DynamicImageTokens`` or ``AnyresImageTokens``, or ``None``
-            (images are a ``ConfigError``). The same default everywhere: see docs/media.md,
-            "Image tokens".
-        image_token: the token that marks an image (default: the tokenizer's image token,
-            e.g. ``<|image_pad|>``, else ``<image>``).
-        video_token / audio_token: the token that marks a video / an audio clip (default: the
-            tokenizer's ``<|video_pad|>`` / ``<|AUDIO|>`` when it has them, else ``<video>`` /
-            ``<audio>``).
-        max_record_bytes: a record larger than this (its raw JSON) is rejected as
-            ``record_too_large`` before it is read or parsed: its size comes from the source's
-            index (default 64 MiB; ``None``: no limit).
-        max_turns: the most messages one record may hold (and content parts one message may
-            hold); a record with more is rejected as ``too_many_turns`` before its messages
-            are built, templated or tokenized (default 10,000; ``None``: no limit).
-        geometry: how the text writes box and point coordinates (``qwen2-vl``, ``qwen2.5-vl``,
-            ``normalized``, ``llava``, ``none``, or a ``chute.media.geometry.Geometry``):
-            they are rewritten for the image the model sees (resize, and the Loader's
-            augmentation crops and flips); ``None`` (default): the text is left as written.
-            See docs/media.md, "Augmentation and geometry".
-        timestamps: times in the text of a video sample (``00:12``, ``12.5s``, ``3.5 to 7
-            seconds``): ``check`` rejects a time past the clip's end (``timestamp_outside``),
-            ``seconds`` (or ``qwen2.5-vl``, ``qwen3-vl``) also writes each as Qwen reads time
-            (``12.0 seconds``), or a ``chute.media.timestamps.Timestamps`` (``snap=True``:
-            to the nearest sampled frame group's time); ``None`` (default): not read. See
-            docs/media.md, "Times in the text".
-        image_token_id: the id written for image tokens (default: ``image_token``'s id; LLaVA's
-            original code uses ``-200``).
-        video_tokens: tokens per video: a fixed count, a ``chute.media.video.VideoFrames``
-            (counted from the container's header), its fields, or the short form ``fps``,
-            ``fps=1,max_frames=64``, ``frames=8`` (the ``image_tokens`` family's preset: Qwen's
-            frame sampling); required for videos.
-        audio_tokens: tokens per audio clip: a fixed count, or a
-            ``chute.media.audio.AudioClips`` (counted from the header); required for audio.
-        check_images: with a fixed count, reject samples whose image file is missing. Dynamic
-            counts always read the header.
-        allow_urls: keep URL media references (fixed counts only) instead of rejecting them as
-            ``url_not_allowed``; chute fetches nothing (the media stage needs ``fetch=``).
-        max_image_pixels: reject images with more pixels where the header is read (dynamic
-            counts) as ``image_too_large``.
-        media_allowed_roots: further folders media references may resolve into through a
-            symlink or an absolute path (e.g. where an ``images -> /mnt/coco`` link points).
-        tiktoken_pattern: for tiktoken files whose rank count matches no preset.
-        tokenizer_backend: the engine of a ``tokenizer.json``: ``auto`` (the default: tiktoken
-            where the tokenizer compiles to it exactly and passes the checks, else
-            ``tokenizers``), ``tiktoken`` (required; a ``ConfigError`` says why it cannot be
-            had) or ``hf`` (``tokenizers``). The ids, labels and cache fingerprint are the same
-            either way (see docs/recipe.md, "Tokenizer").
+        tokenizer: a ``tokenizer.json`` path, a tokenizer folder, a tiktoken BPE file, a
+            ``tokenizers`` / ``transformers`` tokenizer object (see ``chute.tokenize``), or a
+            ``TokenizerSpec`` (then leave ``special_tokens``, ``tiktoken_pattern`` and
+            ``tokenizer_backend`` out).
+        template: a built-in name, a ``tokenizer_config.json`` or ``.jinja`` path, a Jinja
+            string, ``None`` (the tokenizer's own chat template; ``raw`` for
+            ``format="text"``), or a ``TemplateSpec`` (then leave ``system``,
+            ``template_vars`` and ``train_on`` out).
         length: ``max_length``, ``overflow``, ``truncation``, ``stride`` and
             ``max_record_bytes`` as one ``LengthPolicy`` (then leave those keywords out).
+        **options: the options below, by name; an unknown name is a ``TypeError`` naming the
+            nearest one, a value of the wrong kind a ``ConfigError``.
+
+    Options:
     """
 
     def __init__(
         self,
         *,
         tokenizer: Any,
-        format: str | FormatSpec = "auto",
         template: Any = None,
-        max_length: int | None = None,
-        overflow: str = "truncate",
-        truncation: str = "right",
-        stride: int = 0,
-        task: str = "sft",
-        train_on: str = "assistant",
-        columns: Mapping[str, str] | None = None,
-        tags: Mapping[str, str] | None = None,
-        placeholders: Mapping[str, str | None] | None = None,
-        system: str | None = None,
-        template_vars: Mapping[str, Any] | None = None,
-        special_tokens: Mapping[str, str | None] | None = None,
-        media_root: Any = None,
-        image_tokens: Any = "auto",
-        image_token: str | None = None,
-        image_token_id: int | None = None,
-        video_tokens: Any = None,
-        audio_tokens: Any = None,
-        video_token: str | None = None,
-        audio_token: str | None = None,
-        check_images: bool = True,
-        allow_urls: bool = False,
-        max_image_pixels: int = DEFAULT_MAX_PIXELS,
-        media_allowed_roots: Any = (),
-        tiktoken_pattern: str | None = None,
-        tokenizer_backend: str = "auto",
-        max_record_bytes: int | None = MAX_RECORD_BYTES,
-        max_turns: int | None = MAX_TURNS,
-        geometry: GeometryOption = None,
-        timestamps: TimestampsOption = None,
         length: LengthPolicy | None = None,
-    ):
+        **options: object,
+    ) -> None:
+        unknown = keyword_problems(options)
+        if unknown:
+            raise TypeError("; ".join(unknown))
+        options = none_as_empty(options)
+        # the groups: each a spec, or made of its loose keywords (never both)
+        tok = group_of(TokenizerSpec, tokenizer, options)
+        tpl = group_of(TemplateSpec, template, options)
+        self.length = LengthPolicy.of(
+            length, {k: options[k] for k in LENGTH_KEYWORDS if k in options}
+        )
+        # every option's value: given (loose or in its group) or its default
+        o: dict[str, Any] = {
+            **option_defaults(),
+            **options,
+            **tok.keywords(),
+            **tpl.keywords(),
+            **{k: getattr(self.length, k) for k in LENGTH_KEYWORDS},
+        }
+        self.options = o
         self.tokenizer: Tokenizer = load_tokenizer(
-            tokenizer,
-            special_tokens=special_tokens,
-            tiktoken_pattern=tiktoken_pattern,
-            backend=tokenizer_backend,
+            tok.source,
+            special_tokens=tok.special_tokens,
+            tiktoken_pattern=tok.tiktoken_pattern,
+            backend=tok.backend,
+        )
+        format, columns, tags, placeholders = (
+            o["format"],
+            o["columns"],
+            o["tags"],
+            o["placeholders"],
         )
         if isinstance(format, FormatSpec):
             if columns or tags or placeholders:
@@ -237,25 +174,18 @@ class Recipe:
             self.format = FormatSpec(
                 format, columns=columns or {}, tags=tags or {}, placeholders=placeholders or {}
             )
-        if template is None and self.format.name == "text":
-            template = "raw"
-        self.template = get_template(template, self.tokenizer)
-        self.length = LengthPolicy.of(
-            length,
-            {
-                "max_length": max_length,
-                "overflow": overflow,
-                "truncation": truncation,
-                "stride": stride,
-                "max_record_bytes": max_record_bytes,
-            },
-        )
+        template_source = tpl.source
+        if template_source is None and self.format.name == "text":
+            template_source = "raw"
+        self.template = get_template(template_source, self.tokenizer)
         max_length, overflow = self.length.max_length, self.length.overflow
+        task = o["task"]
         check_policies(max_length, overflow, self.length.truncation, task)  # with the task
         self.truncation = self.length.truncation
         self.stride = self.length.stride
         self.task = task
         self.strategy = TASK_STRATEGIES[task]  # how a record becomes a sample (recipe/tasks.py)
+        system = tpl.system
         if system is not None and not isinstance(system, str):
             raise ConfigError(
                 f"expected a string or {spell_value(None)}, got {type(system).__name__}",
@@ -264,8 +194,9 @@ class Recipe:
         self.max_length = max_length
         self.overflow = overflow
         self.system = system
-        self.template_vars = dict(template_vars or {})
+        self.template_vars = dict(tpl.variables or {})
         self.max_record_bytes = self.length.max_record_bytes
+        max_turns = o["max_turns"]
         if max_turns is not None and (
             isinstance(max_turns, bool) or not isinstance(max_turns, int) or max_turns < 1
         ):
@@ -277,23 +208,23 @@ class Recipe:
         self.max_turns = max_turns
         self.media = MediaPlan(
             self.tokenizer,
-            image_tokens=image_tokens,
-            image_token=image_token,
-            image_token_id=image_token_id,
-            video_tokens=video_tokens,
-            audio_tokens=audio_tokens,
-            video_token=video_token,
-            audio_token=audio_token,
-            media_root=media_root,
-            check_images=check_images,
-            allow_urls=allow_urls,
-            max_image_pixels=max_image_pixels,
-            allowed_roots=media_allowed_roots,
+            image_tokens=o["image_tokens"],
+            image_token=o["image_token"],
+            image_token_id=o["image_token_id"],
+            video_tokens=o["video_tokens"],
+            audio_tokens=o["audio_tokens"],
+            video_token=o["video_token"],
+            audio_token=o["audio_token"],
+            media_root=o["media_root"],
+            check_images=o["check_images"],
+            allow_urls=o["allow_urls"],
+            max_image_pixels=o["max_image_pixels"],
+            allowed_roots=o["media_allowed_roots"],
         )
         self._reader = FormatReader(self.format, max_turns=max_turns)
-        self.geometry = Geometry.of(geometry)
+        self.geometry = Geometry.of(o["geometry"])
         self._widest = False  # the lengths pass of a Loader that crops or flips
-        self.timestamps = Timestamps.of(timestamps)
+        self.timestamps = Timestamps.of(o["timestamps"])
         if self.timestamps is not None and task != "sft":
             raise ConfigError(
                 f"times in the text are checked for {spell_set('task', 'sft')} only, got "
@@ -306,16 +237,23 @@ class Recipe:
                 f"{spell_value(task)}",
                 param="geometry",
             )
+        self.train_on = tpl.train_on
         self._ctx = RenderContext(
             bos=self.tokenizer.bos_token,
             eos=self.tokenizer.eos_token,
             media_text=self.media.text,
-            train_on=train_on,
+            train_on=self.train_on,
             system=system,
             variables=self.template_vars,
             special=dict(self.tokenizer.special),
         )
-        self.train_on = train_on
+        # an option no part above checks (one added by a declaration alone) is checked here,
+        # by its declaration, when given as plain data
+        problems = check_plain(options)
+        if problems:
+            name, message = problems[0]
+            raise ConfigError(message, param=name)
+        self._check_min_length_fits()
         # where this process's long documents can be encoded from again (windows, issue 21)
         self._restarts = RestartPoints()
 
@@ -451,6 +389,7 @@ class Recipe:
             try:
                 enc = encode(rendered, tok, media.tokens, slots, media.guard, pre, need)
                 sample = self._finish(self._fit(conv, enc, path), path, line, index)
+                self._check_min_length(sample["length"])  # a window's: its whole document's
                 out[k] = sample if window is None else self._window(sample, window)
             except SampleError as exc:
                 exc = exc.with_traceback(None)
@@ -484,7 +423,29 @@ class Recipe:
         window: int | None = None,
         draw: Any = None,
     ) -> dict[str, Any]:
-        return self.strategy.sample(self, data, (path, line, index), window, draw)
+        sample = self.strategy.sample(self, data, (path, line, index), window, draw)
+        if window is None:  # a window's document was measured whole (_window_sample)
+            self._check_min_length(sample["length"])
+        return sample
+
+    def _check_min_length_fits(self) -> None:
+        """A ``min_length`` above ``max_length`` would reject every sample (windows aside)."""
+        least, most = self.options["min_length"], self.max_length
+        if least is not None and most is not None and least > most and self.overflow != "split":
+            raise ConfigError(
+                f"{least} is more than {spell_set('max_length', most)}: every sample would be "
+                f"rejected as too_short",
+                param="min_length",
+            )
+
+    def _check_min_length(self, length: int) -> None:
+        """``too_short``: fewer tokens than ``min_length``."""
+        least = self.options["min_length"]
+        if least is not None and length < least:
+            raise SampleError(
+                "too_short",
+                f"{length} tokens, fewer than {spell_set('min_length', least)}",
+            )
 
     def _sft_sample(
         self, data: Any, path: str | None, line: int | None, index: int | None, draw: Any
@@ -551,6 +512,7 @@ class Recipe:
             sample = self._finish(
                 self._fit(conv, self._encode(conv, path), path), path, line, index
             )
+            self._check_min_length(sample["length"])
             return self._window(sample, window)
         start = window * (self.max_length - self.stride)
         enc = self._restarts.window(
@@ -561,6 +523,7 @@ class Recipe:
             (path, index),
         )
         total = enc.total if enc.total is not None else start + len(enc.ids)
+        self._check_min_length(total)
         if not len(enc.ids) or (window and total <= self.max_length):
             raise ConfigError(
                 f"window {window} of a {total}-token document: the record changed since its "
@@ -695,7 +658,7 @@ class Recipe:
             >>> sorted(recipe.fingerprint())  # doctest: +SKIP
             ['format', 'max_length', 'media', 'overflow', 'recipe_version', 'system', ...]
         """
-        return {
+        entries = {
             "recipe_version": RECIPE_VERSION,
             "format": self.format.to_json(),
             "template": self.template.spec(),
@@ -720,6 +683,23 @@ class Recipe:
             **({"coordinates": "widest"} if self._widest else {}),
             **({"timestamps": self.timestamps.fingerprint()} if self.timestamps else {}),
         }
+        return {**entries, **self._options_by_name(entries)}
+
+    def _options_by_name(self, entries: Mapping[str, Any]) -> dict[str, Any]:
+        """Each option no entry holds, by its name, where it differs from its default.
+
+        An option added by its declaration alone is in the fingerprint this way, so a cache
+        built without it (or with another value) is a named mismatch; at its default it is left
+        out, so caches built before the option existed stay valid.
+        """
+        within = {n for names in RecipeOptions.FINGERPRINTED_WITHIN.values() for n in names}
+        skip = within | set(RecipeOptions.NOT_SHAPING) | set(entries)
+        defaults = option_defaults()
+        return {
+            name: _jsonable(value)
+            for name, value in self.options.items()
+            if name not in skip and value != defaults[name]
+        }
 
     def __repr__(self) -> str:
         return (
@@ -731,6 +711,18 @@ class Recipe:
             + (f", task={self.task!r}" if self.task != "sft" else "")
             + ")"
         )
+
+
+# The options' docs and keywords, from their declarations (so an option is declared once).
+_OPTIONS = tuple(name for name in OPTION_NAMES if name not in ("tokenizer", "template"))
+Recipe.__doc__ = f"{(Recipe.__doc__ or '').rstrip()}\n{options_doc(_OPTIONS)}\n"
+_init = inspect.signature(Recipe.__init__)
+Recipe.__init__.__signature__ = _init.replace(  # type: ignore[attr-defined]
+    parameters=[
+        *(p for p in _init.parameters.values() if p.kind != p.VAR_KEYWORD),
+        *keyword_parameters(_OPTIONS),
+    ]
+)
 
 
 def _jsonable(value: Any) -> Any:
