@@ -88,7 +88,10 @@ class HFTokenizer(Tokenizer):
         self._use(choose(self._rust, path, backend))
         if self._fast is None:
             self._rust()  # tokenizers encodes: a file it cannot read fails here, at load
+        # the first checks are for the user's texts, not the image-token candidates tried here
+        checks, self._checks_left = self._checks_left, 0
         self._set_special(special or {}, special_tokens)
+        self._checks_left = checks
 
     def _rust(self) -> _RustTokenizer:
         """The ``tokenizers.Tokenizer``, parsed from ``path`` the first time it is needed."""
@@ -216,8 +219,8 @@ class HFTokenizer(Tokenizer):
 
     def _identity(self) -> dict[str, Any]:
         files: dict[str, str] = {}
-        if self.path is not None:
-            files[Path(self.path).name] = file_sha256(self.path)
+        if self.path is not None:  # the bytes the engine was chosen for, hashed once
+            files[Path(self.path).name] = self._choice.sha256 or file_sha256(self.path)
         else:
             digest = hashlib.sha256(self._rust().to_str().encode()).hexdigest()
             files["tokenizer.json (in memory)"] = digest

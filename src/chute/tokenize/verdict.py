@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from chute.tokenize.compile_tiktoken import BPETables, byte_alphabet
+from chute.tokenize.compile_tiktoken import BPETables, token_bytes
 
 __all__ = ["Verdict", "extra_tokens", "probe_digest", "read_verdict", "write_verdict"]
 
@@ -96,10 +96,8 @@ class Verdict:
         for added in tables.added:
             if added.content == token:
                 return added.id
-        alphabet = byte_alphabet()
-        try:
-            as_bytes = bytes(alphabet[c] for c in token)
-        except KeyError:
+        as_bytes = token_bytes(token)
+        if as_bytes is None:
             return self.tokens.get(token)
         found = tables.ranks.get(as_bytes)
         return found if found is not None else self.tokens.get(token)
@@ -112,15 +110,10 @@ def probe_digest(texts: list[str]) -> str:
 
 def extra_tokens(rust: Any, tables: BPETables) -> dict[str, int]:
     """Vocabulary tokens (not added ones) whose bytes the tables do not map to their id."""
-    alphabet = byte_alphabet()
     out = {}
     for token, i in rust.get_vocab(with_added_tokens=False).items():
-        try:
-            as_bytes = bytes(alphabet[c] for c in token)
-        except KeyError:
-            out[token] = i
-            continue
-        if tables.ranks.get(as_bytes) != i:
+        as_bytes = token_bytes(token)
+        if as_bytes is None or tables.ranks.get(as_bytes) != i:
             out[token] = i
     return out
 
