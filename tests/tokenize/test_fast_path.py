@@ -40,10 +40,13 @@ def _engine_state() -> Any:
     """Each test starts from the process's compiled tokenizers and leaves them as they were
     (a test that turns a fast path off must not turn it off for the next)."""
     saved = (dict(engine._MEMO), dict(engine._PROBED), set(engine._SAID))
+    kept = (dict(engine._TABLES), dict(engine._VERDICTS))
     yield
     engine._MEMO.clear(), engine._MEMO.update(saved[0])
     engine._PROBED.clear(), engine._PROBED.update(saved[1])
     engine._SAID.clear(), engine._SAID.update(saved[2])
+    engine._TABLES.clear(), engine._TABLES.update(kept[0])
+    engine._VERDICTS.clear(), engine._VERDICTS.update(kept[1])
 
 
 def fresh(rust: Tokenizer, backend: str = "auto") -> HFTokenizer:
@@ -287,6 +290,9 @@ class _Spy:
     def encode(self, text: str, **kw: Any) -> Any:
         self._calls.append(text)
         return self._rust.encode(text, **kw)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._rust, name)
 
 
 def test_a_probe_that_differs_keeps_tokenizers(

@@ -197,7 +197,11 @@ class ChunkJob:
     ) -> dict[str, Any]:
         # counts from the chunk's columns (one pass each, not one per sample)
         lengths = integers(columns.column("length")).astype(np.int64)
-        runs = integers(columns.column("label_spans").flatten())
+        # the list's values between its first and last offset: what flatten() gives, without
+        # importing pyarrow.compute (0.1 s in every worker)
+        spans = columns.column("label_spans")
+        bounds = integers(spans.offsets)
+        runs = integers(spans.values)[bounds[0] : bounds[-1]] if len(bounds) else bounds[:0]
         trained = int((runs[1::2].astype(np.int64) - runs[0::2]).sum())
         return {
             "chunk": k,

@@ -7,14 +7,17 @@ the fast path (a ``ConfigError`` says why it cannot be had); ``hf`` keeps ``toke
 Compiling and the thorough checks (``chute.tokenize.verify``: the BPE step on the strings where
 the algorithms could part, every code point in context) run once per tokenizer file and
 library versions; the outcome, tables or the reason for refusing, is kept under
-``<cache root>/tokenizers/`` keyed by the file's SHA-256 (a second load costs ~0.1 s). The probe
-set runs at every load, once per process. When ``auto`` does not get the fast path it says why
-in one log line (``chute.tokenize`` logger): at INFO for a tokenizer that does not compile
-(SentencePiece, an unusual pre-tokenizer), at WARNING when a check found a difference, naming
-the first input that differs.
+``<cache root>/tokenizers/`` keyed by the file's SHA-256. The probe set runs at a load until
+a *verdict* beside the tables (``chute.tokenize.verdict``) says the probes and the first texts
+of one process's data agreed with ``tokenizers``; from then on a load reads the tables and the
+verdict and never parses ``tokenizer.json`` (it is parsed the first time ``tokenizers`` is
+needed: a text the fast path hands over, ``decode``). When ``auto`` does not get the fast path
+it says why in one log line (``chute.tokenize`` logger): at INFO for a tokenizer that does not
+compile (SentencePiece, an unusual pre-tokenizer), at WARNING when a check found a difference,
+naming the first input that differs.
 
 Example:
-    >>> choice = choose(None, None, "hf")
+    >>> choice = choose(lambda: None, None, "hf")
     >>> choice.fast is None, choice.note
     (True, "tokenizer_backend='hf'")
 """
@@ -22,13 +25,17 @@ Example:
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import logging
+import zipfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import orjson
 
 from chute._internal.files import atomic_file, cache_root
 from chute._internal.spelling import spell_set, spell_value
@@ -36,9 +43,16 @@ from chute.errors import ConfigError, MissingDependency
 from chute.tokenize.base import file_sha256
 from chute.tokenize.compile_tiktoken import AddedToken, BPETables, NotCompilable, compile_bpe
 from chute.tokenize.fast import FastBPE, import_tiktoken
-from chute.tokenize.verify import check_codepoints, check_merges, check_probes
+from chute.tokenize.verdict import (
+    Verdict,
+    extra_tokens,
+    probe_digest,
+    read_verdict,
+    write_verdict,
+)
+from chute.tokenize.verify import check_codepoints, check_merges, check_probes, probe_texts
 
-__all__ = ["BACKENDS", "COMPILE_VERSION", "Choice", "choose", "differs", "disable"]
+__all__ = ["BACKENDS", "COMPILE_VERSION", "Choice", "choose", "confirm", "differs", "disable"]
 
 BACKENDS = ("auto", "hf", "tiktoken")
 # Bump when compiling or checking changes (old cache entries are then ignored).
@@ -49,22 +63,33 @@ log = logging.getLogger("chute.tokenize")
 _MEMO: dict[str, FastBPE | tuple[str, str]] = {}
 _PROBED: dict[str, str | None] = {}
 _SAID: set[str] = set()
+# key -> the SHA-256 of the tables file read or written, and the verdict that holds for it
+_TABLES: dict[str, str] = {}
+_VERDICTS: dict[str, Verdict | None] = {}
 
 
 @dataclass(frozen=True)
 class Choice:
-    """The outcome: the fast encoder, or ``None`` and one line saying why not."""
+    """The outcome: the fast encoder, or ``None`` and one line saying why not.
+
+    ``verdict``: the kept verdict the fast path was chosen on (``chute.tokenize.verdict``):
+    ``tokenizers`` need not be asked for ``vocab_size``, ``token_to_id`` or the first texts.
+    ``sha256``: the SHA-256 of the ``tokenizer.json`` the choice was made for (read once).
+    """
 
     fast: FastBPE | None
     note: str
     key: str | None = None
+    verdict: Verdict | None = None
+    sha256: str | None = None
 
 
-def choose(rust: Any, path: str | None, request: str) -> Choice:
+def choose(rust: Callable[[], Any], path: str | None, request: str) -> Choice:
     """The engine for a ``tokenizers.Tokenizer`` under ``tokenizer_backend=request``.
 
     Args:
-        rust: the ``tokenizers.Tokenizer``.
+        rust: returns the ``tokenizers.Tokenizer``, parsing it if it was not yet: it is
+            called only where a check needs it (no verdict kept for these tables yet).
         path: the ``tokenizer.json`` it was loaded from, or ``None`` (in memory).
         request: ``auto``, ``hf`` or ``tiktoken``.
 
@@ -87,20 +112,25 @@ def choose(rust: Any, path: str | None, request: str) -> Choice:
         return Choice(None, "tiktoken is not installed (pip install 'chute[tiktoken]')")
     import tokenizers
 
-    content = file_sha256(path) if path else hashlib.sha256(rust.to_str().encode()).hexdigest()
+    content = file_sha256(path) if path else hashlib.sha256(rust().to_str().encode()).hexdigest()
     versions = f"{COMPILE_VERSION}-{tiktoken.__version__}-{tokenizers.__version__}"
     key = f"{content[:40]}-{hashlib.sha256(versions.encode()).hexdigest()[:12]}"
     name = _name(path)
     outcome = _MEMO.get(key)
     if outcome is None:
-        outcome = _load(key) or _compile(rust, key)
+        loaded = _load(key)
+        outcome, _TABLES[key] = loaded if loaded is not None else _compile(rust(), key)
         _MEMO[key] = outcome
+        _VERDICTS[key] = _kept_verdict(key, outcome)
+    verdict = _VERDICTS.get(key)
+    if isinstance(outcome, FastBPE) and verdict is not None and verdict.differs is not None:
+        outcome = _MEMO[key] = ("differs", _differs_on(verdict.differs))
     if isinstance(outcome, FastBPE):
         if key not in _PROBED:
             added = [t.content for t in outcome.tables.added]
-            _PROBED[key] = check_probes(rust, outcome, added)
+            _PROBED[key] = None if verdict is not None else check_probes(rust(), outcome, added)
         if _PROBED[key] is None:
-            return Choice(outcome, "", key)
+            return Choice(outcome, "", key, verdict, content)
         outcome = ("differs", f"it differs from tokenizers on the probe {_PROBED[key]!r}")
     kind, reason = outcome
     if request == "tiktoken":
@@ -115,16 +145,46 @@ def choose(rust: Any, path: str | None, request: str) -> Choice:
             log.warning("chute: %s: tiktoken fast path off, %s; tokenizers encodes", name, reason)
         else:
             log.info("chute: %s: no tiktoken fast path (%s); tokenizers encodes", name, reason)
-    return Choice(None, reason, key)
+    return Choice(None, reason, key, sha256=content)
+
+
+def confirm(choice: Choice, rust: Any) -> Verdict | None:
+    """Keep the verdict: the probes and this process's first texts agreed with ``rust``.
+
+    Later loads of the same tables skip parsing ``tokenizer.json``. A verdict already kept
+    (another process's, perhaps one that found a difference) stays.
+    """
+    key = choice.key
+    fast = None if key is None else _MEMO.get(key)
+    if key is None or not isinstance(fast, FastBPE) or _VERDICTS.get(key) is not None:
+        return None
+    tables = fast.tables
+    verdict = Verdict(
+        _TABLES[key],
+        probe_digest(probe_texts([t.content for t in tables.added])),
+        rust.get_vocab_size(with_added_tokens=True),
+        extra_tokens(rust, tables),
+    )
+    write_verdict(_verdict_path(key), verdict, replace=False)
+    _VERDICTS[key] = verdict
+    return verdict
 
 
 def disable(choice: Choice, text: str) -> Choice:
-    """The fast path off for this tokenizer file in this process: it differed on ``text``."""
-    reason = f"it differs from tokenizers on the input {text[:80]!r}"
-    if choice.key is not None:
-        _MEMO[choice.key] = ("differs", reason)
-        _SAID.add(choice.key)
-    return Choice(None, reason, choice.key)
+    """The fast path off for this tokenizer file: it differed on ``text``.
+
+    Off in this process at once, and in later ones through a ``differs`` verdict.
+    """
+    reason = _differs_on(text)
+    key = choice.key
+    if key is not None:
+        if isinstance(_MEMO.get(key), FastBPE) and key in _TABLES:
+            found = Verdict(_TABLES[key], "", 0, {}, differs=text[:200])
+            write_verdict(_verdict_path(key), found, replace=True)
+            _VERDICTS[key] = found
+        _MEMO[key] = ("differs", reason)
+        _SAID.add(key)
+    return Choice(None, reason, key, sha256=choice.sha256)
 
 
 def differs(path: str | None, text: str) -> None:
@@ -138,6 +198,10 @@ def differs(path: str | None, text: str) -> None:
     )
 
 
+def _differs_on(text: str) -> str:
+    return f"it differs from tokenizers on the input {text[:80]!r}"
+
+
 def _name(path: str | None) -> str:
     if path is None:
         return "the tokenizer"
@@ -145,8 +209,21 @@ def _name(path: str | None) -> str:
     return f"{p.parent.name}/{p.name}" if p.parent.name else p.name
 
 
-def _compile(rust: Any, key: str) -> FastBPE | tuple[str, str]:
-    """Compile and run the thorough checks; keep the outcome on disk."""
+def _kept_verdict(key: str, outcome: FastBPE | tuple[str, str]) -> Verdict | None:
+    """The verdict kept for these very tables and this probe set, else ``None``."""
+    if not isinstance(outcome, FastBPE):
+        return None
+    verdict = read_verdict(_verdict_path(key))
+    if verdict is None or verdict.tables_sha256 != _TABLES.get(key):
+        return None  # none yet, or made for tables since rewritten: check again
+    if verdict.differs is not None:
+        return verdict
+    added = [t.content for t in outcome.tables.added]
+    return verdict if verdict.probes == probe_digest(probe_texts(added)) else None
+
+
+def _compile(rust: Any, key: str) -> tuple[FastBPE | tuple[str, str], str]:
+    """Compile and run the thorough checks; keep the outcome on disk (and its SHA-256)."""
     if getattr(rust, "encode_special_tokens", False):
         outcome: FastBPE | tuple[str, str] = (
             "refused",
@@ -154,7 +231,8 @@ def _compile(rust: Any, key: str) -> FastBPE | tuple[str, str]:
         )
     else:
         try:
-            tables = compile_bpe(json.loads(rust.to_str()))
+            # tokenizers' own serialisation (defaults written out), parsed by orjson: ~3x json
+            tables = compile_bpe(orjson.loads(rust.to_str()))
         except NotCompilable as exc:
             outcome = ("refused", str(exc))
         else:
@@ -163,15 +241,19 @@ def _compile(rust: Any, key: str) -> FastBPE | tuple[str, str]:
             if found is None:
                 found = check_codepoints(rust, fast)
             outcome = fast if found is None else ("differs", f"it differs on {found!r}")
-    _save(key, outcome)
-    return outcome
+    return outcome, _save(key, outcome)
 
 
 def _path(key: str) -> Path:
     return cache_root() / "tokenizers" / f"{key}.npz"
 
 
-def _save(key: str, outcome: FastBPE | tuple[str, str]) -> None:
+def _verdict_path(key: str) -> Path:
+    return cache_root() / "tokenizers" / f"{key}.verdict.json"
+
+
+def _save(key: str, outcome: FastBPE | tuple[str, str]) -> str:
+    """Write the outcome; returns the SHA-256 of the file's bytes."""
     arrays: dict[str, np.ndarray] = {}
     if isinstance(outcome, FastBPE):
         t = outcome.tables
@@ -191,32 +273,43 @@ def _save(key: str, outcome: FastBPE | tuple[str, str]) -> None:
     else:
         meta = {"kind": outcome[0], "reason": outcome[1]}
     arrays["meta"] = np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8)
+    buffer = io.BytesIO()
+    np.savez(buffer, **arrays)  # type: ignore[arg-type]  # numpy types allow_pickle
+    raw = buffer.getvalue()
     try:
         with atomic_file(_path(key)) as f:
-            np.savez(f, **arrays)  # type: ignore[arg-type]  # numpy types allow_pickle
+            f.write(raw)
     except OSError as exc:  # a read-only cache root: compile again next time
         log.debug("chute: cannot keep the compiled tokenizer at %s: %s", _path(key), exc)
+    return hashlib.sha256(raw).hexdigest()
 
 
-def _load(key: str) -> FastBPE | tuple[str, str] | None:
+def _load(key: str) -> tuple[FastBPE | tuple[str, str], str] | None:
+    """The kept outcome and the SHA-256 of its file, or ``None`` (absent, unreadable)."""
     path = _path(key)
-    if not path.is_file():
-        return None
     try:
-        with np.load(path, allow_pickle=False) as data:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        log.debug("chute: ignoring the unreadable compiled tokenizer %s: %s", path, exc)
+        return None
+    digest = hashlib.sha256(raw).hexdigest()
+    try:
+        with np.load(io.BytesIO(raw), allow_pickle=False) as data:
             meta = json.loads(data["meta"].tobytes())
             if "reason" in meta:
-                return (str(meta["kind"]), str(meta["reason"]))
+                return (str(meta["kind"]), str(meta["reason"])), digest
             blob = data["blob"].tobytes()
             ends = data["ends"].tolist()
             ids = data["ids"].tolist()
-    except (OSError, ValueError, KeyError) as exc:
+        starts = [0, *ends[:-1]]
+        ranks = {blob[a:b]: i for a, b, i in zip(starts, ends, ids, strict=True)}
+        added = [AddedToken(c, int(i), bool(n)) for c, i, n in meta["added"]]
+        tables = BPETables(
+            meta["pattern"], ranks, added, meta["normal_form"], meta["left_out"], meta["multi_rule"]
+        )
+    except (OSError, ValueError, KeyError, TypeError, EOFError, zipfile.BadZipFile) as exc:
         log.debug("chute: ignoring the unreadable compiled tokenizer %s: %s", path, exc)
         return None
-    starts = [0, *ends[:-1]]
-    ranks = {blob[a:b]: i for a, b, i in zip(starts, ends, ids, strict=True)}
-    added = [AddedToken(c, int(i), bool(n)) for c, i, n in meta["added"]]
-    tables = BPETables(
-        meta["pattern"], ranks, added, meta["normal_form"], meta["left_out"], meta["multi_rule"]
-    )
-    return FastBPE(tables)
+    return FastBPE(tables), digest

@@ -96,8 +96,9 @@ class FastBPE:
         self._split_raw = _splitter([t for t in tables.added if not t.normalized])
         self._split_norm = _splitter([t for t in tables.added if t.normalized])
         lengths = np.zeros(top + 1, dtype=np.int64)
-        for token, i in tables.ranks.items():
-            lengths[i] = len(token)
+        count = len(tables.ranks)  # at once: a loop over 150k tokens costs 0.1-0.2 s a load
+        ids = np.fromiter(tables.ranks.values(), dtype=np.int64, count=count)
+        lengths[ids] = np.fromiter(map(len, tables.ranks), dtype=np.int64, count=count)
         for t in tables.added:
             lengths[t.id] = len(t.content.encode("utf-8"))
         self._lengths = lengths

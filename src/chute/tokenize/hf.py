@@ -6,10 +6,14 @@ This is the dependency-light path: the ``tokenizers`` library is a core dependen
 Byte-level BPE tokenizers (Qwen2/2.5/3, Llama 3.x, GPT-2 and kin) encode ~4-5x faster through
 tiktoken: with ``backend="auto"`` (the default) the tokenizer is compiled to tiktoken's tables
 where that keeps every id, checked (see ``chute.tokenize.engine``), and used; ``engine`` says
-which library encodes, ``engine_note`` why it is not tiktoken. The first ``SHADOW_CHECKS``
-texts a process encodes are also encoded by ``tokenizers`` and compared, ids and labels; a
-difference turns the fast path off with a one-line warning naming the text. Either way the ids
-are ``tokenizers``' ids, so the fingerprint does not depend on the engine.
+which library encodes, ``engine_note`` why it is not tiktoken. Until a verdict is kept beside
+the compiled tables (``chute.tokenize.verdict``), the first ``SHADOW_CHECKS`` texts a process
+encodes are also encoded by ``tokenizers`` and compared, ids and labels; a difference turns the
+fast path off with a one-line warning naming the text (and keeps it off for later loads). Once
+the verdict is kept, ``from_path`` does not parse ``tokenizer.json`` at all (1-2 s for an
+11 MB file): it is parsed where ``tokenizers`` is needed (a text the fast path hands over,
+``decode``, ``encode_with_offsets``, ``rust``). Either way the ids are ``tokenizers``' ids, so
+the fingerprint does not depend on the engine.
 
 Example:
     >>> tok = HFTokenizer.from_path("tokenizers/qwen3/tokenizer.json")  # doctest: +SKIP
@@ -30,7 +34,7 @@ from tokenizers import Tokenizer as _RustTokenizer
 
 from chute.errors import ConfigError
 from chute.tokenize.base import Tokenizer, file_sha256, hf_spans, read_tokenizer_config
-from chute.tokenize.engine import Choice, choose, differs, disable
+from chute.tokenize.engine import Choice, choose, confirm, differs, disable
 from chute.tokenize.fast import FastBPE
 
 __all__ = ["SHADOW_CHECKS", "HFTokenizer"]
@@ -43,7 +47,7 @@ class HFTokenizer(Tokenizer):
     """A ``tokenizers.Tokenizer`` behind chute's protocol.
 
     Args:
-        tokenizer: the ``tokenizers.Tokenizer``.
+        tokenizer: the ``tokenizers.Tokenizer``, or ``None`` to parse ``path`` where needed.
         special: special tokens found in config files (see ``read_tokenizer_config``).
         special_tokens: overrides, e.g. ``{"eos": "<|endoftext|>"}``.
         path: the ``tokenizer.json`` it was loaded from (it then pickles as its path).
@@ -61,7 +65,7 @@ class HFTokenizer(Tokenizer):
 
     def __init__(
         self,
-        tokenizer: _RustTokenizer,
+        tokenizer: _RustTokenizer | None,
         *,
         special: Mapping[str, str | None] | None = None,
         special_tokens: Mapping[str, str | None] | None = None,
@@ -71,22 +75,38 @@ class HFTokenizer(Tokenizer):
         backend: str = "auto",
     ):
         super().__init__()
-        self._tok = tokenizer
+        if tokenizer is None and path is None:
+            raise ConfigError("pass a tokenizers.Tokenizer or the path of its tokenizer.json")
+        # None until tokenizers is needed: a load whose checks are kept never parses the file
+        self._tok: _RustTokenizer | None = tokenizer
         self._fast: FastBPE | None = None
         self._checks_left = 0
         self.path = path
         self.config_files = [os.fspath(p) for p in config_files]
         self.chat_template = chat_template
-        self._set_special(special or {}, special_tokens)
         self.backend_request = backend
-        self._use(choose(tokenizer, path, backend))
+        self._use(choose(self._rust, path, backend))
+        if self._fast is None:
+            self._rust()  # tokenizers encodes: a file it cannot read fails here, at load
+        # the first checks are for the user's texts, not the image-token candidates tried here
+        checks, self._checks_left = self._checks_left, 0
+        self._set_special(special or {}, special_tokens)
+        self._checks_left = checks
+
+    def _rust(self) -> _RustTokenizer:
+        """The ``tokenizers.Tokenizer``, parsed from ``path`` the first time it is needed."""
+        if self._tok is None:
+            self._tok = _parse(str(self.path))
+        return self._tok
 
     def _use(self, choice: Choice) -> None:
         self._choice = choice
         self._fast = choice.fast
         self.engine = "tokenizers" if choice.fast is None else "tiktoken"
         self.engine_note = choice.note
-        self._checks_left = 0 if choice.fast is None else SHADOW_CHECKS
+        # a kept verdict says the first texts of an earlier process agreed already
+        checked = choice.fast is None or choice.verdict is not None
+        self._checks_left = 0 if checked else SHADOW_CHECKS
 
     @classmethod
     def from_path(
@@ -105,15 +125,9 @@ class HFTokenizer(Tokenizer):
                 f"folder that holds it",
                 param="tokenizer",
             )
-        try:
-            tok = _RustTokenizer.from_file(os.fspath(p))
-        except Exception as exc:
-            raise ConfigError(
-                f"{p} is not a Hugging Face tokenizers file ({exc})", param="tokenizer"
-            ) from None
         special, template, files = read_tokenizer_config(p.parent)
         return cls(
-            tok,
+            None,
             special=special,
             special_tokens=special_tokens,
             path=os.fspath(p),
@@ -128,10 +142,10 @@ class HFTokenizer(Tokenizer):
             ids = fast.encode(text)
             if ids is not None:
                 return ids if not self._checks_left else self._checked(text, ids, None, ())[0]
-        return self._tok.encode(text, add_special_tokens=False).ids
+        return self._rust().encode(text, add_special_tokens=False).ids
 
     def encode_with_offsets(self, text: str) -> tuple[list[int], list[tuple[int, int]]]:
-        enc = self._tok.encode(text, add_special_tokens=False)
+        enc = self._rust().encode(text, add_special_tokens=False)
         return enc.ids, enc.offsets
 
     def encode_spans(
@@ -144,7 +158,7 @@ class HFTokenizer(Tokenizer):
                 if not self._checks_left:
                     return found
                 return self._checked(text, found[0], found[1], spans)
-        enc = self._tok.encode(text, add_special_tokens=False)
+        enc = self._rust().encode(text, add_special_tokens=False)
         return enc.ids, hf_spans(enc, spans)
 
     def encode_spans_array(
@@ -171,35 +185,44 @@ class HFTokenizer(Tokenizer):
         every tokenizer of this file in this process).
         """
         self._checks_left -= 1
-        enc = self._tok.encode(text, add_special_tokens=False)
+        rust = self._rust()
+        enc = rust.encode(text, add_special_tokens=False)
         expected = hf_spans(enc, spans) if ranges is not None else []
         if enc.ids == ids and (ranges is None or ranges == expected):
+            if not self._checks_left:
+                confirm(self._choice, rust)  # later loads need not parse tokenizer.json
             return ids, expected
         differs(self.path, text)
         self._use(disable(self._choice, text))
         return enc.ids, expected
 
     def decode(self, ids: Sequence[int]) -> str:
-        return self._tok.decode(list(ids), skip_special_tokens=False)
+        return self._rust().decode(list(ids), skip_special_tokens=False)
 
     def token_to_id(self, token: str) -> int | None:
-        return self._tok.token_to_id(token)
+        verdict, fast = self._choice.verdict, self._fast
+        if self._tok is None and verdict is not None and fast is not None:
+            return verdict.token_to_id(fast.tables, token)
+        return self._rust().token_to_id(token)
 
     @property
     def vocab_size(self) -> int:
-        return self._tok.get_vocab_size(with_added_tokens=True)
+        verdict = self._choice.verdict
+        if self._tok is None and verdict is not None and self._fast is not None:
+            return verdict.vocab_size
+        return self._rust().get_vocab_size(with_added_tokens=True)
 
     @property
     def rust(self) -> _RustTokenizer:
-        """The wrapped ``tokenizers.Tokenizer``."""
-        return self._tok
+        """The wrapped ``tokenizers.Tokenizer`` (parsed now if it was not yet)."""
+        return self._rust()
 
     def _identity(self) -> dict[str, Any]:
         files: dict[str, str] = {}
-        if self.path is not None:
-            files[Path(self.path).name] = file_sha256(self.path)
+        if self.path is not None:  # the bytes the engine was chosen for, hashed once
+            files[Path(self.path).name] = self._choice.sha256 or file_sha256(self.path)
         else:
-            digest = hashlib.sha256(self._tok.to_str().encode()).hexdigest()
+            digest = hashlib.sha256(self._rust().to_str().encode()).hexdigest()
             files["tokenizer.json (in memory)"] = digest
         for f in self.config_files:
             files[Path(f).name] = file_sha256(f)
@@ -209,17 +232,25 @@ class HFTokenizer(Tokenizer):
         state = {k: v for k, v in self.__dict__.items() if k not in ("_tok", "_fast", "_choice")}
         # A tokenizer loaded from a file travels as its path (workers reload it); one built in
         # memory travels as its JSON.
-        state["_tok_json"] = None if self.path is not None else self._tok.to_str()
+        state["_tok_json"] = None if self.path is not None else self._rust().to_str()
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         blob = state.pop("_tok_json")
         self.__dict__.update(state)
-        if blob is not None:
-            self._tok = _RustTokenizer.from_str(blob)
-        else:
-            self._tok = _RustTokenizer.from_file(str(self.path))
+        # from its path where needed (not at all where the verdict is kept), or from its JSON
+        self._tok = None if blob is None else _RustTokenizer.from_str(blob)
         if self.engine == "tiktoken":  # chosen again here: the compiled tables do not travel
-            self._use(choose(self._tok, self.path, self.backend_request))
+            self._use(choose(self._rust, self.path, self.backend_request))
         else:  # tokenizers stays (also where a check in the sending process found a difference)
             self._use(Choice(None, self.engine_note))
+
+
+def _parse(path: str) -> _RustTokenizer:
+    """``tokenizers``' own parse of a ``tokenizer.json``, or a ``ConfigError`` saying why not."""
+    try:
+        return _RustTokenizer.from_file(path)
+    except Exception as exc:
+        raise ConfigError(
+            f"{path} is not a Hugging Face tokenizers file ({exc})", param="tokenizer"
+        ) from None

@@ -83,9 +83,12 @@ def safe_prefix_end(
         The cut (a character offset), or ``None`` when the whole text must be encoded (it is
         short, no safe cut was found, or the backend cannot say where pre-tokens start).
     """
-    rust = getattr(tokenizer, "rust", None)
     stop = len(text) if end is None else end
-    if rust is None or stop - start < MIN_PREFIX_CHARS or need < 1:
+    if stop - start < MIN_PREFIX_CHARS or need < 1:
+        return None
+    # asked only for a long text: a tokenizer loaded from kept checks parses its file for it
+    rust = getattr(tokenizer, "rust", None)
+    if rust is None:
         return None
     if start or end is not None:
         view = _Slice(text, start, stop)

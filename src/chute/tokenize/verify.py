@@ -33,7 +33,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from chute.tokenize.base import hf_spans
-from chute.tokenize.compile_tiktoken import BPETables, byte_alphabet
+from chute.tokenize.compile_tiktoken import BPETables, encode_ids, token_bytes
 from chute.tokenize.fast import FastBPE
 
 __all__ = ["PROBES", "check_codepoints", "check_merges", "check_probes", "probe_texts"]
@@ -127,9 +127,9 @@ def check_codepoints(rust: Any, fast: FastBPE, chunk: int = 512) -> str | None:
     form = fast.tables.normal_form
     batch = list(_codepoint_texts(form, chunk))
     texts = ["".join(ctx for _, ctx in group) for group in batch]
-    encoded = rust.encode_batch(texts, add_special_tokens=False)
-    for group, text, enc in zip(batch, texts, encoded, strict=True):
-        if fast.encode(text) == enc.ids:
+    encoded = encode_ids(rust, texts)
+    for group, text, ids in zip(batch, texts, encoded, strict=True):
+        if fast.encode(text) == ids:
             continue
         for cp, ctx in group:
             if fast.encode(ctx) != rust.encode(ctx, add_special_tokens=False).ids:
@@ -199,10 +199,9 @@ def check_merges(tables: BPETables, fast: FastBPE, samples: int = 10_000) -> str
         strings += [rng.choice(multi) + rng.choice(multi) for _ in range(samples)]
     if not strings:
         return None
-    alphabet = byte_alphabet()
     piece = fast.encoding._encode_single_piece
-    encoded = source.model.encode_batch(strings, add_special_tokens=False)
-    for s, enc in zip(strings, encoded, strict=True):
-        if piece(bytes(alphabet[c] for c in s)) != enc.ids:
+    encoded = encode_ids(source.model, strings)
+    for s, ids in zip(strings, encoded, strict=True):
+        if piece(token_bytes(s)) != ids:
             return s
     return None
