@@ -238,16 +238,26 @@ class PackedPlanner(LengthPlanner):
         histogram = np.zeros(cap + 1, dtype=np.int64)
         tokens = room = halves = over = 0
         table = lookup_table(length)  # in memory, narrow: the random lookups run faster
-        if whole:  # the same samples in any order: count them in id order
+
+        def count(lens: np.ndarray) -> tuple[np.ndarray, int, int, int, int]:
+            size, kept, longer = self._fit(lens.astype(np.int64))
+            return (
+                np.bincount(np.maximum(size, 1), minlength=cap + 1),
+                int(kept.sum(dtype=np.int64)),
+                int(size.sum(dtype=np.int64)),
+                int(np.count_nonzero(2 * size > cap)),
+                longer,
+            )
+
+        if whole:  # the same samples in any order: count them in id order, on threads
             parts: Iterator[np.ndarray] = (c[c >= 0] for c in _chunks_of(length, CHUNK))
         else:
             parts = (lookup(table, ids) for ids in self._read(order))
-        for lens in parts:
-            size, kept, longer = self._fit(lens.astype(np.int64))
-            histogram += np.bincount(np.maximum(size, 1), minlength=cap + 1)
-            tokens += int(kept.sum(dtype=np.int64))
-            room += int(size.sum(dtype=np.int64))
-            halves += int(np.count_nonzero(2 * size > cap))
+        for counted, kept, taken, half, longer in ordered_map(count, parts):
+            histogram += counted
+            tokens += kept
+            room += taken
+            halves += half
             over += longer
         dropped: list[np.ndarray] = []
 
