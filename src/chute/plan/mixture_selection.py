@@ -273,7 +273,8 @@ class MixtureOrder(Order):
         slots = self._slots.take(positions)
         dataset = np.searchsorted(sel.count_offsets, slots, side="right") - 1
         out = np.empty(len(slots), dtype=np.int64)
-        for d in np.unique(dataset).tolist():
+        present = np.bincount(dataset, minlength=len(sel.shares))  # linear, where unique sorts
+        for d in np.flatnonzero(present).tolist():
             at = np.flatnonzero(dataset == d)
             local = sel.local_ids(d, slots[at] - sel.count_offsets[d], self.epoch)
             out[at] = local + sel.offsets[d]
