@@ -232,3 +232,16 @@ def test_shuffle_walks_values_outside_the_range_across_blocks(
         got = Permutation(n, 5, 0).materialize(np.int32)
         monkeypatch.undo()
         assert sorted(got.tolist()) == list(range(n)) and np.array_equal(got, want)
+
+
+def test_mixture_orders_read_long_ranges_in_chunks(monkeypatch: pytest.MonkeyPatch) -> None:
+    from chute.plan import mixture_selection
+    from chute.plan.mixture_selection import Selection, Share
+
+    sel = Selection([Share("a", 700, weight=0.7), Share("b", 300, repeat=2)], seed=3)
+    order = sel.order(2)
+    want = order.take(np.arange(len(order), dtype=np.int64))
+    monkeypatch.setattr(mixture_selection, "RANGE_CHUNK", 64)
+    assert np.array_equal(order.take_range(0, len(order)), want)
+    got = order.take_range(5, len(order) - 9, np.empty(len(order) - 14, dtype=np.int32))
+    assert np.array_equal(got, want[5:-9])
