@@ -166,7 +166,7 @@ class Permutation(Order):
         x = np.empty(size, dtype=self._dtype)
         h = np.empty_like(x)
         t = np.empty_like(x)
-        n = self._dtype(self.n)
+        n = self.n  # a Python int: 2**32 itself does not fit uint32 (nothing lies outside)
         where, values = [], []
         for lo in range(0, len(positions), _BLOCK):
             hi = min(len(positions), lo + _BLOCK)
