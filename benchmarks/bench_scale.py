@@ -21,6 +21,9 @@ worker's (``RUSAGE_CHILDREN``). Steps:
 - ``preprocess``: ``chute preprocess`` of both files, ``--workers 2``;
 - ``plan_grouped`` / ``plan_budget`` / ``plan_packed``: a plan build over those lengths
   (8 ranks; batch 16, budget 16 x 2,048 tokens, rows of 2,048 x 8 per rank);
+- ``mix_grouped`` / ``mix_budget`` / ``mix_packed``: the same plans over a mixture of three
+  datasets cut from those lengths (60% / 30% / 10% of the ids; weights 0.6 and 0.4, the third
+  repeated twice), the order a ``MixturePlanner`` deals;
 - ``epoch_ids``: the ids of every batch of rank 0 for one epoch of the packed plan;
 - ``overlap``: ``chute validate --overlap`` (exact duplicates within and between the files).
 
@@ -69,6 +72,9 @@ STEPS = (
     "plan_grouped",
     "plan_budget",
     "plan_packed",
+    "mix_grouped",
+    "mix_budget",
+    "mix_packed",
     "epoch_ids",
     "overlap",
 )
@@ -144,6 +150,21 @@ def planner(kind: str, lengths: Any, big: bool) -> Any:
     return PackedPlanner(row, batch_size=8, lengths=lengths)
 
 
+def mixture_of(inner: Any, lens: np.ndarray) -> Any:
+    """``inner`` over a mixture of three datasets cut from ``lens`` (60% / 30% / 10%)."""
+    from chute.plan.mixture_planner import MixturePlanner
+    from chute.plan.mixture_selection import Selection, Share, valid_pools
+
+    n = len(lens)
+    sizes = [n * 6 // 10, n * 3 // 10, n - n * 6 // 10 - n * 3 // 10]
+    shares = [
+        Share("a", sizes[0], weight=0.6),
+        Share("b", sizes[1], weight=0.4),
+        Share("c", sizes[2], repeat=2),
+    ]
+    return MixturePlanner(inner, Selection(shares, seed=4, pools=valid_pools(None, sizes, lens)))
+
+
 def run_step(step: str, paths: list[str], n: int, lengths_npy: str | None) -> dict[str, Any]:
     """One step in this (fresh) process; returns its figures."""
     out: dict[str, Any] = {}
@@ -183,12 +204,14 @@ def run_step(step: str, paths: list[str], n: int, lengths_npy: str | None) -> di
         if proc.returncode:
             raise RuntimeError(proc.stderr[-2000:])
         out["records"] = json.loads(proc.stdout)["samples"]
-    elif step.startswith("plan_") or step == "epoch_ids":
+    elif step.startswith(("plan_", "mix_")) or step == "epoch_ids":
         assert lengths_npy is not None
         lens = np.load(lengths_npy, mmap_mode="r")
         big = len(lens) > 50_000_000
-        kind = "packed" if step == "epoch_ids" else step[len("plan_") :]
+        kind = "packed" if step == "epoch_ids" else step.split("_", 1)[1]
         plan_of = planner(kind, lens, big)
+        if step.startswith("mix_"):
+            plan_of = mixture_of(plan_of, lens)
         import tracemalloc
 
         if step == "epoch_ids":
@@ -197,7 +220,7 @@ def run_step(step: str, paths: list[str], n: int, lengths_npy: str | None) -> di
             out["batches"] = plan.num_batches
             out["ids"] = sum(len(plan.batch(0, k)) for k in range(plan.num_batches))
         else:
-            _ = plan_of.require_lengths().num_valid  # the lengths' pages, as a loader has them
+            _ = int(np.count_nonzero(lens >= 0))  # the lengths' pages, as a loader has them
             base = peak_rss_mb()
             tracemalloc.start()
             t0 = time.perf_counter()
@@ -284,11 +307,15 @@ def main() -> None:
     root.mkdir(parents=True, exist_ok=True)
     results: dict[str, Any] = {"records": {}, "plans_lengths_only": {}}
     for n in sizes:
-        paths = write_records(root, n)
         lengths_npy = root / f"lengths_{n}.npy"
+        # plan steps over synthetic lengths read no records: write none (10M: 1.4 GB)
+        lengths_only = args.synthetic_lengths and all(
+            s.startswith(("plan_", "mix_")) or s == "epoch_ids" for s in steps
+        )
+        paths = [] if lengths_only else write_records(root, n)
         per: dict[str, Any] = {}
         for step in steps:
-            needs_lengths = step.startswith("plan_") or step == "epoch_ids"
+            needs_lengths = step.startswith(("plan_", "mix_")) or step == "epoch_ids"
             if needs_lengths and not lengths_npy.is_file() and args.synthetic_lengths:
                 write_lognormal(lengths_npy, n, clip=MAX_LENGTH)
                 per["lengths_used"] = "lognormal (--synthetic-lengths), not tokenized"

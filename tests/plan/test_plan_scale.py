@@ -11,6 +11,7 @@ in ``benchmarks/bench_scale.py``.
 from __future__ import annotations
 
 import itertools
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -179,3 +180,68 @@ def test_packing_over_a_histogram_lays_rows_out_in_any_order() -> None:
     assert np.array_equal(laid_counts, counts[rows]) and np.array_equal(laid, want)
     with pytest.raises(ValueError, match="histogram"):
         pack_sorted(order[:-1], hist, 1000)
+
+
+def test_lookup_table_is_a_narrow_exact_copy(small_chunks: None, tmp_path: Path) -> None:
+    lens = lengths_with_rejects(2000, 6)  # int32, -1 .. 3000: fits int16
+    np.save(tmp_path / "lengths.npy", lens)
+    mapped = np.load(tmp_path / "lengths.npy", mmap_mode="r")  # as a lengths cache gives them
+    table = bulk.lookup_table(mapped)
+    assert table.dtype == np.int16 and not isinstance(table, np.memmap)
+    assert np.array_equal(table, lens)
+    assert bulk.lookup_table(table) is table  # narrow in memory already
+    wide = lens.astype(np.int64) * 100  # up to 300,000: int32
+    assert bulk.lookup_table(wide).dtype == np.int32
+    huge = wide * 10**6  # fits neither: the array itself
+    assert bulk.lookup_table(huge) is huge
+    small = lens[:100]  # fewer than a chunk: the array itself
+    assert bulk.lookup_table(small) is small
+    ids = np.random.default_rng(0).permutation(2000).astype(np.int32)
+    assert np.array_equal(bulk.lookup(table, ids), lens[ids])
+    out = np.empty(2000, dtype=np.int16)
+    assert bulk.lookup(table, ids, out=out) is out and np.array_equal(out, lens[ids])
+
+
+def test_take_segments_copies_long_segments_as_slices(small_chunks: None) -> None:
+    rng = np.random.default_rng(3)
+    src = rng.integers(0, 10**6, 50_000).astype(np.int32)
+    sizes = rng.integers(200, 2000, 40)  # mean above SLICED: slice by slice
+    starts = rng.integers(0, 50_000 - 2000, 40)
+    want = np.concatenate([src[s : s + k] for s, k in zip(starts, sizes, strict=True)])
+    assert sizes.mean() >= bulk.SLICED
+    assert np.array_equal(bulk.take_segments(src, starts, sizes), want)
+
+
+def test_argsort_desc_with_a_known_top_is_the_same_stable_order() -> None:
+    rng = np.random.default_rng(4)
+    for top, dtype in ((40, np.int16), (70_000, np.int64)):
+        keys = rng.integers(0, top, 3000).astype(dtype)
+        want = np.argsort(-keys.astype(np.int64), kind="stable")
+        assert np.array_equal(bulk.argsort_desc(keys), want)
+        assert np.array_equal(bulk.argsort_desc(keys, top), want)
+
+
+def test_shuffle_walks_values_outside_the_range_across_blocks(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # n just above a power of two: almost half the domain lies outside [0, n) and is walked
+    for n in (2**12 + 1, 3 * 2**11):
+        want = Permutation(n, 5, 0).take(np.arange(n, dtype=np.int64))
+        monkeypatch.setattr(shuffle, "_BLOCK", 37)
+        monkeypatch.setattr(shuffle, "_WALK", 500)
+        got = Permutation(n, 5, 0).materialize(np.int32)
+        monkeypatch.undo()
+        assert sorted(got.tolist()) == list(range(n)) and np.array_equal(got, want)
+
+
+def test_mixture_orders_read_long_ranges_in_chunks(monkeypatch: pytest.MonkeyPatch) -> None:
+    from chute.plan import mixture_selection
+    from chute.plan.mixture_selection import Selection, Share
+
+    sel = Selection([Share("a", 700, weight=0.7), Share("b", 300, repeat=2)], seed=3)
+    order = sel.order(2)
+    want = order.take(np.arange(len(order), dtype=np.int64))
+    monkeypatch.setattr(mixture_selection, "RANGE_CHUNK", 64)
+    assert np.array_equal(order.take_range(0, len(order)), want)
+    got = order.take_range(5, len(order) - 9, np.empty(len(order) - 14, dtype=np.int32))
+    assert np.array_equal(got, want[5:-9])

@@ -36,6 +36,8 @@ __all__ = [
     "TASK",
     "argsort_desc",
     "id_dtype",
+    "lookup",
+    "lookup_table",
     "ordered_map",
     "place_desc",
     "rank_desc",
@@ -51,6 +53,9 @@ CHUNK = 1 << 22
 # Samples per task when steps run on several threads (numpy releases the GIL in its loops).
 TASK = 1 << 20
 MAX_THREADS = 8
+# Mean segment length from which ``take_segments`` copies slice by slice: one Python step per
+# segment costs less than the int64 positions of its values beyond this.
+SLICED = 256
 
 
 def worker_threads() -> int:
@@ -112,6 +117,57 @@ def id_dtype(num_samples: int) -> Any:
     return np.int32 if num_samples <= 2**31 else np.int64
 
 
+def lookup_table(values: np.ndarray) -> np.ndarray:
+    """``values`` copied into memory in the narrowest of int16 / int32 that holds them.
+
+    For the random lookups of a plan build (the length of every shuffled id): at 100M samples
+    each lookup into a memory-mapped int32 file of 400 MB is a cache and TLB miss in 4 KB pages;
+    the same values as int16 in numpy's own memory (which it asks the kernel to back with 2 MB
+    pages) are half the bytes in 1/512 of the pages, and the lookups take about 0.6x the time.
+    The copy is sequential and costs a tenth of one pass of lookups. Values that fit neither
+    type, an array already of the narrowest type in memory, and arrays of less than ``CHUNK``
+    values are returned as they are.
+
+    Example:
+        >>> lookup_table(np.arange(5, dtype=np.int64)).dtype.name  # small: as it is
+        'int64'
+    """
+    n = len(values)
+    if n < CHUNK or values.dtype.kind not in "iu":
+        return values
+    ends = list(ordered_map(lambda span: _min_max(values[span[0] : span[1]]), spans(n, 1)))
+    lo, hi = min(a for a, _ in ends), max(b for _, b in ends)
+    fits = [t for t in (np.int16, np.int32) if np.iinfo(t).min <= lo and hi <= np.iinfo(t).max]
+    if not fits or (values.dtype == fits[0] and not isinstance(values, np.memmap)):
+        return values  # nothing narrower, or already narrow in memory
+    out = np.empty(n, dtype=fits[0])
+
+    def copy(span: tuple[int, int]) -> None:
+        out[span[0] : span[1]] = values[span[0] : span[1]]
+
+    for _ in ordered_map(copy, spans(n, 1)):
+        pass
+    return out
+
+
+def _min_max(values: np.ndarray) -> tuple[int, int]:
+    return int(values.min()), int(values.max())
+
+
+def lookup(table: np.ndarray, ids: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+    """``table[ids]`` for ids known to lie in ``[0, len(table))`` (ids of a plan's order).
+
+    ``numpy.take`` with ``intp`` indices and ``mode="clip"``: no bounds check and no buffer
+    (``mode="raise"`` with ``out`` buffers the result; int32 indices are converted anyway),
+    about 1.5x faster than ``table[ids]`` on 100M random ids.
+
+    Example:
+        >>> lookup(np.array([5, 6, 7]), np.array([2, 0], dtype=np.int32)).tolist()
+        [7, 5]
+    """
+    return np.take(table, np.asarray(ids, dtype=np.intp), out=out, mode="clip")
+
+
 def valid_ids(length: np.ndarray) -> np.ndarray:
     """Ids of the samples whose length is ``>= 0``, ascending, in ``id_dtype``; chunked.
 
@@ -133,7 +189,8 @@ def take_segments(
     """``src[starts[i] : starts[i] + sizes[i]]`` for every ``i``, concatenated (chunked).
 
     The same as ``src[gather_segments(starts, sizes)]`` without its two int64 temporaries the
-    size of the result.
+    size of the result: segments of ``SLICED`` values or more on average (a budget plan's
+    steps, thousands of samples each) are copied as slices, shorter ones gathered in chunks.
     """
     starts = np.asarray(starts, dtype=np.int64)
     sizes = np.asarray(sizes, dtype=np.int64)
@@ -141,6 +198,12 @@ def take_segments(
     total = int(ends[-1]) if len(ends) else 0
     if out is None:
         out = np.empty(total, dtype=src.dtype)
+    if total >= SLICED * len(starts):  # long segments: one slice copy each, no positions
+        at = 0
+        for start, size in zip(starts.tolist(), sizes.tolist(), strict=True):
+            out[at : at + size] = src[start : start + size]
+            at += size
+        return out
     cuts = [0]
     while cuts[-1] < len(starts):  # segment ranges of about TASK values each
         lo = cuts[-1]
@@ -170,8 +233,10 @@ def sort_desc(ids: np.ndarray, keys: np.ndarray) -> np.ndarray:
     return ids[argsort_desc(keys)]
 
 
-def argsort_desc(keys: np.ndarray) -> np.ndarray:
+def argsort_desc(keys: np.ndarray, top: int | None = None) -> np.ndarray:
     """A stable argsort of non-negative integer ``keys``, largest first (radix below 2**16).
+
+    ``top``: a bound on the keys, if known (saves a pass to find it; the order is the same).
 
     Example:
         >>> argsort_desc(np.array([1, 5, 1, 5])).tolist()
@@ -179,9 +244,12 @@ def argsort_desc(keys: np.ndarray) -> np.ndarray:
     """
     if not len(keys):
         return np.empty(0, dtype=np.int64)
-    top = int(keys.max())
-    flipped = top - keys.astype(np.int64)
-    return np.argsort(flipped.astype(np.uint16 if top < 2**16 else np.int64), kind="stable")
+    top = int(keys.max()) if top is None else int(top)
+    if top < 2**16:  # flipped into uint16 in one pass: numpy sorts those by radix
+        flipped = np.empty(len(keys), dtype=np.uint16)
+        np.subtract(np.int64(top), keys, out=flipped, casting="unsafe")
+        return np.argsort(flipped, kind="stable")
+    return np.argsort(top - keys.astype(np.int64), kind="stable")
 
 
 def place_desc(
@@ -191,7 +259,8 @@ def place_desc(
 
     ``parts``: chunks in order, each ``rank_desc(ids, keys, top)`` (the chunk sorted, which
     may run on other threads); ``histogram[k]``: how many ids of all chunks have key ``k``;
-    ``out``: room for all of them. Linear time, no temporary beyond a chunk.
+    ``out``: room for all of them. Linear time, no temporary beyond a chunk: a chunk's run of
+    key ``k`` lands where the earlier chunks' runs of ``k`` end, found from the counts alone.
 
     Example:
         >>> h = np.bincount([1, 3, 3, 1])
@@ -202,26 +271,25 @@ def place_desc(
     """
     histogram = np.asarray(histogram, dtype=np.int64)
     fill = _above(histogram)  # where each key's run starts in out: after all larger keys
-    for ids, ranked, count in parts:
-        if not len(ranked):
+    for ids, count in parts:
+        if not len(ids):
             continue
-        within = np.arange(len(ranked), dtype=np.int64) - _above(count)[ranked]
-        out[fill[ranked] + within] = ids
+        present = np.flatnonzero(count)[::-1]  # the chunk's keys, largest first, as sorted
+        out[gather_segments(fill[present], count[present])] = ids
         fill += count
     return out
 
 
 def rank_desc(ids: np.ndarray, keys: np.ndarray, top: int) -> tuple[np.ndarray, ...]:
-    """One chunk for ``place_desc``: ids and keys sorted by key, and the count of each key.
+    """One chunk for ``place_desc``: ids sorted by key, and the count of each key.
 
     Largest key first, equal keys in their given order; counts of keys ``0 .. top``.
 
     Example:
         >>> [a.tolist() for a in rank_desc(np.array([7, 8]), np.array([1, 3]), 3)]
-        [[8, 7], [3, 1], [0, 1, 0, 1]]
+        [[8, 7], [0, 1, 0, 1]]
     """
-    perm = argsort_desc(keys)
-    return ids[perm], keys[perm], np.bincount(keys, minlength=top + 1)
+    return ids[argsort_desc(keys, top)], np.bincount(keys, minlength=top + 1)
 
 
 def _above(count: np.ndarray) -> np.ndarray:

@@ -50,13 +50,14 @@ Example:
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any, ClassVar
 
 import numpy as np
 
 from chute.errors import ConfigError
 from chute.plan.base import check_positive
-from chute.plan.bulk import id_dtype, ordered_map, sort_desc, spans
+from chute.plan.bulk import id_dtype, lookup, lookup_table, ordered_map, sort_desc, spans
 from chute.plan.lengthed import LengthPlanner, derive_seed, shuffle_units, sort_within
 from chute.plan.order import IdOrder, Order
 from chute.plan.table import TablePlan, even_bounds, gather_segments
@@ -151,13 +152,18 @@ class GroupedPlanner(LengthPlanner):
         out = np.empty(n, dtype=dtype)
         grid = out[: full * step].reshape(full, step)
 
-        def sort(span: tuple[int, int]) -> list[tuple[int, int]]:  # (start, longest) each
+        table = lookup_table(lengths)  # in memory, narrow: the random lookups run faster
+
+        def sort(
+            table: np.ndarray, span: tuple[int, int]
+        ) -> list[tuple[int, int]]:  # (start, longest) each
             lo0, hi0 = span
             read = order.take_range(lo0, hi0, np.empty(hi0 - lo0, dtype=dtype))
+            read_lens = lookup(table, read)
             tops = []
             for lo in range(lo0, hi0, mega):
                 ids = read[lo - lo0 : min(hi0, lo + mega) - lo0]
-                lens = lengths[ids]
+                lens = read_lens[lo - lo0 : min(hi0, lo + mega) - lo0]
                 ids = sort_desc(ids, lens)
                 whole_steps = min(len(ids) // step, full - lo // step)
                 first_step = lo // step
@@ -171,10 +177,11 @@ class GroupedPlanner(LengthPlanner):
             return tops
 
         longest, first = -1, None
-        for tops in ordered_map(sort, spans(n, mega)):
+        for tops in ordered_map(partial(sort, table), spans(n, mega)):
             for lo, top in tops:
                 if lo < full * step and top > longest:  # sorted: the group's first
                     longest, first = top, lo // step
+        del table
         if base is not None and self.longest_first and first is not None:
             final = shuffle_units(full, self.grad_accum, seed, epoch, first)
             _move_first(grid, where, base, final)

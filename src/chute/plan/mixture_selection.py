@@ -62,6 +62,9 @@ __all__ = [
 
 # Names the selection arithmetic; changing it must change this (resume states record it).
 SELECTION_ALGORITHM = "mixture-v1"
+# Positions of a mixture order computed per step of a long range: each takes a few int64
+# temporaries of this size (a budget plan reads its whole epoch in one range).
+RANGE_CHUNK = 1 << 20
 
 
 class Selection:
@@ -273,10 +276,27 @@ class MixtureOrder(Order):
         slots = self._slots.take(positions)
         dataset = np.searchsorted(sel.count_offsets, slots, side="right") - 1
         out = np.empty(len(slots), dtype=np.int64)
-        for d in np.unique(dataset).tolist():
+        present = np.bincount(dataset, minlength=len(sel.shares))  # linear, where unique sorts
+        for d in np.flatnonzero(present).tolist():
             at = np.flatnonzero(dataset == d)
             local = sel.local_ids(d, slots[at] - sel.count_offsets[d], self.epoch)
             out[at] = local + sel.offsets[d]
+        return out
+
+    def take_range(self, lo: int, hi: int, out: np.ndarray | None = None) -> np.ndarray:
+        """The ids at positions ``lo .. hi-1`` (into ``out`` if given), ``RANGE_CHUNK`` at a time.
+
+        Example:
+            >>> sel = Selection([Share("a", 3), Share("b", 2)], seed=1, shuffle=False)
+            >>> sel.order(0).take_range(1, 4).tolist()
+            [1, 2, 3]
+        """
+        lo, hi = self._check_range(lo, hi)
+        if out is None:
+            out = np.empty(hi - lo, dtype=np.int64)
+        for a in range(lo, hi, RANGE_CHUNK):
+            b = min(hi, a + RANGE_CHUNK)
+            out[a - lo : b - lo] = self._take(np.arange(a, b, dtype=np.int64))
         return out
 
     def describe(self) -> dict[str, Any]:

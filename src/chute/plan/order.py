@@ -209,8 +209,8 @@ class Mapped(Order):
         at = self.base.take_range(lo, hi, np.empty(hi - lo, dtype=self.table.dtype))
         if out is None:
             return self.table[at].astype(np.int64, copy=False)
-        if out.dtype == self.table.dtype:
-            np.take(self.table, at, out=out)
+        if out.dtype == self.table.dtype:  # ids of the base order lie in range: no checks
+            np.take(self.table, at.astype(np.intp), out=out, mode="clip")
         else:
             out[:] = self.table[at]
         return out

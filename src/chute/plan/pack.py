@@ -155,12 +155,14 @@ def pack_sorted(
         counts = counts[order]
         starts = np.empty(len(counts), dtype=offset)
         starts[order] = np.cumsum(counts) - counts  # where each row (by number) begins
+        del order  # 4 bytes a row, not needed while the members are written
     members = np.empty(len(items), dtype=items.dtype)
 
     def write(pos: int, rows: np.ndarray, slots: np.ndarray) -> None:
         members[starts[rows] + slots] = items[pos : pos + len(rows)]
 
-    _bfd(histogram, capacity, rooms, write, bound)
+    opened = len(counts) - (0 if rooms is None else len(rooms))  # known now: no spare room
+    _bfd(histogram, capacity, rooms, write, opened)
     return members, counts
 
 

@@ -52,6 +52,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterator
+from functools import partial
 from typing import Any, ClassVar
 
 import numpy as np
@@ -62,6 +63,8 @@ from chute.plan.base import check_positive
 from chute.plan.bulk import (
     CHUNK,
     id_dtype,
+    lookup,
+    lookup_table,
     ordered_map,
     place_desc,
     rank_desc,
@@ -234,38 +237,56 @@ class PackedPlanner(LengthPlanner):
         length = self.require_lengths().length
         histogram = np.zeros(cap + 1, dtype=np.int64)
         tokens = room = halves = over = 0
-        if whole:  # the same samples in any order: count them in id order
+        table = lookup_table(length)  # in memory, narrow: the random lookups run faster
+
+        def count(lens: np.ndarray) -> tuple[np.ndarray, int, int, int, int]:
+            size, kept, longer = self._fit(lens.astype(np.int64))
+            return (
+                np.bincount(np.maximum(size, 1), minlength=cap + 1),
+                int(kept.sum(dtype=np.int64)),
+                int(size.sum(dtype=np.int64)),
+                int(np.count_nonzero(2 * size > cap)),
+                longer,
+            )
+
+        if whole:  # the same samples in any order: count them in id order, on threads
             parts: Iterator[np.ndarray] = (c[c >= 0] for c in _chunks_of(length, CHUNK))
         else:
-            parts = (length[ids] for ids in self._read(order))
-        for lens in parts:
-            size, kept, longer = self._fit(lens.astype(np.int64))
-            histogram += np.bincount(np.maximum(size, 1), minlength=cap + 1)
-            tokens += int(kept.sum(dtype=np.int64))
-            room += int(size.sum(dtype=np.int64))
-            halves += int(np.count_nonzero(2 * size > cap))
+            parts = (lookup(table, ids) for ids in self._read(order))
+        for counted, kept, taken, half, longer in ordered_map(count, parts):
+            histogram += counted
+            tokens += kept
+            room += taken
+            halves += half
             over += longer
         dropped: list[np.ndarray] = []
 
         dtype = id_dtype(len(length))
 
-        def keyed(span: tuple[int, int]) -> tuple[tuple[np.ndarray, ...], np.ndarray]:
+        def keyed(
+            table: np.ndarray, span: tuple[int, int]
+        ) -> tuple[tuple[np.ndarray, ...], np.ndarray]:
             ids = order.take_range(span[0], span[1], np.empty(span[1] - span[0], dtype=dtype))
-            lens = length[ids].astype(np.int64)
+            lens = lookup(table, ids)  # 32 bits where they fit: half the passes' bytes
+            lens = lens.astype(np.int32 if np.can_cast(lens.dtype, np.int32) else np.int64)
             cut = ids[:0]
             if self.overflow == "drop":
                 over = lens > cap
                 cut, ids, lens = ids[over], ids[~over], lens[~over]
-            size, _, _ = self._fit(lens)
-            return rank_desc(ids, np.maximum(size, 1), cap), cut
+            else:
+                np.minimum(lens, cap, out=lens)
+            if self.align != 1:  # the room each takes, as ``sizes`` rounds it
+                lens = -(-lens // self.align) * self.align
+            return rank_desc(ids, np.maximum(lens, 1, out=lens), cap), cut
 
-        def placed() -> Iterator[tuple[np.ndarray, ...]]:
-            for part, cut in ordered_map(keyed, spans(len(order), 1)):
+        def placed(table: np.ndarray) -> Iterator[tuple[np.ndarray, ...]]:
+            for part, cut in ordered_map(partial(keyed, table), spans(len(order), 1)):
                 if len(cut):  # an empty view would keep its whole chunk alive
                     dropped.append(cut.copy())
                 yield part
 
-        ordered = place_desc(placed(), histogram, np.empty(int(histogram.sum()), dtype=dtype))
+        ordered = place_desc(placed(table), histogram, np.empty(int(histogram.sum()), dtype=dtype))
+        del table
 
         def arrange(counts: np.ndarray) -> np.ndarray:  # the rows shuffled, as plan_ids does
             if not self.shuffle:
