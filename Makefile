@@ -36,8 +36,10 @@ format: $(STAMP)
 
 # `make lint` runs ruff and mypy (strict; settings in pyproject.toml).
 # pytest exits 5 when it collects no tests; that is not a failure of the suite.
+# PYTEST_WORKERS=0 runs it in one process (pytest-xdist's -n 0), e.g. to debug a failure.
+PYTEST_WORKERS ?= 2
 test: lint
-	$(BIN)/python -m pytest; rc=$$?; if [ $$rc -eq 5 ]; then exit 0; else exit $$rc; fi
+	$(BIN)/python -m pytest -n $(PYTEST_WORKERS); rc=$$?; if [ $$rc -eq 5 ]; then exit 0; else exit $$rc; fi
 
 # mosaicml-streaming and litdata declare torch/torchvision as dependencies: pip would replace
 # torch 2.13.0 with a multi-GB CUDA build of the newest torch (and streaming pins numpy < 2.2).
