@@ -39,6 +39,16 @@ _Spec = TypeVar("_Spec", "TokenizerSpec", "TemplateSpec")
 _MAPPINGS = ("special_tokens", "variables")
 
 
+class _FlatKeywords:
+    """A spec that stands for some of the ``Recipe``'s keywords (``KEYWORDS``: keyword -> field)."""
+
+    KEYWORDS: ClassVar[dict[str, str]] = {}
+
+    def keywords(self) -> dict[str, Any]:
+        """The ``Recipe`` keywords (the config's keys) this spec stands for."""
+        return {key: getattr(self, name) for key, name in self.KEYWORDS.items()}
+
+
 def _check(spec: TokenizerSpec | TemplateSpec) -> None:
     """Each field by its option's declared check; a mapping copied, so the spec stays as made."""
     for name, value in vars(spec).items():
@@ -51,7 +61,7 @@ def _check(spec: TokenizerSpec | TemplateSpec) -> None:
 
 
 @dataclass(frozen=True)
-class TokenizerSpec:
+class TokenizerSpec(_FlatKeywords):
     """Which tokenizer a recipe loads, and how.
 
     Args:
@@ -85,13 +95,9 @@ class TokenizerSpec:
             raise ConfigError("required: a tokenizer.json, folder or file", param="tokenizer")
         _check(self)
 
-    def keywords(self) -> dict[str, Any]:
-        """The ``Recipe`` keywords (the config's keys) this spec stands for."""
-        return {key: getattr(self, name) for key, name in self.KEYWORDS.items()}
-
 
 @dataclass(frozen=True)
-class TemplateSpec:
+class TemplateSpec(_FlatKeywords):
     """How a conversation is rendered: the chat template, its system prompt, what is trained.
 
     Args:
@@ -122,10 +128,6 @@ class TemplateSpec:
 
     def __post_init__(self) -> None:
         _check(self)
-
-    def keywords(self) -> dict[str, Any]:
-        """The ``Recipe`` keywords (the config's keys) this spec stands for."""
-        return {key: getattr(self, name) for key, name in self.KEYWORDS.items()}
 
 
 def group_of(cls: type[_Spec], value: object, given: Mapping[str, object]) -> _Spec:
