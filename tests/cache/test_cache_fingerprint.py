@@ -15,6 +15,7 @@ from chute import FingerprintMismatch, PreprocessConfig, Recipe, open_cache, pre
 from chute.cache import RecipeConfig
 from chute.cache.layout import Layout
 from chute.errors import ConfigError
+from chute.recipe import MediaSpec
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -91,6 +92,16 @@ def test_same_recipe_config_or_object_opens(built: dict) -> None:
     assert len(open_cache(built["cache"], recipe=Recipe(**built["recipe"]))) == 200
     assert len(open_cache(built["cache"], recipe=built["recipe"])) == 200
     assert len(open_cache(built["cache"], recipe=PreprocessConfig.from_dict(built["cfg"]))) == 200
+
+
+def test_a_media_spec_opens_the_cache_its_flat_keys_built(built: dict) -> None:
+    """``Recipe(media=MediaSpec(...))`` is the config's flat media keys: same fingerprint."""
+    flat = {k: v for k, v in built["recipe"].items() if k not in ("image_tokens", "media_root")}
+    spec = MediaSpec(image_tokens=16, root=built["recipe"]["media_root"])
+    assert len(open_cache(built["cache"], recipe=Recipe(**flat, media=spec))) == 200
+    other = MediaSpec(image_tokens=32, root=built["recipe"]["media_root"])
+    with pytest.raises(FingerprintMismatch, match=r"media.image_tokens.tokens differs: cache 16"):
+        open_cache(built["cache"], recipe=Recipe(**flat, media=other))
 
 
 def test_a_config_mismatch_prints_the_overrides_that_rebuild(built: dict) -> None:

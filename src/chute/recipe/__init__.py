@@ -6,7 +6,7 @@
   (``truncate.py``), preference pairs and rated completions (``preference.py``).
 * ``RecipeOptions``: every option of a recipe, declared once (keyword, config key, flag, doc;
   ``options.py``); its groups as checked values: ``LengthPolicy`` (``length.py``),
-  ``TokenizerSpec`` and ``TemplateSpec`` (``specs.py``).
+  ``TokenizerSpec``, ``TemplateSpec`` and ``MediaSpec`` (``specs.py``).
 * ``RecipeContract``: what the layers above read of a recipe, checked where one enters
   (``as_recipe``; ``contract.py``); one strategy per ``task`` (``tasks.py``).
 * ``validate_source``: any check (a ``Recipe`` is one) over every record, in parallel, with
@@ -26,7 +26,7 @@ from chute.recipe.recipe import (
     TRUNCATION,
     Recipe,
 )
-from chute.recipe.specs import TemplateSpec, TokenizerSpec
+from chute.recipe.specs import MediaSpec, TemplateSpec, TokenizerSpec
 from chute.recipe.validate import ValidationReport, check_json_object, validate_source
 
 __all__ = [
@@ -38,6 +38,7 @@ __all__ = [
     "TRUNCATION",
     "Encoded",
     "LengthPolicy",
+    "MediaSpec",
     "PlainRecipe",
     "Recipe",
     "RecipeBase",

@@ -48,7 +48,7 @@ from chute.errors import ConfigError, SampleError
 from chute.formats import FormatReader, FormatSpec
 from chute.formats.spec import MAX_TURNS
 from chute.media.geometry import Geometry
-from chute.media.refs import MediaPlan, MediaSlot
+from chute.media.refs import MediaSlot
 from chute.media.stage import default_media_stage
 from chute.media.timestamps import Timestamps
 from chute.media.tokens import DynamicImageTokens
@@ -67,7 +67,7 @@ from chute.recipe.options import (
 )
 from chute.recipe.preference import TASKS, response_rendered, train_after_prompt
 from chute.recipe.restarts import RestartPoints
-from chute.recipe.specs import TemplateSpec, TokenizerSpec, group_of
+from chute.recipe.specs import MediaSpec, TemplateSpec, TokenizerSpec, group_of
 from chute.recipe.tasks import TASK_STRATEGIES
 from chute.recipe.truncate import TRUNCATION, check_policies, drop_exchanges
 from chute.recipe.windows import (
@@ -102,7 +102,7 @@ _Where = tuple[str | None, int | None, int | None, int | None]
 class Recipe:
     """Record -> training sample. Picklable (DataLoader workers, process pools) and cheap to call.
 
-    Every keyword but the three groups below is an option declared once in
+    Every keyword but the four groups below is an option declared once in
     ``chute.recipe.options.RecipeOptions`` (the same key in a config's ``recipe:`` section, the
     same ``--flag`` on the command line); each is listed, with its doc, under "Options" (written
     from the declarations when this module loads, as is the signature ``help(Recipe)`` shows).
@@ -118,6 +118,9 @@ class Recipe:
             ``template_vars`` and ``train_on`` out).
         length: ``max_length``, ``overflow``, ``truncation``, ``stride`` and
             ``max_record_bytes`` as one ``LengthPolicy`` (then leave those keywords out).
+        media: the media options (``image_tokens`` ... ``media_allowed_roots``) as one
+            ``MediaSpec`` (then leave those keywords out); ``recipe.media`` is the
+            ``MediaPlan`` built from it, as from the keywords.
         **options: the options below, by name; an unknown name is a ``TypeError`` naming the
             nearest one, a value of the wrong kind a ``ConfigError``.
 
@@ -130,6 +133,7 @@ class Recipe:
         tokenizer: Any,
         template: Any = None,
         length: LengthPolicy | None = None,
+        media: MediaSpec | None = None,
         **options: object,
     ) -> None:
         unknown = keyword_problems(options)
@@ -139,6 +143,7 @@ class Recipe:
         # the groups: each a spec, or made of its loose keywords (never both)
         tok = group_of(TokenizerSpec, tokenizer, options)
         tpl = group_of(TemplateSpec, template, options)
+        med = group_of(MediaSpec, media, options)
         self.length = LengthPolicy.of(
             length, {k: options[k] for k in LENGTH_KEYWORDS if k in options}
         )
@@ -148,6 +153,7 @@ class Recipe:
             **options,
             **tok.keywords(),
             **tpl.keywords(),
+            **med.keywords(),
             **{k: getattr(self.length, k) for k in LENGTH_KEYWORDS},
         }
         self.options = o
@@ -206,21 +212,7 @@ class Recipe:
                 param="max_turns",
             )
         self.max_turns = max_turns
-        self.media = MediaPlan(
-            self.tokenizer,
-            image_tokens=o["image_tokens"],
-            image_token=o["image_token"],
-            image_token_id=o["image_token_id"],
-            video_tokens=o["video_tokens"],
-            audio_tokens=o["audio_tokens"],
-            video_token=o["video_token"],
-            audio_token=o["audio_token"],
-            media_root=o["media_root"],
-            check_images=o["check_images"],
-            allow_urls=o["allow_urls"],
-            max_image_pixels=o["max_image_pixels"],
-            allowed_roots=o["media_allowed_roots"],
-        )
+        self.media = med.plan(self.tokenizer)
         self._reader = FormatReader(self.format, max_turns=max_turns)
         self.geometry = Geometry.of(o["geometry"])
         self._widest = False  # the lengths pass of a Loader that crops or flips
