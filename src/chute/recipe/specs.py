@@ -26,6 +26,7 @@ Example:
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Mapping
 from dataclasses import MISSING, dataclass, field, fields
 from typing import Any, ClassVar, TypeVar
@@ -50,9 +51,21 @@ class _FlatKeywords:
     """
 
     GROUP: ClassVar[str] = ""
+    # a field whose Recipe keyword has another name (e.g. ``source`` -> ``tokenizer``)
+    RENAMED: ClassVar[dict[str, str]] = {}
+    # keyword -> field, worked out from the fields when the class is made (declared once)
     KEYWORDS: ClassVar[dict[str, str]] = {}
     # said when the group's keyword gets something else (what the user may have meant)
     OTHER_VALUE_HINT: ClassVar[str] = ""
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        fields_ = [
+            name
+            for name, annotation in inspect.get_annotations(cls).items()
+            if not str(annotation).startswith("ClassVar")
+        ]
+        cls.KEYWORDS = {cls.RENAMED.get(name, name): name for name in fields_}
 
     def keywords(self) -> dict[str, Any]:
         """The ``Recipe`` keywords (the config's keys) this spec stands for."""
@@ -104,13 +117,7 @@ class TokenizerSpec(_FlatKeywords):
     backend: str = "auto"
 
     GROUP: ClassVar[str] = "tokenizer"
-    # the Recipe keyword (and config key) of each field
-    KEYWORDS: ClassVar[dict[str, str]] = {
-        "tokenizer": "source",
-        "special_tokens": "special_tokens",
-        "tiktoken_pattern": "tiktoken_pattern",
-        "tokenizer_backend": "backend",
-    }
+    RENAMED: ClassVar[dict[str, str]] = {"source": "tokenizer", "backend": "tokenizer_backend"}
 
     def __post_init__(self) -> None:
         if self.source is None or self.source == "":
@@ -142,12 +149,7 @@ class TemplateSpec(_FlatKeywords):
     train_on: str = "assistant"
 
     GROUP: ClassVar[str] = "template"
-    KEYWORDS: ClassVar[dict[str, str]] = {
-        "template": "source",
-        "system": "system",
-        "template_vars": "variables",
-        "train_on": "train_on",
-    }
+    RENAMED: ClassVar[dict[str, str]] = {"source": "template", "variables": "template_vars"}
 
     def __post_init__(self) -> None:
         _check(self)
@@ -207,19 +209,9 @@ class MediaSpec(_FlatKeywords):
     allowed_roots: list[str] = field(default_factory=list)
 
     GROUP: ClassVar[str] = "media"
-    KEYWORDS: ClassVar[dict[str, str]] = {
-        "image_tokens": "image_tokens",
-        "image_token": "image_token",
-        "image_token_id": "image_token_id",
-        "video_tokens": "video_tokens",
-        "audio_tokens": "audio_tokens",
-        "video_token": "video_token",
-        "audio_token": "audio_token",
-        "media_root": "root",
-        "check_images": "check_images",
-        "allow_urls": "allow_urls",
-        "max_image_pixels": "max_image_pixels",
-        "media_allowed_roots": "allowed_roots",
+    RENAMED: ClassVar[dict[str, str]] = {
+        "root": "media_root",
+        "allowed_roots": "media_allowed_roots",
     }
     OTHER_VALUE_HINT: ClassVar[str] = (
         " (the stage that decodes media in the workers is the Loader's: Loader(media=...))"
@@ -235,21 +227,11 @@ class MediaSpec(_FlatKeywords):
             >>> MediaSpec(image_tokens=64).plan(tokenizer).tokens["image"]  # doctest: +SKIP
             '<image>'
         """
-        return MediaPlan(
-            tokenizer,
-            image_tokens=self.image_tokens,
-            image_token=self.image_token,
-            image_token_id=self.image_token_id,
-            video_tokens=self.video_tokens,
-            audio_tokens=self.audio_tokens,
-            video_token=self.video_token,
-            audio_token=self.audio_token,
-            media_root=self.root,
-            check_images=self.check_images,
-            allow_urls=self.allow_urls,
-            max_image_pixels=self.max_image_pixels,
-            allowed_roots=self.allowed_roots,
-        )
+        # MediaPlan's parameters are the fields' names, but for the root
+        options = {
+            ("media_root" if f == "root" else f): getattr(self, f) for f in self.KEYWORDS.values()
+        }
+        return MediaPlan(tokenizer, **options)
 
 
 def group_of(cls: type[_Spec], value: object, given: Mapping[str, object]) -> _Spec:
