@@ -86,6 +86,35 @@ def test_config_checks_are_read_from_the_annotations() -> None:
         kinds_of(Unchecked)
 
 
+def test_an_integers_minimum_holds_for_an_optional_one_too() -> None:
+    from chute._internal.config_checks import check_fields
+    from chute.recipe.options import check_plain
+
+    @dataclasses.dataclass
+    class Counts:
+        at_least_zero: int | None = option(None, minimum=0)
+        any_integer: int | None = option(None, minimum=None)
+        positive: int | None = option(None)
+
+    kinds = kinds_of(Counts)
+    assert kinds == {"at_least_zero": "int0?", "any_integer": "int?", "positive": "int+?"}
+    assert check_fields(kinds, {"at_least_zero": -1, "any_integer": -200, "positive": None}) == [
+        ("at_least_zero", "expected an integer >= 0 or null, got -1")
+    ]
+    # LLaVA's own code writes -200 for image tokens: allowed, as declared
+    assert check_plain({"image_token_id": -200}) == []
+    assert check_plain({"image_token_id": "x"}) == [
+        ("image_token_id", "expected an integer or null, got 'x'")
+    ]
+
+    @dataclasses.dataclass
+    class Odd:
+        n: int = option(0, minimum=5)
+
+    with pytest.raises(TypeError, match=r"Odd.n: minimum is 1, 0 or None"):
+        kinds_of(Odd)
+
+
 def test_unknown_option_names_are_refused_at_definition() -> None:
     with pytest.raises(TypeError, match="unknown recipe options"):
         recipe_options(exclude=("max_lenght",))

@@ -57,7 +57,9 @@ _CHECKS: dict[str, tuple[Any, str]] = {
     "int+?": (lambda v: v is None or (_is_int(v) and v > 0), "a positive integer or null"),
     "int+": (lambda v: _is_int(v) and v > 0, "a positive integer"),
     "int0": (lambda v: _is_int(v) and v >= 0, "an integer >= 0"),
+    "int0?": (lambda v: v is None or (_is_int(v) and v >= 0), "an integer >= 0 or null"),
     "int?": (lambda v: v is None or _is_int(v), "an integer or null"),
+    "int": (lambda v: _is_int(v), "an integer"),
     "bool": (lambda v: isinstance(v, bool), "true or false"),
     "seconds": (lambda v: _is_number(v) and v > 0, "a number of seconds > 0"),
     "fraction?": (
@@ -237,7 +239,7 @@ def option(
     factory: Any = MISSING,
     check: str | None = None,
     choices: Sequence[str] | None = None,
-    minimum: int = 1,
+    minimum: int | None = 1,
     cli: CliFlag | None = None,
     doc: str | None = None,
 ) -> Any:
@@ -245,7 +247,8 @@ def option(
 
     The check comes from the field's annotation (``int | None`` -> a positive integer or null,
     ``bool`` -> true or false, ``dict[str, str]`` -> a mapping of names to strings, ...);
-    ``choices``, ``minimum`` (``0`` allows zero) or a named ``check`` refine it.
+    ``choices``, ``minimum`` (``0`` allows zero, ``None`` any integer, negative ones too) or a
+    named ``check`` refine it.
 
     Example:
         >>> from dataclasses import dataclass
@@ -284,7 +287,7 @@ def kinds_of(cls: type) -> dict[str, Any]:
     return out
 
 
-def _kind_of(annotation: Any, minimum: int, where: str) -> str:
+def _kind_of(annotation: Any, minimum: int | None, where: str) -> str:
     args = typing.get_args(annotation)
     optional = type(None) in args
     inner = [a for a in args if a is not type(None)]
@@ -294,9 +297,10 @@ def _kind_of(annotation: Any, minimum: int, where: str) -> str:
     if base is bool:
         return "bool"
     if base is int:
-        if optional:
-            return "int+?" if minimum >= 1 else "int?"
-        return "int+" if minimum >= 1 else "int0"
+        if minimum is not None and minimum not in (0, 1):
+            raise TypeError(f"{where}: minimum is 1, 0 or None (any integer), got {minimum!r}")
+        kind = {1: "int+", 0: "int0", None: "int"}[minimum]
+        return f"{kind}?" if optional else kind
     if base is float:
         return "seconds"
     if typing.get_origin(base) is dict:

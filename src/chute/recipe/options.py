@@ -261,7 +261,7 @@ class RecipeOptions:
     )
     image_token_id: int | None = option(
         None,
-        minimum=0,
+        minimum=None,  # any integer: LLaVA's own code writes -200
         doc=(
             "the id written for image tokens (default: ``image_token``'s id; LLaVA's original "
             "code uses ``-200``)."
