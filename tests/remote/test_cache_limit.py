@@ -172,20 +172,6 @@ def test_shard_order_is_identical_on_every_rank_and_resumes(s3: Bucket, tmp_path
     assert sorted(np.concatenate([consumed, delivered]).tolist()) == list(range(N))
 
 
-def test_a_full_shuffle_over_far_more_than_the_limit_warns(
-    s3: Bucket, tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setattr("chute.loader.planning._WARNED", set())  # earlier tests' warnings
-    urls = write_shards(s3, tmp_path)
-    source = JsonlSource(urls, remote=RemoteOptions(cache_limit=2 * file_size(s3)))
-    with caplog.at_level("WARNING", logger="chute.loader"):
-        Loader(source, batch_size=4, plan="shards")
-        assert "cache_limit" not in caplog.text
-        Loader(source, batch_size=4)
-    assert "a shuffled plan over 8 remote files" in caplog.text
-    assert "use plan='shards'" in caplog.text
-
-
 def test_a_file_larger_than_the_limit_is_read_with_ranged_requests(
     s3: Bucket, tmp_path: Path
 ) -> None:
@@ -210,4 +196,5 @@ def test_a_full_shuffle_over_files_far_larger_than_the_limit_warns_once(
         for _ in range(2):
             Loader(source, batch_size=4, world=World(0, 1), seed=4)
     assert caplog.text.count("downloads most files many times") == 1
-    assert "plan='shards'" in caplog.text
+    assert "a shuffled plan over 8 remote files" in caplog.text
+    assert "use plan='shards'" in caplog.text
