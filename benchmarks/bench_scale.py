@@ -31,13 +31,17 @@ Lengths only (``--plan-samples``, default 100M): lognormal lengths (median ~245 
 to 4,096), written to a ``.npy`` once and memory-mapped as the lengths cache is; each plan
 built for 8 ranks (``grouped`` batch 32, ``budget`` 32 x 4,096 tokens, ``packed`` rows of 4,096
 x 8): build time, peak RSS, and the numpy memory the build allocated at its peak
-(``tracemalloc``), which is what a rank adds beyond the interpreter and the lengths.
+(``tracemalloc``), which is what a rank adds beyond the interpreter and the lengths. The time
+is of a build on its own; the memory of a second build under ``tracemalloc`` (tracing slows a
+build by 20-75%, so its time is kept apart as ``traced_seconds``), checked to be the same
+plan. ``mix_*`` steps run there too: the same plans over the three-dataset mixture.
 
 With ``--synthetic-lengths`` the plan steps at a size whose lengths step is not run use
 lognormal lengths as above (clipped to 2,048, the recipe's ``max_length``), so plans at 10M
 records need no hours of tokenizing; the results say so (``lengths_used``).
 
-Growth is ``time(10x) / time(x)``: 10.0 is linear. Results: ``benchmarks/results/scale.json``.
+Growth is ``time(10x) / time(x)``: 10.0 is linear; ``cpu`` is the same ratio of CPU seconds
+(the step's process and its workers, user + system), which a shared machine's load moves less. Results: ``benchmarks/results/scale.json``.
 """
 
 from __future__ import annotations
@@ -91,6 +95,14 @@ def peak_rss_mb() -> float:
 
 def children_peak_mb() -> float:
     return round(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024, 1)
+
+
+def process_cpu_seconds() -> float:
+    """CPU seconds (user + system) of this process and its ended workers: on a shared machine
+    a step's CPU time grows with its work, its wall time also with the load."""
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    workers = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return round(own.ru_utime + own.ru_stime + workers.ru_utime + workers.ru_stime, 2)
 
 
 # -- data ------------------------------------------------------------------------------------
@@ -222,13 +234,25 @@ def run_step(step: str, paths: list[str], n: int, lengths_npy: str | None) -> di
         else:
             _ = int(np.count_nonzero(lens >= 0))  # the lengths' pages, as a loader has them
             base = peak_rss_mb()
-            tracemalloc.start()
-            t0 = time.perf_counter()
+            # timed on its own: tracing every allocation slows a build by 20-75% (measured)
+            c0, t0 = time.process_time(), time.perf_counter()
             plan = plan_of.build(len(lens), epoch=0, world_size=WORLD)
             out["seconds"] = round(time.perf_counter() - t0, 2)
+            out["build_cpu_seconds"] = round(time.process_time() - c0, 2)
+            digest = plan_digest(plan)
+            del plan
+            plan_of = planner(kind, lens, big)  # a new planner: a planner keeps its last plan
+            if step.startswith("mix_"):
+                plan_of = mixture_of(plan_of, lens)
+            # then built again (plans are pure: the same plan) with its allocations traced
+            tracemalloc.start()
+            t1 = time.perf_counter()
+            plan = plan_of.build(len(lens), epoch=0, world_size=WORLD)
+            out["traced_seconds"] = round(time.perf_counter() - t1, 2)
             out["numpy_peak_mb"] = round(tracemalloc.get_traced_memory()[1] / 2**20, 1)
             out["held_mb"] = round(tracemalloc.get_traced_memory()[0] / 2**20, 1)
             tracemalloc.stop()
+            assert plan_digest(plan) == digest, "the second build made another plan"
             out["rss_before_mb"] = base
             from chute.plan.efficiency import padding_report
 
@@ -243,7 +267,18 @@ def run_step(step: str, paths: list[str], n: int, lengths_npy: str | None) -> di
     out.setdefault("seconds", round(time.perf_counter() - t0, 2))
     out["peak_rss_mb"] = peak_rss_mb()
     out["workers_peak_rss_mb"] = children_peak_mb()
+    out["process_cpu_seconds"] = process_cpu_seconds()
     return out
+
+
+def plan_digest(plan: Any) -> str:
+    """A digest of rank 0's first and last batches (enough to tell two builds apart)."""
+    import hashlib
+
+    h = hashlib.sha256(str(plan.num_batches).encode())
+    for k in sorted({0, plan.num_batches // 2, plan.num_batches - 1}):
+        h.update(np.asarray(plan.batch(0, k), dtype=np.int64).tobytes())
+    return h.hexdigest()[:16]
 
 
 def spawn(step: str, paths: list[Path], n: int, lengths_npy: Path | None, cache: Path) -> dict:
@@ -274,6 +309,15 @@ def growth(results: dict[str, dict[str, Any]], sizes: list[int]) -> dict[str, An
                 continue
             out.setdefault(step, {})[f"{a}->{b}"] = {
                 "time": round(y["seconds"] / max(x["seconds"], 1e-3), 2),
+                **(
+                    {
+                        "cpu": round(
+                            y["process_cpu_seconds"] / max(x["process_cpu_seconds"], 1e-3), 2
+                        )
+                    }
+                    if "process_cpu_seconds" in x and "process_cpu_seconds" in y
+                    else {}
+                ),
                 "peak_rss": round(y["peak_rss_mb"] / x["peak_rss_mb"], 2),
             }
     return out
@@ -328,12 +372,15 @@ def main() -> None:
             subprocess.run(["rm", "-rf", str(cache)], check=False)
         results["records"][str(n)] = per
     results["growth"] = growth(results["records"], sizes)
-    if big and any(s.startswith("plan_") for s in steps):
+    if big and any(s.startswith(("plan_", "mix_")) for s in steps):
         lens_path = root / f"lognormal_{big}.npy"
         write_lognormal(lens_path, big)
-        for kind in ("grouped", "budget", "packed"):
+        kinds = [s.split("_", 1)[1] for s in steps if s.startswith("plan_")]
+        kinds += [s for s in steps if s.startswith("mix_")]
+        for kind in kinds:
             cache = Path(tempfile.mkdtemp(prefix="cache-big-", dir=root))
-            got = spawn(f"plan_{kind}", [], big, lens_path, cache)
+            step = kind if kind.startswith("mix_") else f"plan_{kind}"
+            got = spawn(step, [], big, lens_path, cache)
             results["plans_lengths_only"][kind] = {"samples": big, **got}
             print(big, kind, json.dumps(got)[:300], flush=True)
     results["load_average"] = os.getloadavg()

@@ -45,6 +45,7 @@ from typing import Any
 import numpy as np
 
 from chute.errors import ConfigError
+from chute.plan.bulk import ordered_map
 from chute.plan.lengthed import derive_seed
 from chute.plan.order import Order, Sequential
 from chute.plan.shares import AMOUNTS, Share, counts_of, is_integer
@@ -294,9 +295,20 @@ class MixtureOrder(Order):
         lo, hi = self._check_range(lo, hi)
         if out is None:
             out = np.empty(hi - lo, dtype=np.int64)
-        for a in range(lo, hi, RANGE_CHUNK):
+        filled = out
+
+        def fill(a: int) -> None:
             b = min(hi, a + RANGE_CHUNK)
-            out[a - lo : b - lo] = self._take(np.arange(a, b, dtype=np.int64))
+            filled[a - lo : b - lo] = self._take(np.arange(a, b, dtype=np.int64))
+
+        # chunks are independent: a long range (a budget plan reads its epoch in one) is read
+        # on threads, most of its work in numpy; one chunk stays on the caller's thread
+        starts = range(lo, hi, RANGE_CHUNK)
+        if len(starts) > 1:
+            for _ in ordered_map(fill, starts):
+                pass
+        elif starts:
+            fill(lo)
         return out
 
     def describe(self) -> dict[str, Any]:

@@ -249,19 +249,26 @@ class PackedPlanner(LengthPlanner):
                 longer,
             )
 
+        dtype = id_dtype(len(length))
+
+        def read_counted(
+            table: np.ndarray, span: tuple[int, int]
+        ) -> tuple[np.ndarray, int, int, int, int]:
+            ids = order.take_range(span[0], span[1], np.empty(span[1] - span[0], dtype=dtype))
+            return count(lookup(table, ids))
+
         if whole:  # the same samples in any order: count them in id order, on threads
             parts: Iterator[np.ndarray] = (c[c >= 0] for c in _chunks_of(length, CHUNK))
-        else:
-            parts = (lookup(table, ids) for ids in self._read(order))
-        for counted, kept, taken, half, longer in ordered_map(count, parts):
+            tallies = ordered_map(count, parts)
+        else:  # a mixture's order: read on threads too (reading it is most of the work)
+            tallies = ordered_map(partial(read_counted, table), spans(len(order), 1))
+        for counted, kept, taken, half, longer in tallies:
             histogram += counted
             tokens += kept
             room += taken
             halves += half
             over += longer
         dropped: list[np.ndarray] = []
-
-        dtype = id_dtype(len(length))
 
         def keyed(
             table: np.ndarray, span: tuple[int, int]
@@ -320,13 +327,6 @@ class PackedPlanner(LengthPlanner):
             undealt=np.concatenate([*dropped, picked[dealt:]]).astype(picked.dtype),
             stats=stats,
         )
-
-    def _read(self, order: Order) -> Iterator[np.ndarray]:
-        """The order's ids, chunk by chunk (``int32`` where they fit)."""
-        dtype = id_dtype(len(self.require_lengths()))
-        for lo in range(0, len(order), CHUNK):
-            hi = min(len(order), lo + CHUNK)
-            yield order.take_range(lo, hi, np.empty(hi - lo, dtype=dtype))
 
     def _fit(self, lens: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
         """``(room each takes, lengths packed, how many exceed max_length)`` of valid lengths.
