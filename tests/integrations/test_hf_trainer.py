@@ -45,6 +45,24 @@ class LoggedEpochs(TrainerCallback):
             self.epochs[state.global_step] = logs["epoch"]
 
 
+class StepEnds(TrainerCallback):
+    """How many batches the view had handed over at the end of each optimizer step."""
+
+    def __init__(self, seen: list[list[int]]) -> None:
+        self.seen, self.ends, self.losses = seen, [], {}  # type: ignore[var-annotated]
+
+    def on_step_end(self, args, state, control, **kwargs):  # type: ignore[no-untyped-def]
+        self.ends.append(len(self.seen))
+
+    def on_log(self, args, state, control, logs=None, **kwargs):  # type: ignore[no-untyped-def]
+        if logs and "loss" in logs:
+            self.losses[state.global_step] = logs["loss"]
+
+    def groups(self) -> list[list[list[int]]]:
+        """The batches of each optimizer step."""
+        return [self.seen[a:b] for a, b in zip([0, *self.ends], self.ends, strict=False)]
+
+
 def run(
     data: Path,
     out: Path,
@@ -52,6 +70,10 @@ def run(
     crash_at: int | None = None,
     resume: bool = False,
     logged: LoggedEpochs | None = None,
+    accumulate: int = 1,
+    max_steps: int = 14,
+    save_steps: int = 4,
+    steps: list[StepEnds] | None = None,
 ) -> list[list[int]]:
     torch.manual_seed(0)
     model = GPT2LMHeadModel(
@@ -61,22 +83,27 @@ def run(
     seen: list[list[int]] = []
     args = TrainingArguments(
         output_dir=str(out),
-        max_steps=14,
-        save_steps=4,
+        max_steps=max_steps,
+        save_steps=save_steps,
         per_device_train_batch_size=4,
+        gradient_accumulation_steps=accumulate,
         report_to=[],
         use_cpu=True,
         disable_tqdm=True,
-        logging_steps=1 if logged else 100,
+        logging_steps=1 if logged or steps is not None else 100,
     )
+    ends = StepEnds(seen) if steps is not None else None
+    if ends is not None and steps is not None:
+        steps.append(ends)
     trainer = ChuteTrainer(
         model=model,
         args=args,
         train_loader=loader,
         on_batch=lambda b: seen.append(b["sample_ids"].tolist()),
-        callbacks=[c for c in (Crash(crash_at) if crash_at else None, logged) if c] or None,
+        callbacks=[c for c in (Crash(crash_at) if crash_at else None, logged, ends) if c] or None,
     )
-    assert trainer.args.ignore_data_skip
+    # the loader state resumes the data; the Trainer's skip only counts (it reads nothing)
+    assert not trainer.args.ignore_data_skip
     with contextlib.suppress(KeyboardInterrupt):
         trainer.train(resume_from_checkpoint=True if resume else None)
     return seen
@@ -95,6 +122,30 @@ def test_resume_from_a_checkpoint_continues_with_exactly_the_same_batches(tmp_pa
     assert Path(loader_state_file(tmp_path / "run" / "checkpoint-8", 0)).exists()
     resumed = run(data, tmp_path / "run", resume=True)
     assert resumed == full[8:], "the resumed run must see exactly the batches after checkpoint-8"
+
+
+@pytest.mark.parametrize("checkpoint", [2, 4])
+def test_resume_with_gradient_accumulation_keeps_every_optimizer_step_s_batches(
+    tmp_path: Path, checkpoint: int
+) -> None:
+    # 8 batches an epoch in optimizer steps of 3, 3 and 2 batches; checkpoint-2 is in epoch 0
+    # before its short step, checkpoint-4 in epoch 1 after its first step
+    data = write_tokens(tmp_path / "tokens.jsonl", 30)
+    full: list[StepEnds] = []
+    run(data, tmp_path / "full", accumulate=3, max_steps=8, save_steps=2, steps=full)
+    groups = full[0].groups()
+    assert [len(g) for g in groups] == [3, 3, 2, 3, 3, 2, 3, 3]
+    # (logging every step: a resumed Trainer keeps its checkpoint's logging settings)
+    run(data, tmp_path / "run", accumulate=3, max_steps=8, save_steps=2, crash_at=checkpoint + 1,
+        steps=[])  # fmt: skip
+    resumed: list[StepEnds] = []
+    run(data, tmp_path / "run", accumulate=3, max_steps=8, save_steps=2, resume=True,
+        steps=resumed)  # fmt: skip
+    # each optimizer step after the checkpoint trains on the batches it did uninterrupted (the
+    # epoch's short step is not merged into the next epoch's first one)
+    assert resumed[0].groups() == groups[checkpoint:]
+    after = {k: v for k, v in full[0].losses.items() if k > checkpoint}
+    assert resumed[0].losses == pytest.approx(after, rel=1e-5)
 
 
 def test_the_logged_epoch_after_a_resume_is_the_uninterrupted_run_s(tmp_path: Path) -> None:

@@ -9,12 +9,14 @@ resume, and its sampler knows nothing about bad samples or equal batch counts. W
   (``sample_ids`` and other bookkeeping stay behind) and reports the epoch's full length, so
   the Trainer's epoch and step arithmetic is the same before and after a resume;
 * every checkpoint (``checkpoint-N/``) gets the loader's state (``chute_loader.rank{r}.json``);
-* ``train(resume_from_checkpoint=...)`` restores it, and ``ignore_data_skip`` is forced on so
-  the Trainer does not also skip batches: the loader continues with exactly the batches an
-  uninterrupted run would have seen;
+* ``train(resume_from_checkpoint=...)`` restores it: the loader continues with exactly the
+  batches an uninterrupted run would have seen. The Trainer still "skips" the batches its
+  checkpoint says the epoch had trained (``ignore_data_skip`` stays off), but on the view that
+  skip reads nothing: it only tells the Trainer where in the epoch it is, so its step counting
+  (which batches make each optimizer step under gradient accumulation, where the epoch's short
+  last step falls) and its RNG restore are those of an uninterrupted run;
 * the Trainer's ``state.epoch`` (the ``epoch`` it logs and saves) is set from the loader's
-  position after every step (``trainer_epoch``): with ``ignore_data_skip`` the Trainer counts
-  the resumed epoch's batches from 0, so its own figure restarts near the epoch's start.
+  position after every step (``trainer_epoch``), which stays right after an elastic resume.
 
 Example (needs ``pip install 'chute[hf]'``)::
 
@@ -89,11 +91,10 @@ def trainer_epoch(loader: Any, per_epoch: int | None = None) -> float:
 
     An uninterrupted ``transformers.Trainer`` sets ``epoch + (step + 1) / steps_in_epoch`` after
     each optimizer step, ``step`` counting the epoch's batches from 0 and ``steps_in_epoch`` the
-    dataloader's length. Resumed with ``ignore_data_skip`` (as ``ChuteTrainer`` must: the loader
-    state already skips), the Trainer counts the resumed epoch's batches from 0 again, so its
-    figure restarts near the epoch's start (0.002 where the uninterrupted run logs 0.008). The
-    loader knows how many batches of its epoch it yielded, before the resume too; this is the
-    uninterrupted figure from it. After an elastic resume (another world size) the epoch's
+    dataloader's length. Resumed with ``ignore_data_skip``, the Trainer counts the resumed
+    epoch's batches from 0 again, so its figure restarts near the epoch's start (0.002 where
+    the uninterrupted run logs 0.008). The loader knows how many batches of its epoch it
+    yielded, before the resume too; this is the uninterrupted figure from it. After an elastic resume (another world size) the epoch's
     share is counted from the batches left on the new layout.
 
     Args:
@@ -167,6 +168,26 @@ class TrainerView:
     def set_epoch(self, epoch: int) -> None:
         self.loader.set_epoch(epoch)
 
+    def resumed(self, skipped: int) -> TrainerView:
+        """This view, where the Trainer skips ``skipped`` batches of its resumed epoch.
+
+        The restored loader state has already left them behind, so nothing is read; the
+        Trainer's skip only sets its step count. A loader elsewhere in its epoch (an elastic
+        resume onto another world size, a loader state from another checkpoint) is warned
+        about: the Trainer's optimizer steps then no longer fall where the loader's epoch has
+        them.
+        """
+        done = self.loader.batches_per_epoch - self.loader.batches_left
+        if done != skipped:
+            log.warning(
+                "chute: the Trainer resumes %d batches into its epoch, the loader %d (of %d); "
+                "the Trainer's optimizer steps are counted from its own position",
+                skipped,
+                done,
+                self.loader.batches_per_epoch,
+            )
+        return self
+
     def __iter__(self) -> Iterator[dict[str, Any]]:
         for batch in self.loader:
             if self.on_batch is not None:
@@ -205,10 +226,10 @@ class ChuteTrainerMixin:
         self._chute_view = TrainerView(train_loader, model_inputs, on_batch)
         # first, so every other callback's on_step_end (and the log after it) sees this epoch
         self.callback_handler.callbacks.insert(0, _epoch_callback(train_loader))  # type: ignore[attr-defined]
-        args_ = self.args  # type: ignore[attr-defined]
-        if not args_.ignore_data_skip:
-            # The loader state resumes the data; the Trainer skipping batches too would skip twice.
-            args_.ignore_data_skip = True
+        # The loader state resumes the data. The Trainer's skip of the trained batches is kept
+        # (it sets the Trainer's step count and restores its RNG) and made to read nothing;
+        # where that cannot be arranged, the Trainer must not skip at all (it would skip twice).
+        self.args.ignore_data_skip = not _count_skips_on_views()  # type: ignore[attr-defined]
 
     def get_train_dataloader(self) -> TrainerView:
         return self._chute_view
@@ -257,6 +278,32 @@ class ChuteTrainerMixin:
         with open(path) as f:
             self.chute_loader.load_state_dict(json.load(f))
         log.info("chute: loader resumed from %s (epoch %d)", path, self.chute_loader.epoch)
+
+
+def _count_skips_on_views() -> bool:
+    """Make the Trainer's ``skip_first_batches`` count, not read, on a ``TrainerView``.
+
+    ``transformers.Trainer`` resumes mid-epoch by wrapping its dataloader in
+    ``skip_first_batches(dataloader, k)`` and counting its steps from ``k``; on a view the
+    wrapper returns the view itself (``TrainerView.resumed``). Every other dataloader gets the
+    Trainer's own function. Returns ``False`` where this Trainer has no such function to wrap.
+    """
+    import transformers.trainer as trainer_module
+
+    original = getattr(trainer_module, "skip_first_batches", None)
+    if original is None:
+        return False
+    if getattr(original, "counts_views", False):
+        return True
+
+    def skip_first_batches(dataloader: Any, num_batches: int = 0) -> Any:
+        if isinstance(dataloader, TrainerView):
+            return dataloader.resumed(num_batches)
+        return original(dataloader, num_batches)
+
+    skip_first_batches.counts_views = True  # type: ignore[attr-defined]
+    setattr(trainer_module, "skip_first_batches", skip_first_batches)  # noqa: B010 - not exported
+    return True
 
 
 def _make_trainer_class() -> type:
