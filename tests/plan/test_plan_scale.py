@@ -248,3 +248,35 @@ def test_mixture_orders_read_long_ranges_in_chunks_on_threads(
     assert np.array_equal(order.take_range(0, len(order)), want)
     got = order.take_range(5, len(order) - 9, np.empty(len(order) - 14, dtype=np.int32))
     assert np.array_equal(got, want[5:-9])
+
+
+@pytest.mark.parametrize("epoch", [0, 1, 5])
+def test_a_mixture_order_s_multiset_is_its_ids_with_their_counts(epoch: int) -> None:
+    from chute.plan.mixture_selection import Selection, Share
+
+    rejected = np.ones(90, dtype=bool)
+    rejected[[3, 17, 40]] = False  # a pool without its rejected records
+    sel = Selection(
+        [
+            Share("a", 700, weight=0.7),  # part of its pool: the permutation's next ids
+            Share("b", 300, repeat=2.5),  # twice over, and half once more
+            Share("c", 90, repeat=3),  # a pool, three times over
+            Share("d", 200, max_samples=50, weight=0.05),  # a capped pool
+        ],
+        seed=7,
+        epoch_samples=2000,
+        pools=[None, None, np.flatnonzero(rejected), None],
+    )
+    order = sel.order(epoch)
+    want = np.bincount(order.materialize(), minlength=1290)
+    for size in (64, 10_000):
+        got = np.zeros(1290, dtype=np.int64)
+        for part in order.multiset_parts(size, np.int32):
+            ids, times = part()
+            assert ids.dtype == np.int32 and len(ids) <= size
+            np.add.at(got, ids, times)
+        assert np.array_equal(got, want)
+    # a tail of it (an elastic resume) is read as its range, and so is any other order
+    tail = order.tail(333)
+    got = np.concatenate([part()[0] for part in tail.multiset_parts(100)])
+    assert np.array_equal(got, tail.materialize())

@@ -16,13 +16,14 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import numpy as np
 
 from chute.errors import ConfigError
 
-__all__ = ["IdOrder", "Mapped", "Order", "Reported", "Sequential", "Tail"]
+__all__ = ["IdOrder", "Mapped", "MultisetPart", "Order", "Reported", "Sequential", "Tail"]
 
 # Positions materialised per step, so a 100M-sample order never needs 100M temporaries at once.
 MATERIALIZE_CHUNK = 1 << 22
@@ -83,6 +84,25 @@ class Order(ABC):
             raise IndexError(f"a range of positions must lie in [0, {len(self)}], got {lo}..{hi}")
         return int(lo), int(hi)
 
+    def multiset_parts(self, size: int, dtype: Any = np.int64) -> list[MultisetPart]:
+        """The order's ids without their order, as parts that may be read in any order.
+
+        Each part, called, returns ``(ids, times)``: ``ids`` (of ``dtype``, at most about
+        ``size`` of them) stand ``times`` times each in the order. Together the parts hold the
+        order's ids with their multiplicities. For sums and counts that do not depend on the
+        order (a histogram of sizes, a total of tokens): an order that is computed, not stored,
+        may give them far more cheaply than itself (a mixture's, ``MixtureOrder``). This
+        default reads the order in ranges, each once.
+
+        Example:
+            >>> [part()[0].tolist() for part in Sequential(5).multiset_parts(2)]
+            [[0, 1], [2, 3], [4]]
+        """
+        n = len(self)
+        return [
+            partial(_range_part, self, lo, min(n, lo + size), dtype) for lo in range(0, n, size)
+        ]
+
     def materialize(self, dtype: Any = np.int64) -> np.ndarray:
         """The whole order as an array (int64, or ``dtype``; computed in chunks of 4M positions).
 
@@ -102,6 +122,14 @@ class Order(ABC):
     def describe(self) -> dict[str, Any]:
         """A small description for messages and debugging (not a fingerprint)."""
         return {"kind": type(self).__name__, "length": len(self)}
+
+
+# A part of an order's multiset: called, ``(ids, how many times each stands in the order)``.
+MultisetPart = Callable[[], tuple[np.ndarray, int]]
+
+
+def _range_part(order: Order, lo: int, hi: int, dtype: Any) -> tuple[np.ndarray, int]:
+    return order.take_range(lo, hi, np.empty(hi - lo, dtype=dtype)), 1
 
 
 class Sequential(Order):
@@ -242,6 +270,10 @@ class Reported(Order):
 
     def _take(self, positions: np.ndarray) -> np.ndarray:
         return self.inner._take(positions)
+
+    def multiset_parts(self, size: int, dtype: Any = np.int64) -> list[MultisetPart]:
+        # the inner order's own (not reported: the bar counts the one pass that reads the order)
+        return self.inner.multiset_parts(size, dtype)
 
     def take_range(self, lo: int, hi: int, out: np.ndarray | None = None) -> np.ndarray:
         lo, hi = self._check_range(lo, hi)

@@ -62,6 +62,7 @@ from chute.plan.balance import Balance, BalanceOption
 from chute.plan.base import check_positive
 from chute.plan.bulk import (
     CHUNK,
+    TASK,
     id_dtype,
     lookup,
     lookup_table,
@@ -72,7 +73,7 @@ from chute.plan.bulk import (
 )
 from chute.plan.cost import CostOption
 from chute.plan.lengthed import LengthPlanner, derive_seed
-from chute.plan.order import IdOrder, Order
+from chute.plan.order import IdOrder, MultisetPart, Order
 from chute.plan.pack import pack_rows, pack_sorted, pack_spread, split_rows
 from chute.plan.rebalance import deal_rows, spread_tail
 from chute.plan.shuffle import Permutation
@@ -251,17 +252,19 @@ class PackedPlanner(LengthPlanner):
 
         dtype = id_dtype(len(length))
 
-        def read_counted(
-            table: np.ndarray, span: tuple[int, int]
+        def part_counted(
+            table: np.ndarray, part: MultisetPart
         ) -> tuple[np.ndarray, int, int, int, int]:
-            ids = order.take_range(span[0], span[1], np.empty(span[1] - span[0], dtype=dtype))
-            return count(lookup(table, ids))
+            ids, times = part()
+            counted, kept, taken, half, longer = count(lookup(table, ids))
+            return counted * times, kept * times, taken * times, half * times, longer * times
 
         if whole:  # the same samples in any order: count them in id order, on threads
             parts: Iterator[np.ndarray] = (c[c >= 0] for c in _chunks_of(length, CHUNK))
             tallies = ordered_map(count, parts)
-        else:  # a mixture's order: read on threads too (reading it is most of the work)
-            tallies = ordered_map(partial(read_counted, table), spans(len(order), 1))
+        else:  # the counts do not depend on the order: read its ids as a multiset (a mixture's
+            # cost a fraction of its order), on threads
+            tallies = ordered_map(partial(part_counted, table), order.multiset_parts(TASK, dtype))
         for counted, kept, taken, half, longer in tallies:
             histogram += counted
             tokens += kept
