@@ -94,8 +94,9 @@ def trainer_epoch(loader: Any, per_epoch: int | None = None) -> float:
     dataloader's length. Resumed with ``ignore_data_skip``, the Trainer counts the resumed
     epoch's batches from 0 again, so its figure restarts near the epoch's start (0.002 where
     the uninterrupted run logs 0.008). The loader knows how many batches of its epoch it
-    yielded, before the resume too; this is the uninterrupted figure from it. After an elastic resume (another world size) the epoch's
-    share is counted from the batches left on the new layout.
+    yielded, before the resume too; this is the uninterrupted figure from it. After an elastic
+    resume (another world size) the epoch's share is counted from the batches left on the new
+    layout.
 
     Args:
         loader: a chute ``Loader``.
@@ -302,7 +303,8 @@ def _count_skips_on_views() -> bool:
         return original(dataloader, num_batches)
 
     skip_first_batches.counts_views = True  # type: ignore[attr-defined]
-    setattr(trainer_module, "skip_first_batches", skip_first_batches)  # noqa: B010 - not exported
+    # set by name: transformers.trainer does not export it (mypy would refuse the attribute)
+    setattr(trainer_module, "skip_first_batches", skip_first_batches)  # noqa: B010
     return True
 
 

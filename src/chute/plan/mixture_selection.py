@@ -341,8 +341,8 @@ class MixtureOrder(Order):
                 cycle, step = divmod(self.epoch, -(-m // rest))
                 perm = Permutation(m, sel._seeds[d], cycle)
                 for lo in range(0, rest, size):
-                    at = (step * rest + np.arange(lo, min(rest, lo + size), dtype=np.int64)) % m
-                    parts.append(partial(_permuted_part, perm, at, pool, offset, dtype))
+                    first, last = step * rest + lo, step * rest + min(rest, lo + size)
+                    parts.append(partial(_permuted_part, perm, first, last, pool, offset, dtype))
         return parts
 
     def describe(self) -> dict[str, Any]:
@@ -357,9 +357,10 @@ def _pool_part(
 
 
 def _permuted_part(
-    perm: Permutation, at: np.ndarray, pool: np.ndarray | None, offset: int, dtype: Any
+    perm: Permutation, first: int, last: int, pool: np.ndarray | None, offset: int, dtype: Any
 ) -> tuple[np.ndarray, int]:
-    local = perm.take(at)
+    # positions ``first .. last-1`` of the permutation, around its end (computed when read)
+    local = perm.take(np.arange(first, last, dtype=np.int64) % len(perm))
     if pool is not None:
         local = pool[local].astype(np.int64)
     return (local + offset).astype(dtype, copy=False), 1
