@@ -68,7 +68,7 @@ def run(
     out: Path,
     *,
     crash_at: int | None = None,
-    resume: bool = False,
+    resume: bool | Path = False,
     logged: LoggedEpochs | None = None,
     accumulate: int = 1,
     max_steps: int = 14,
@@ -92,8 +92,9 @@ def run(
         disable_tqdm=True,
         logging_steps=1 if logged or steps is not None else 100,
     )
-    ends = StepEnds(seen) if steps is not None else None
-    if ends is not None and steps is not None:
+    ends = None
+    if steps is not None:
+        ends = StepEnds(seen)
         steps.append(ends)
     trainer = ChuteTrainer(
         model=model,
@@ -105,7 +106,9 @@ def run(
     # the loader state resumes the data; the Trainer's skip only counts (it reads nothing)
     assert not trainer.args.ignore_data_skip
     with contextlib.suppress(KeyboardInterrupt):
-        trainer.train(resume_from_checkpoint=True if resume else None)
+        trainer.train(
+            resume_from_checkpoint=str(resume) if isinstance(resume, Path) else resume or None
+        )
     return seen
 
 
@@ -124,28 +127,29 @@ def test_resume_from_a_checkpoint_continues_with_exactly_the_same_batches(tmp_pa
     assert resumed == full[8:], "the resumed run must see exactly the batches after checkpoint-8"
 
 
-@pytest.mark.parametrize("checkpoint", [2, 4])
 def test_resume_with_gradient_accumulation_keeps_every_optimizer_step_s_batches(
-    tmp_path: Path, checkpoint: int
+    tmp_path: Path,
 ) -> None:
-    # 8 batches an epoch in optimizer steps of 3, 3 and 2 batches; checkpoint-2 is in epoch 0
-    # before its short step, checkpoint-4 in epoch 1 after its first step
+    # 8 batches an epoch in optimizer steps of 3, 3 and 2 batches
     data = write_tokens(tmp_path / "tokens.jsonl", 30)
     full: list[StepEnds] = []
     run(data, tmp_path / "full", accumulate=3, max_steps=8, save_steps=2, steps=full)
     groups = full[0].groups()
     assert [len(g) for g in groups] == [3, 3, 2, 3, 3, 2, 3, 3]
-    # (logging every step: a resumed Trainer keeps its checkpoint's logging settings)
-    run(data, tmp_path / "run", accumulate=3, max_steps=8, save_steps=2, crash_at=checkpoint + 1,
-        steps=[])  # fmt: skip
-    resumed: list[StepEnds] = []
-    run(data, tmp_path / "run", accumulate=3, max_steps=8, save_steps=2, resume=True,
-        steps=resumed)  # fmt: skip
-    # each optimizer step after the checkpoint trains on the batches it did uninterrupted (the
-    # epoch's short step is not merged into the next epoch's first one)
-    assert resumed[0].groups() == groups[checkpoint:]
-    after = {k: v for k, v in full[0].losses.items() if k > checkpoint}
-    assert resumed[0].losses == pytest.approx(after, rel=1e-5)
+    # dies at step 5, after checkpoint-2 (epoch 0, before its short step) and checkpoint-4
+    # (epoch 1, after its first step); logging every step, as a resumed Trainer keeps its
+    # checkpoint's logging settings
+    run(data, tmp_path / "run", accumulate=3, max_steps=8, save_steps=2, crash_at=5, steps=[])
+    for checkpoint in (2, 4):
+        resumed: list[StepEnds] = []
+        folder = tmp_path / "run" / f"checkpoint-{checkpoint}"
+        out = tmp_path / f"resumed-{checkpoint}"  # (its checkpoints do not replace the run's)
+        run(data, out, accumulate=3, max_steps=8, save_steps=2, resume=folder, steps=resumed)
+        # each optimizer step after the checkpoint trains on the batches it did uninterrupted
+        # (the epoch's short step is not merged into the next epoch's first one)
+        assert resumed[0].groups() == groups[checkpoint:], checkpoint
+        after = {k: v for k, v in full[0].losses.items() if k > checkpoint}
+        assert resumed[0].losses == pytest.approx(after, rel=1e-5), checkpoint
 
 
 def test_the_logged_epoch_after_a_resume_is_the_uninterrupted_run_s(tmp_path: Path) -> None:
