@@ -44,6 +44,14 @@ def _launch(args: list[str]) -> subprocess.Popen[bytes]:
     )
 
 
+def _signal_masks(pid: int) -> str:
+    """The process's blocked, ignored and caught signal masks, as /proc shows them."""
+    with open(f"/proc/{pid}/status") as f:
+        return " ".join(
+            line.strip() for line in f if line.startswith(("SigBlk", "SigIgn", "SigCgt"))
+        )
+
+
 def _running(pid: int) -> bool:
     try:
         with open(f"/proc/{pid}/stat", "rb") as f:
@@ -76,6 +84,7 @@ def test_sigint_stops_the_workers_and_the_same_command_resumes(to: str, tmp_path
     workers = held["2"] | held["3"]
     assert len(workers) == 2 and build.pid not in workers  # both workers are in a held chunk
 
+    masks = _signal_masks(build.pid)  # (said if it does not stop: SIGINT ignored or blocked?)
     if to == "parent":
         build.send_signal(signal.SIGINT)  # as `timeout -s INT` does
     else:
@@ -88,7 +97,11 @@ def test_sigint_stops_the_workers_and_the_same_command_resumes(to: str, tmp_path
         for pid in workers:  # (they die with their parent too: PDEATHSIG)
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
-        pytest.fail(f"chute preprocess did not exit within {STOPS_WITHIN} s of SIGINT")
+        err = build.communicate()[1]
+        pytest.fail(
+            f"chute preprocess did not exit within {STOPS_WITHIN} s of SIGINT (its signal "
+            f"masks before: {masks}):\n{err.decode()[-3000:]}"
+        )
     took = time.monotonic() - started
     message = err.decode()
     assert build.returncode == 130, message
