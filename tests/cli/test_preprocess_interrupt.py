@@ -26,7 +26,11 @@ pytestmark = pytest.mark.timeout(240)
 
 TESTS = Path(__file__).resolve().parents[1]
 # the chute program (argv[0] "chute": it ends through os._exit), with the gated stage registered
+# and SIGINT handled as at a terminal: a test run started in the background (a non-interactive
+# shell's `&`) has SIGINT ignored, every process it starts inherits that, and Python keeps an
+# ignored SIGINT ignored (two fresh-clone runs timed out so)
 PROGRAM = (
+    "import signal; signal.signal(signal.SIGINT, signal.default_int_handler); "
     "import sys, cache_helpers; cache_helpers.register_gated_stage(); sys.argv[0] = 'chute'; "
     "from chute.cli import main; main()"
 )
