@@ -12,16 +12,17 @@ from __future__ import annotations
 
 import itertools
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
 
-from chute.plan import bulk, shuffle
+from chute.plan import bulk, pack, shuffle
 from chute.plan.budget import BudgetPlanner
 from chute.plan.grouped import GroupedPlanner
 from chute.plan.order import IdOrder, Mapped, Sequential
 from chute.plan.pack import pack_rows, pack_sorted
-from chute.plan.packed import PackedPlanner
+from chute.plan.packed import PackedPlanner, length_counts
 from chute.plan.shuffle import Permutation
 from chute.plan.table import TablePlan
 
@@ -167,7 +168,11 @@ def test_valid_ids_and_spans(small_chunks: None) -> None:
     assert all(a[1] == b[0] for a, b in itertools.pairwise(covered))
 
 
-def test_packing_over_a_histogram_lays_rows_out_in_any_order() -> None:
+@pytest.mark.parametrize("write", [1 << 18, 7, 1])
+def test_packing_over_a_histogram_lays_rows_out_in_any_order(
+    write: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(pack, "_WRITE", write)  # the writes in pieces of a few rows
     rng = np.random.default_rng(2)
     lens = rng.integers(1, 500, 3000)
     members, counts = pack_rows(lens, 1000)
@@ -280,3 +285,57 @@ def test_a_mixture_order_s_multiset_is_its_ids_with_their_counts(epoch: int) -> 
     tail = order.tail(333)
     got = np.concatenate([part()[0] for part in tail.multiset_parts(100)])
     assert np.array_equal(got, tail.materialize())
+
+
+@pytest.mark.parametrize("dtype", [np.int16, np.int32, np.int64])
+def test_length_counts_count_each_length_and_the_longer_ones(dtype: type) -> None:
+    rng = np.random.default_rng(5)
+    lens = rng.integers(-3, 900, 5000).astype(dtype)
+    counts = length_counts(lens, top=600)
+    valid = lens[lens >= 0].astype(np.int64)
+    assert counts.tolist() == [
+        *np.bincount(valid[valid <= 600], minlength=601).tolist(),
+        int(np.count_nonzero(valid > 600)),
+    ]
+    assert length_counts(np.array([5, 32767], dtype=np.int16), top=32767).tolist()[-2:] == [1, 0]
+
+
+def reference_local_ids(sel: Any, d: int, slots: np.ndarray, epoch: int) -> np.ndarray:
+    """``Selection.local_ids`` as first written: one int64 modulo for every slot."""
+    m, count = int(sel.pool_sizes[d]), int(sel.counts[d])
+    copies = (count // m) * m
+    out = np.empty(len(slots), dtype=np.int64)
+    full = slots < copies
+    out[full] = slots[full] % m
+    rest = np.flatnonzero(~full)
+    if rest.size:
+        r = count - copies
+        cycle, step = divmod(epoch, -(-m // r))
+        perm = Permutation(m, sel._seeds[d], cycle)
+        out[rest] = perm.take((step * r + slots[rest] - copies) % m)
+    pool = sel.pools[d]
+    return out if pool is None else pool[out].astype(np.int64)
+
+
+@pytest.mark.parametrize("epoch", [0, 1, 2, 7])
+def test_mixture_local_ids_equal_the_modulo_formula(epoch: int) -> None:
+    from chute.plan.mixture_selection import Selection, Share
+
+    sel = Selection(
+        [
+            Share("a", 700, weight=0.7),  # a part of its pool: the walk only
+            Share("b", 300, repeat=2.5),  # copies and a walk
+            Share("c", 90, repeat=1),  # one copy: the slot is the id
+            Share("d", 200, max_samples=50, weight=0.3),  # a capped pool, copies and a walk
+        ],
+        seed=11,
+        epoch_samples=1500,
+        pools=[None, None, np.arange(0, 90, 2), None],
+    )
+    rng = np.random.default_rng(epoch)
+    for d, count in enumerate(sel.counts.tolist()):
+        every = np.arange(count, dtype=np.int64)
+        for slots in (every, every[: count // 3], every[count // 2 :], rng.permutation(every)):
+            want = reference_local_ids(sel, d, slots, epoch)
+            assert np.array_equal(sel.local_ids(d, slots, epoch), want)
+        assert sel.local_ids(d, every[:0], epoch).tolist() == []

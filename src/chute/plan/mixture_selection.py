@@ -164,20 +164,38 @@ class Selection:
         return np.searchsorted(self.offsets, np.asarray(ids), side="right") - 1
 
     def local_ids(self, d: int, slots: np.ndarray, epoch: int) -> np.ndarray:
-        """Local ids of dataset ``d`` at its epoch slots ``slots`` (each in ``[0, counts[d])``)."""
+        """Local ids of dataset ``d`` at its epoch slots ``slots`` (each in ``[0, counts[d])``).
+
+        Slots below ``copies`` are the pool's full copies (slot ``s`` is pool id ``s % m``);
+        the rest walk the cycle's permutation of the pool. Each case is worked out only where
+        slots have it (most datasets have one), without an int64 division where a compare does.
+        """
         m, count = int(self.pool_sizes[d]), int(self.counts[d])
         slots = np.asarray(slots, dtype=np.int64)
         copies = (count // m) * m if m else 0
-        out = np.empty(len(slots), dtype=np.int64)
-        full = slots < copies
-        out[full] = slots[full] % m if m else 0
-        rest = np.flatnonzero(~full)
-        if rest.size:
+
+        def copied(s: np.ndarray) -> np.ndarray:
+            return s % m if count // m > 1 else s.copy()  # one copy: the slot is the id
+
+        def walked(s: np.ndarray) -> np.ndarray:
+            if not len(s):
+                return s.copy()
             r = count - copies
             per_cycle = -(-m // r)  # epochs per cycle
             cycle, step = divmod(int(epoch), per_cycle)
-            perm = Permutation(m, self._seeds[d], cycle)
-            out[rest] = perm.take((step * r + slots[rest] - copies) % m)
+            walk = s + (step * r - copies)  # in [0, 2m): wrapped once at most
+            np.subtract(walk, m, out=walk, where=walk >= m)
+            return Permutation(m, self._seeds[d], cycle).take(walk)
+
+        if not len(slots) or int(slots.min()) >= copies:
+            out = walked(slots)
+        elif int(slots.max()) < copies:
+            out = copied(slots)
+        else:
+            out = np.empty(len(slots), dtype=np.int64)
+            cut = slots < copies
+            out[cut] = copied(slots[cut])
+            out[~cut] = walked(slots[~cut])
         pool = self.pools[d]
         return out if pool is None else pool[out].astype(np.int64)
 
@@ -274,15 +292,21 @@ class MixtureOrder(Order):
         return len(self.selection)
 
     def _take(self, positions: np.ndarray) -> np.ndarray:
+        return self._ids_at(self._slots.take(positions))
+
+    def _ids_at(self, slots: np.ndarray) -> np.ndarray:
+        """The global ids at the epoch's ``slots`` (int64): each slot's dataset, then its id."""
         sel = self.selection
-        slots = self._slots.take(positions)
-        dataset = np.searchsorted(sel.count_offsets, slots, side="right") - 1
-        out = np.empty(len(slots), dtype=np.int64)
+        dataset = _bucket_of(slots, sel.count_offsets)
         present = np.bincount(dataset, minlength=len(sel.shares))  # linear, where unique sorts
+        out = np.empty(len(slots), dtype=np.int64)
         for d in np.flatnonzero(present).tolist():
+            if present[d] == len(slots):  # one dataset: no gather, no scatter
+                local = sel.local_ids(d, slots - sel.count_offsets[d], self.epoch)
+                return np.add(local, sel.offsets[d], out=local)
             at = np.flatnonzero(dataset == d)
             local = sel.local_ids(d, slots[at] - sel.count_offsets[d], self.epoch)
-            out[at] = local + sel.offsets[d]
+            out[at] = np.add(local, sel.offsets[d], out=local)
         return out
 
     def take_range(self, lo: int, hi: int, out: np.ndarray | None = None) -> np.ndarray:
@@ -300,7 +324,7 @@ class MixtureOrder(Order):
 
         def fill(a: int) -> None:
             b = min(hi, a + RANGE_CHUNK)
-            filled[a - lo : b - lo] = self._take(np.arange(a, b, dtype=np.int64))
+            filled[a - lo : b - lo] = self._ids_at(self._slots.take_range(a, b))
 
         # chunks are independent: a long range (a budget plan reads its epoch in one) is read
         # on threads, most of its work in numpy; one chunk stays on the caller's thread
@@ -347,6 +371,25 @@ class MixtureOrder(Order):
 
     def describe(self) -> dict[str, Any]:
         return {"kind": "MixtureOrder", "length": len(self), "epoch": self.epoch}
+
+
+def _bucket_of(values: np.ndarray, bounds: np.ndarray) -> np.ndarray:
+    """The bucket of each value: ``searchsorted(bounds, values, side="right") - 1``.
+
+    For values in ``[bounds[0], bounds[-1])``: a compare per inner bound (few datasets)
+    instead of a binary search per value.
+
+    Example:
+        >>> _bucket_of(np.array([0, 4, 5, 9]), np.array([0, 5, 5, 10])).tolist()
+        [0, 0, 2, 2]
+    """
+    inner = bounds[1:-1]
+    if len(inner) > 16 or len(bounds) > 255:
+        return np.searchsorted(bounds, values, side="right") - 1
+    bucket = np.zeros(len(values), dtype=np.uint8)
+    for bound in inner.tolist():
+        bucket += values >= bound
+    return bucket
 
 
 def _pool_part(

@@ -26,17 +26,24 @@ from __future__ import annotations
 
 import bisect
 from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
 __all__ = [
+    "RowLayout",
     "best_fit_decreasing",
+    "layout_rows",
     "pack_rows",
     "pack_sorted",
     "pack_spread",
     "radix_argsort",
     "split_rows",
 ]
+
+# Items placed per step of ``pack_sorted``'s writing: its temporaries stay a few MB.
+_WRITE = 1 << 18
 
 
 def radix_argsort(keys: np.ndarray) -> np.ndarray:
@@ -112,12 +119,58 @@ def pack_rows(
     return pack_sorted(order, histogram, capacity, rooms)
 
 
+@dataclass(frozen=True)
+class RowLayout:
+    """Where best-fit decreasing puts its rows, before any item is written (``layout_rows``).
+
+    ``counts[i]``: items of the ``i``-th row as laid out; ``starts[r]``: where row number ``r``
+    (in the order rows were opened) begins; ``opened``: rows opened beyond the given rooms.
+    """
+
+    counts: np.ndarray
+    starts: np.ndarray
+    opened: int
+
+
+def layout_rows(
+    histogram: np.ndarray,
+    capacity: int,
+    rooms: np.ndarray | None = None,
+    arrange: Callable[[np.ndarray], np.ndarray] | None = None,
+    offset: Any = np.int32,
+) -> RowLayout:
+    """The rows best-fit decreasing makes of the sizes ``histogram`` counts, laid out.
+
+    Needs the counts alone, not the items: ``pack_sorted`` does this first, and a caller that
+    is still sorting the items may do it beside the sort and pass the result. ``arrange`` and
+    ``rooms`` as in ``pack_sorted``; ``offset``: the dtype of ``starts`` (``int32`` below 2**31
+    items).
+
+    Example:
+        >>> layout = layout_rows(np.bincount([3, 7, 5, 2, 4], minlength=11), 10)
+        >>> layout.counts.tolist(), layout.starts.tolist(), layout.opened
+        ([2, 2, 1], [0, 2, 4], 3)
+    """
+    histogram = np.asarray(histogram, dtype=np.int64)
+    bound = 2 * -(-int((histogram * np.arange(len(histogram))).sum()) // capacity) + 1
+    counts = _bfd(histogram, capacity, rooms, None, bound)  # any fit: one row at most half full
+    opened = len(counts) - (0 if rooms is None else len(rooms))  # known now: no spare room
+    if arrange is None:
+        return RowLayout(counts, (np.cumsum(counts) - counts).astype(offset), opened)
+    order = np.asarray(arrange(counts))
+    counts = counts[order]
+    starts = np.empty(len(counts), dtype=offset)
+    starts[order] = np.cumsum(counts) - counts  # where each row (by number) begins
+    return RowLayout(counts, starts, opened)
+
+
 def pack_sorted(
     items: np.ndarray,
     histogram: np.ndarray,
     capacity: int,
     rooms: np.ndarray | None = None,
     arrange: Callable[[np.ndarray], np.ndarray] | None = None,
+    layout: RowLayout | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Best-fit decreasing over items already sorted longest first, as ``(members, counts)``.
 
@@ -125,8 +178,9 @@ def pack_sorted(
     items (indexes or sample ids, any integer dtype) in packing order, the ``histogram[capacity]``
     items of size ``capacity`` first, then those of ``capacity - 1``, ... The packing itself
     runs over the histogram (see the module docstring) and needs O(rows) memory beyond the
-    ``members`` it returns (of ``items``' dtype): twice, once to count each row's items, once to
-    write each item straight to its row's slot. ``rooms`` as in ``pack_rows``.
+    ``members`` it returns (of ``items``' dtype): twice, once to count each row's items
+    (``layout_rows``; ``layout``, when given, is its result for these arguments), once to write
+    each item straight to its row's slot. ``rooms`` as in ``pack_rows``.
 
     ``arrange(counts)``, when given, returns the order the rows are laid out in (the rows'
     numbers, a permutation, e.g. a shuffle): ``members`` and ``counts`` then follow that order,
@@ -145,25 +199,25 @@ def pack_sorted(
             f"the histogram must count the {len(items)} items by size 1 .. capacity, got "
             f"{int(histogram.sum())} items ({int(histogram[:1].sum())} of size 0)"
         )
-    bound = 2 * -(-int((histogram * np.arange(len(histogram))).sum()) // capacity) + 1
-    counts = _bfd(histogram, capacity, rooms, None, bound)  # any fit: one row at most half full
     offset = np.int32 if len(items) < 2**31 else np.int64
-    if arrange is None:
-        starts = (np.cumsum(counts) - counts).astype(offset)
-    else:
-        order = np.asarray(arrange(counts))
-        counts = counts[order]
-        starts = np.empty(len(counts), dtype=offset)
-        starts[order] = np.cumsum(counts) - counts  # where each row (by number) begins
-        del order  # 4 bytes a row, not needed while the members are written
+    if layout is None:
+        layout = layout_rows(histogram, capacity, rooms, arrange, offset)
+    starts = layout.starts
     members = np.empty(len(items), dtype=items.dtype)
 
-    def write(pos: int, rows: np.ndarray, slots: np.ndarray) -> None:
-        members[starts[rows] + slots] = items[pos : pos + len(rows)]
+    def write(pos: int, rows: np.ndarray, first: np.ndarray, q: int, count: int) -> None:
+        # each row's q slots are consecutive in members: one broadcast add makes the places,
+        # a few rows at a time so the temporaries stay small
+        step = max(1, _WRITE // q)
+        for lo in range(0, len(rows), step):
+            hi = min(len(rows), lo + step)
+            base = starts[rows[lo:hi]] + first[lo:hi].astype(starts.dtype)
+            at = base if q == 1 else (base[:, None] + np.arange(q, dtype=starts.dtype)).ravel()
+            end = min(count, hi * q)
+            members[at[: end - lo * q]] = items[pos + lo * q : pos + end]
 
-    opened = len(counts) - (0 if rooms is None else len(rooms))  # known now: no spare room
-    _bfd(histogram, capacity, rooms, write, opened)
-    return members, counts
+    _bfd(histogram, capacity, rooms, write, layout.opened)
+    return members, layout.counts
 
 
 def pack_spread(
@@ -266,13 +320,14 @@ def _bfd(
     histogram: np.ndarray,
     capacity: int,
     given: np.ndarray | None,
-    write: Callable[[int, np.ndarray, np.ndarray], None] | None,
+    write: Callable[[int, np.ndarray, np.ndarray, int, int], None] | None,
     expect: int = 1024,
 ) -> np.ndarray:
     """Best-fit decreasing over a histogram of sizes; returns the items of each row.
 
-    ``write(pos, rows, slots)``, when given, learns where the sorted items ``pos ..
-    pos + len(rows) - 1`` go: each one's row and its place within the row. ``given``: the
+    ``write(pos, rows, first, q, count)``, when given, learns where the sorted items ``pos ..
+    pos + count - 1`` go: ``q`` to each of ``rows`` in turn (the last may take fewer), into its
+    places ``first[i] .. first[i] + q - 1`` within row ``rows[i]``. ``given``: the
     rooms of rows already open (rows ``0 .. len(given)-1``); ``expect``: new rows expected
     (room is made for more if needed). Counts and row numbers are ``int32``.
     """
@@ -297,8 +352,8 @@ def _bfd(
                 if next_row + opened > len(filled):
                     filled = np.concatenate([filled, np.zeros(max(len(filled), opened), np.int32)])
                 if write is not None:
-                    within = np.arange(left, dtype=np.int64)
-                    write(pos, next_row + within // q, within % q)
+                    new_rows = np.arange(next_row, next_row + opened, dtype=np.int64)
+                    write(pos, new_rows, np.zeros(opened, dtype=np.int32), q, left)
                 full, rest = divmod(left, q)
                 filled[next_row : next_row + full] = q
                 rooms.add(capacity - q * size, np.arange(next_row, next_row + full, dtype=np.int32))
@@ -313,13 +368,7 @@ def _bfd(
             rows = rooms.pop(room, take)
             count = min(left, take * q)
             if write is not None:
-                write(
-                    pos,
-                    np.repeat(rows, q)[:count],
-                    (np.repeat(filled[rows], q) + np.tile(np.arange(q, dtype=np.int64), take))[
-                        :count
-                    ],
-                )
+                write(pos, rows, filled[rows], q, count)
             full, rest = divmod(count, q)
             filled[rows[:full]] += q
             rooms.add(room - q * size, rows[:full])

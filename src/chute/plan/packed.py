@@ -52,6 +52,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from typing import Any, ClassVar
 
@@ -74,12 +75,12 @@ from chute.plan.bulk import (
 from chute.plan.cost import CostOption
 from chute.plan.lengthed import LengthPlanner, derive_seed
 from chute.plan.order import IdOrder, MultisetPart, Order
-from chute.plan.pack import pack_rows, pack_sorted, pack_spread, split_rows
+from chute.plan.pack import layout_rows, pack_rows, pack_sorted, pack_spread, split_rows
 from chute.plan.rebalance import deal_rows, spread_tail
 from chute.plan.shuffle import Permutation
 from chute.plan.table import TablePlan, even_bounds, gather_segments
 
-__all__ = ["OVERFLOW", "PackedPlanner", "packing_bound"]
+__all__ = ["OVERFLOW", "PackedPlanner", "length_counts", "packing_bound"]
 
 log = logging.getLogger("chute.plan")
 
@@ -236,58 +237,55 @@ class PackedPlanner(LengthPlanner):
             return super().plan_order(order, epoch=epoch, world_size=world_size)
         cap = self.max_length
         length = self.require_lengths().length
-        histogram = np.zeros(cap + 1, dtype=np.int64)
-        tokens = room = halves = over = 0
         table = lookup_table(length)  # in memory, narrow: the random lookups run faster
-
-        def count(lens: np.ndarray) -> tuple[np.ndarray, int, int, int, int]:
-            size, kept, longer = self._fit(lens.astype(np.int64))
-            return (
-                np.bincount(np.maximum(size, 1), minlength=cap + 1),
-                int(kept.sum(dtype=np.int64)),
-                int(size.sum(dtype=np.int64)),
-                int(np.count_nonzero(2 * size > cap)),
-                longer,
-            )
-
         dtype = id_dtype(len(length))
+        count = partial(length_counts, top=cap)
 
-        def part_counted(
-            table: np.ndarray, part: MultisetPart
-        ) -> tuple[np.ndarray, int, int, int, int]:
+        def part_counted(table: np.ndarray, part: MultisetPart) -> np.ndarray:
             ids, times = part()
-            counted, kept, taken, half, longer = count(lookup(table, ids))
-            return counted * times, kept * times, taken * times, half * times, longer * times
+            return count(lookup(table, ids)) * times
 
         if whole:  # the same samples in any order: count them in id order, on threads
-            parts: Iterator[np.ndarray] = (c[c >= 0] for c in _chunks_of(length, CHUNK))
-            tallies = ordered_map(count, parts)
+            tallies = ordered_map(count, _chunks_of(length, CHUNK))
         else:  # the counts do not depend on the order: read its ids as a multiset (a mixture's
             # cost a fraction of its order), on threads
             tallies = ordered_map(partial(part_counted, table), order.multiset_parts(TASK, dtype))
-        for counted, kept, taken, half, longer in tallies:
-            histogram += counted
-            tokens += kept
-            room += taken
-            halves += half
-            over += longer
+        counts = np.zeros(cap + 2, dtype=np.int64)
+        for tally in tallies:
+            counts += tally
+        histogram, tokens, room, halves, over = self._tally(counts)
+
+        def arrange(counts: np.ndarray) -> np.ndarray:  # the rows shuffled, as plan_ids does
+            if not self.shuffle:
+                return np.arange(len(counts), dtype=np.int64)
+            seed = derive_seed(self.seed, "rows")
+            return Permutation(len(counts), seed, epoch).materialize(id_dtype(len(counts)))
+
+        # the rows' layout needs the histogram alone: worked out beside the sort of the ids
+        offset = np.int32 if int(histogram.sum()) < 2**31 else np.int64
+        beside = ThreadPoolExecutor(1)
+        layout = beside.submit(layout_rows, histogram, cap, None, arrange, offset)
+        beside.shutdown(wait=False)  # the thread ends with its one task
         dropped: list[np.ndarray] = []
 
         def keyed(
             table: np.ndarray, span: tuple[int, int]
         ) -> tuple[tuple[np.ndarray, ...], np.ndarray]:
             ids = order.take_range(span[0], span[1], np.empty(span[1] - span[0], dtype=dtype))
-            lens = lookup(table, ids)  # 32 bits where they fit: half the passes' bytes
-            lens = lens.astype(np.int32 if np.can_cast(lens.dtype, np.int32) else np.int64)
+            lens = lookup(table, ids)
             cut = ids[:0]
             if self.overflow == "drop":
                 over = lens > cap
                 cut, ids, lens = ids[over], ids[~over], lens[~over]
-            else:
-                np.minimum(lens, cap, out=lens)
-            if self.align != 1:  # the room each takes, as ``sizes`` rounds it
-                lens = -(-lens // self.align) * self.align
-            return rank_desc(ids, np.maximum(lens, 1, out=lens), cap), cut
+            # the room each takes, as ``intp`` (numpy counts those fastest); longer ones
+            # truncated (none are left with "drop")
+            size = np.empty(len(lens), dtype=np.intp)
+            if self.align == 1:
+                np.clip(lens, 1, cap, out=size, casting="unsafe")
+            else:  # rounded up as ``sizes`` rounds it
+                np.minimum(lens, cap, out=size, casting="unsafe")
+                size = np.maximum(-(-size // self.align) * self.align, 1, out=size)
+            return rank_desc(ids, size, cap), cut
 
         def placed(table: np.ndarray) -> Iterator[tuple[np.ndarray, ...]]:
             for part, cut in ordered_map(partial(keyed, table), spans(len(order), 1)):
@@ -297,14 +295,7 @@ class PackedPlanner(LengthPlanner):
 
         ordered = place_desc(placed(table), histogram, np.empty(int(histogram.sum()), dtype=dtype))
         del table
-
-        def arrange(counts: np.ndarray) -> np.ndarray:  # the rows shuffled, as plan_ids does
-            if not self.shuffle:
-                return np.arange(len(counts), dtype=np.int64)
-            seed = derive_seed(self.seed, "rows")
-            return Permutation(len(counts), seed, epoch).materialize(id_dtype(len(counts)))
-
-        picked, counts = pack_sorted(ordered, histogram, cap, arrange=arrange)
+        picked, counts = pack_sorted(ordered, histogram, cap, layout=layout.result())
         del ordered
         num_rows = len(counts)
         row_bounds = np.zeros(num_rows + 1, dtype=np.int64)
@@ -331,18 +322,30 @@ class PackedPlanner(LengthPlanner):
             stats=stats,
         )
 
-    def _fit(self, lens: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
-        """``(room each takes, lengths packed, how many exceed max_length)`` of valid lengths.
+    def _tally(self, counts: np.ndarray) -> tuple[np.ndarray, int, int, int, int]:
+        """What packing needs from the lengths' counts (``length_counts``, up to ``max_length``).
 
-        Samples over ``max_length`` are truncated, or left out with ``overflow="drop"``.
+        Returns ``(histogram of the room each sample takes, tokens packed, room taken, samples
+        over half a row, samples over max_length)``, from ``max_length + 2`` numbers instead of
+        a pass per figure over the samples. A sample over ``max_length`` is packed truncated to
+        it, or left out with ``overflow="drop"``.
         """
-        over = lens > self.max_length
-        longer = int(np.count_nonzero(over))
-        if self.overflow == "drop":
-            lens = lens[~over] if longer else lens
-        else:
-            lens = np.minimum(lens, self.max_length)
-        return self.sizes(lens), lens, longer
+        cap = self.max_length
+        over = int(counts[cap + 1])
+        kept = counts[: cap + 1].copy()  # samples of each length as packed
+        if self.overflow != "drop":
+            kept[cap] += over  # truncated to max_length
+        length = np.arange(cap + 1, dtype=np.int64)
+        size = self.sizes(length)
+        histogram = np.zeros(max(cap, int(size[-1])) + 1, dtype=np.int64)
+        np.add.at(histogram, np.maximum(size, 1), kept)
+        return (
+            histogram,
+            int(kept @ length),
+            int(kept @ size),
+            int(kept[2 * size > cap].sum()),
+            over,
+        )
 
     def plan_ids(self, ids: np.ndarray, *, epoch: int, world_size: int) -> TablePlan:
         lens_all = self.require_lengths()
@@ -546,6 +549,23 @@ class PackedPlanner(LengthPlanner):
             else "the samples' sizes leave gaps no packing can fill (e.g. most samples just over "
             "a third or a half of max_length); a different max_length packs them tighter",
         )
+
+
+def length_counts(lens: np.ndarray, top: int) -> np.ndarray:
+    """How many of ``lens`` have each length ``0 .. top``, and (last) how many exceed ``top``.
+
+    Negative lengths (invalid samples) are not counted. Two passes over the lengths (numpy's
+    ``bincount`` counts ``intp`` values fastest).
+
+    Example:
+        >>> length_counts(np.array([2, -1, 0, 9, 2]), top=3).tolist()
+        [1, 0, 2, 0, 1]
+    """
+    lens = np.asarray(lens)
+    shifted = np.empty(len(lens), dtype=np.intp)
+    np.clip(lens, -1, top + 1, out=shifted, casting="unsafe")
+    shifted += 1  # invalid -> 0, length k -> k + 1, longer -> top + 2
+    return np.bincount(shifted, minlength=top + 3)[1:]
 
 
 def _chunks_of(values: np.ndarray, size: int) -> Iterator[np.ndarray]:
