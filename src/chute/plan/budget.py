@@ -46,6 +46,7 @@ from chute.plan.balance import Balance, BalanceOption
 from chute.plan.base import check_positive
 from chute.plan.bulk import (
     CHUNK,
+    TASK,
     argsort_desc,
     id_dtype,
     lookup,
@@ -56,7 +57,7 @@ from chute.plan.bulk import (
 )
 from chute.plan.cost import CostOption
 from chute.plan.lengthed import LengthPlanner, derive_seed, shuffle_units, sort_within
-from chute.plan.order import IdOrder, Order
+from chute.plan.order import IdOrder, MultisetPart, Order
 from chute.plan.table import TablePlan, gather_segments
 
 __all__ = ["BudgetPlanner", "budget_sizes"]
@@ -257,12 +258,18 @@ class BudgetPlanner(LengthPlanner):
         ordered = order.take_range(0, n, np.empty(n, dtype=id_dtype(len(lengths))))
         table = lookup_table(lengths)  # in memory, narrow: the random lookups run faster
         total = 0
-        for lo in range(0, len(lengths) if whole else n, CHUNK):
-            if whole:  # every valid id once: the same sum in id order, read sequentially
+        if whole:  # every valid id once: the same sum in id order, read sequentially
+            for lo in range(0, len(lengths), CHUNK):
                 part = lengths[lo : lo + CHUNK][bound.length[lo : lo + CHUNK] >= 0]
-            else:
-                part = lookup(table, ordered[lo : lo + CHUNK])
-            total += int(part.sum(dtype=np.int64))
+                total += int(part.sum(dtype=np.int64))
+        else:  # the sum does not depend on the order: over its ids as a multiset, on threads
+
+            def part_sum(table: np.ndarray, part: MultisetPart) -> int:
+                ids, times = part()
+                return int(lookup(table, ids).sum(dtype=np.int64)) * times
+
+            parts = order.multiset_parts(TASK, ordered.dtype)
+            total = sum(ordered_map(partial(part_sum, table), parts))
         budget = self.max_tokens // bound.sequences
         mega = self._mega(total / n if n else 1.0, budget, world_size)
         found: list[int] = []
