@@ -106,6 +106,7 @@ class Permutation(Order):
         self._shift = dt(self._lo_bits)
         width_mask = 0xFFFFFFFF if dt is np.uint32 else _MASK64
         self._keys = [dt(k & width_mask) for k in _round_keys(self.seed, self.epoch, ROUNDS)]
+        self._round0: np.ndarray | None = None  # built on first use (``_first_round``)
 
     def __len__(self) -> int:
         return self.n
@@ -147,9 +148,28 @@ class Permutation(Order):
     def _fill_range(self, lo: int, hi: int, out: np.ndarray) -> None:
         for a in range(lo, hi, _WALK):
             b = min(hi, a + _WALK)
-            self._fill(np.arange(a, b, dtype=self._dtype), out[a - lo : b - lo])
+            self._fill(np.arange(a, b, dtype=self._dtype), out[a - lo : b - lo], first=a)
 
-    def _fill(self, positions: np.ndarray, out: np.ndarray) -> None:
+    def _first_round(self) -> np.ndarray | None:
+        """What the first round xors into consecutive positions, repeated over a block.
+
+        The first round adds to the high half a hash of the low half alone, and the low
+        halves of consecutive positions count up and wrap: its values for every low half,
+        laid end to end past a block's length, make the round one xor with a slice of them
+        (for position ``p``, the slice starting at ``p`` modulo the low half's range) instead
+        of its dozen passes. ``None`` where the low half is too wide to list (over 2**16).
+        """
+        if self._lo_bits > 16:
+            return None
+        if self._round0 is None or len(self._round0) < _BLOCK + (1 << self._lo_bits):
+            low = np.arange(1 << self._lo_bits, dtype=self._dtype)
+            h, t = np.empty_like(low), np.empty_like(low)
+            self._round(0, low, h, t)
+            table = low ^ np.arange(1 << self._lo_bits, dtype=self._dtype)  # what it xored
+            self._round0 = np.tile(table, -(-_BLOCK // len(table)) + 1)
+        return self._round0
+
+    def _fill(self, positions: np.ndarray, out: np.ndarray, first: int | None = None) -> None:
         """``out[i]`` = the id at ``positions[i]`` (``positions`` of ``self._dtype``).
 
         Every round works in place on a block of ``_BLOCK`` values (a few hundred KB, so the
@@ -168,11 +188,18 @@ class Permutation(Order):
         t = np.empty_like(x)
         n = self.n  # a Python int: 2**32 itself does not fit uint32 (nothing lies outside)
         where, values = [], []
+        round0 = None if first is None else self._first_round()
+        wrap = (1 << self._lo_bits) - 1
         for lo in range(0, len(positions), _BLOCK):
             hi = min(len(positions), lo + _BLOCK)
             xs = x[: hi - lo]
             xs[...] = positions[lo:hi]
-            self._encrypt(xs, h[: hi - lo], t[: hi - lo])
+            if round0 is not None and first is not None:  # consecutive: round 0 is one xor
+                at = (first + lo) & wrap
+                xs ^= round0[at : at + hi - lo]
+                self._encrypt(xs, h[: hi - lo], t[: hi - lo], start=1)
+            else:
+                self._encrypt(xs, h[: hi - lo], t[: hi - lo])
             outside = np.flatnonzero(xs >= n)
             if outside.size:  # walked below; out holds a placeholder there until then
                 where.append(outside + lo)
@@ -191,21 +218,29 @@ class Permutation(Order):
             out[at[inside]] = y[inside]
             at, y = at[~inside], y[~inside]
 
-    def _encrypt(self, x: np.ndarray, h: np.ndarray, t: np.ndarray) -> None:
-        """Six Feistel rounds over ``x`` in place (``h``, ``t``: scratch of the same shape)."""
-        for i, key in enumerate(self._keys):
-            if i % 2 == 0:  # the high half absorbs a hash of the low half
-                np.bitwise_and(x, self._lo_mask, out=h)
-                h ^= key
-                self._mix(h, t)
-                h &= self._hi_mask
-                h <<= self._shift
-            else:  # the low half absorbs a hash of the high half
-                np.right_shift(x, self._shift, out=h)
-                h ^= key
-                self._mix(h, t)
-                h &= self._lo_mask
-            x ^= h
+    def _encrypt(self, x: np.ndarray, h: np.ndarray, t: np.ndarray, start: int = 0) -> None:
+        """Six Feistel rounds over ``x`` in place (``h``, ``t``: scratch of the same shape).
+
+        ``start``: the rounds already done (``_fill`` does the first one its own way).
+        """
+        for i in range(start, len(self._keys)):
+            self._round(i, x, h, t)
+
+    def _round(self, i: int, x: np.ndarray, h: np.ndarray, t: np.ndarray) -> None:
+        """Feistel round ``i`` over ``x`` in place."""
+        key = self._keys[i]
+        if i % 2 == 0:  # the high half absorbs a hash of the low half
+            np.bitwise_and(x, self._lo_mask, out=h)
+            h ^= key
+            self._mix(h, t)
+            h &= self._hi_mask
+            h <<= self._shift
+        else:  # the low half absorbs a hash of the high half
+            np.right_shift(x, self._shift, out=h)
+            h ^= key
+            self._mix(h, t)
+            h &= self._lo_mask
+        x ^= h
 
     def _mix(self, h: np.ndarray, t: np.ndarray) -> None:
         """A bijective integer hash with full avalanche, in place (``t``: scratch)."""
