@@ -195,8 +195,8 @@ class Permutation(Order):
             xs = x[: hi - lo]
             xs[...] = positions[lo:hi]
             if round0 is not None and first is not None:  # consecutive: round 0 is one xor
-                at = (first + lo) & wrap
-                xs ^= round0[at : at + hi - lo]
+                low = (first + lo) & wrap
+                xs ^= round0[low : low + hi - lo]
                 self._encrypt(xs, h[: hi - lo], t[: hi - lo], start=1)
             else:
                 self._encrypt(xs, h[: hi - lo], t[: hi - lo])
