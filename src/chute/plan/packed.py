@@ -228,7 +228,8 @@ class PackedPlanner(LengthPlanner):
         The order's ids are counted by size, placed longest first by a counting sort (no
         argsort of the epoch) and packed over the histogram (``pack_sorted``), which writes
         every id straight into its row: the same rows as ``plan_ids`` over the materialised
-        order. ``whole``: the order deals every valid id once (an epoch's own order), so the
+        order. The rows' layout needs the histogram alone (``layout_rows``) and is worked out
+        on a thread of its own while the ids are sorted. ``whole``: the order deals every valid id once (an epoch's own order), so the
         histogram is counted from the lengths in id order and the order is read once, chunk
         by chunk, never held whole. ``split``, ``window`` and ``balance`` take the
         ``plan_ids`` path.
