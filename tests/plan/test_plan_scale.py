@@ -339,3 +339,16 @@ def test_mixture_local_ids_equal_the_modulo_formula(epoch: int) -> None:
             want = reference_local_ids(sel, d, slots, epoch)
             assert np.array_equal(sel.local_ids(d, slots, epoch), want)
         assert sel.local_ids(d, every[:0], epoch).tolist() == []
+
+
+@pytest.mark.parametrize("datasets", [1, 3, 17, 40])
+def test_a_slot_s_dataset_by_compares_equals_the_binary_search(datasets: int) -> None:
+    from chute.plan.mixture_selection import _bucket_of
+
+    rng = np.random.default_rng(datasets)
+    counts = rng.integers(0, 5, datasets)  # empty datasets too: their bound repeats
+    counts[-1] += 1
+    bounds = np.concatenate([[0], np.cumsum(counts)])
+    slots = rng.permutation(int(bounds[-1]))
+    want = np.searchsorted(bounds, slots, side="right") - 1
+    assert np.array_equal(_bucket_of(slots, bounds), want)
