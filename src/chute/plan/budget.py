@@ -46,18 +46,18 @@ from chute.plan.balance import Balance, BalanceOption
 from chute.plan.base import check_positive
 from chute.plan.bulk import (
     CHUNK,
-    TASK,
     argsort_desc,
     id_dtype,
     lookup,
     lookup_table,
+    map_multiset,
     ordered_map,
     spans,
     take_segments,
 )
 from chute.plan.cost import CostOption
 from chute.plan.lengthed import LengthPlanner, derive_seed, shuffle_units, sort_within
-from chute.plan.order import IdOrder, MultisetPart, Order
+from chute.plan.order import IdOrder, Order
 from chute.plan.table import TablePlan, gather_segments
 
 __all__ = ["BudgetPlanner", "budget_sizes"]
@@ -263,13 +263,7 @@ class BudgetPlanner(LengthPlanner):
                 part = lengths[lo : lo + CHUNK][bound.length[lo : lo + CHUNK] >= 0]
                 total += int(part.sum(dtype=np.int64))
         else:  # the sum does not depend on the order: over its ids as a multiset, on threads
-
-            def part_sum(table: np.ndarray, part: MultisetPart) -> int:
-                ids, times = part()
-                return int(lookup(table, ids).sum(dtype=np.int64)) * times
-
-            parts = order.multiset_parts(TASK, ordered.dtype)
-            total = sum(ordered_map(partial(part_sum, table), parts))
+            total = sum(map_multiset(lambda lens: int(lens.sum(dtype=np.int64)), table, order))
         budget = self.max_tokens // bound.sequences
         mega = self._mega(total / n if n else 1.0, budget, world_size)
         found: list[int] = []

@@ -22,11 +22,14 @@ import os
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 
 from chute.plan.table import gather_segments
+
+if TYPE_CHECKING:
+    from chute.plan.order import Order
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -38,6 +41,7 @@ __all__ = [
     "id_dtype",
     "lookup",
     "lookup_table",
+    "map_multiset",
     "ordered_map",
     "place_desc",
     "rank_desc",
@@ -166,6 +170,27 @@ def lookup(table: np.ndarray, ids: np.ndarray, out: np.ndarray | None = None) ->
         [7, 5]
     """
     return np.take(table, np.asarray(ids, dtype=np.intp), out=out, mode="clip")
+
+
+def map_multiset(fn: Callable[[np.ndarray], Any], table: np.ndarray, order: Order) -> Iterator[Any]:
+    """``fn(table[ids]) * times`` for each part of ``order``'s ids as a multiset, on threads.
+
+    For what does not depend on the order (a sum of lengths, counts by length): the parts
+    (``Order.multiset_parts``) cost a fraction of the order's own arithmetic over a mixture.
+    ``table``: the lengths (``lookup_table``).
+
+    Example:
+        >>> from chute.plan.order import IdOrder
+        >>> table = np.array([5, 6, 7])
+        >>> sum(map_multiset(lambda lens: int(lens.sum()), table, IdOrder(np.array([2, 0, 2]))))
+        19
+    """
+
+    def one(part: Callable[[], tuple[np.ndarray, int]]) -> Any:
+        ids, times = part()
+        return fn(lookup(table, ids)) * times
+
+    return ordered_map(one, order.multiset_parts(TASK, id_dtype(len(table))))
 
 
 def valid_ids(length: np.ndarray) -> np.ndarray:

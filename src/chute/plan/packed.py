@@ -63,10 +63,10 @@ from chute.plan.balance import Balance, BalanceOption
 from chute.plan.base import check_positive
 from chute.plan.bulk import (
     CHUNK,
-    TASK,
     id_dtype,
     lookup,
     lookup_table,
+    map_multiset,
     ordered_map,
     place_desc,
     rank_desc,
@@ -74,7 +74,7 @@ from chute.plan.bulk import (
 )
 from chute.plan.cost import CostOption
 from chute.plan.lengthed import LengthPlanner, derive_seed
-from chute.plan.order import IdOrder, MultisetPart, Order
+from chute.plan.order import IdOrder, Order
 from chute.plan.pack import layout_rows, pack_rows, pack_sorted, pack_spread, split_rows
 from chute.plan.rebalance import deal_rows, spread_tail
 from chute.plan.shuffle import Permutation
@@ -241,16 +241,10 @@ class PackedPlanner(LengthPlanner):
         table = lookup_table(length)  # in memory, narrow: the random lookups run faster
         dtype = id_dtype(len(length))
         count = partial(length_counts, top=cap)
-
-        def part_counted(table: np.ndarray, part: MultisetPart) -> np.ndarray:
-            ids, times = part()
-            return count(lookup(table, ids)) * times
-
         if whole:  # the same samples in any order: count them in id order, on threads
             tallies = ordered_map(count, _chunks_of(length, CHUNK))
-        else:  # the counts do not depend on the order: read its ids as a multiset (a mixture's
-            # cost a fraction of its order), on threads
-            tallies = ordered_map(partial(part_counted, table), order.multiset_parts(TASK, dtype))
+        else:  # the counts do not depend on the order: over its ids as a multiset, on threads
+            tallies = map_multiset(count, table, order)
         counts = np.zeros(cap + 2, dtype=np.int64)
         for tally in tallies:
             counts += tally
