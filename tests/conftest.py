@@ -11,12 +11,37 @@ REPO = Path(__file__).resolve().parents[1]
 SHARED_DATA = Path(os.environ.get("CHUTE_SHARED_DATA", REPO.parent / "shared" / "data"))
 
 
+@pytest.fixture(scope="session")
+def _tokenizer_tables(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One folder of compiled tokenizer tables for the whole run, all pytest workers together.
+
+    Compiling a real tokenizer's tables and checking them against ``tokenizers`` takes 5-10 s;
+    with a fresh chute cache per test, every test that runs ``chute`` in a subprocess paid it
+    again. The tables are keyed by the file's SHA-256 and written atomically, so sharing them
+    is what every run after a user's first does. Tests of compiling itself opt out
+    (``@pytest.mark.fresh_tables``).
+    """
+    base = tmp_path_factory.getbasetemp()
+    root = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base  # shared by workers
+    tables = root / "tokenizer-tables"
+    tables.mkdir(exist_ok=True)
+    return tables
+
+
 @pytest.fixture(autouse=True)
 def _isolated_cache(
-    tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
+    request: pytest.FixtureRequest,
+    tmp_path_factory: pytest.TempPathFactory,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> Path:
-    """Every test writes indexes and caches under its own temporary directory, never ~/.cache."""
+    """Every test writes indexes and caches under its own temporary directory, never ~/.cache.
+
+    Only the compiled tokenizer tables (``<cache>/tokenizers``) are shared between tests.
+    """
     cache = tmp_path_factory.mktemp("chute-cache")
+    if request.node.get_closest_marker("fresh_tables") is None:
+        tables = request.getfixturevalue("_tokenizer_tables")
+        (cache / "tokenizers").symlink_to(tables, target_is_directory=True)
     monkeypatch.setenv("CHUTE_CACHE_DIR", str(cache))
     return cache
 

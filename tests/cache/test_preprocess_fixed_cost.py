@@ -11,6 +11,10 @@ from cache_helpers import config, tree_digest, write_alpaca, write_tokenizer
 from chute import preprocess
 from chute.tokenize import engine, hf
 
+# the first run must write the verdict itself:
+# in this test's own chute cache, not the run's shared tables (tests/conftest.py)
+pytestmark = pytest.mark.fresh_tables
+
 
 @pytest.fixture(autouse=True)
 def _new_process() -> Any:

@@ -27,6 +27,10 @@ from chute.tokenize.fast import FastBPE, trie_pattern
 from chute.tokenize.verify import PROBES
 from recipe_helpers import CORPUS, _rust
 
+# these tests compile tables and look at what the cache keeps:
+# in this test's own chute cache, not the run's shared tables (tests/conftest.py)
+pytestmark = pytest.mark.fresh_tables
+
 TEXTS = [
     *CORPUS[:5],
     "Hello   world!\n\n\n  x <|im_end|>\n<|im_start|>assistant\n你好，世界",

@@ -17,6 +17,10 @@ from chute.tokenize.fast import FastBPE
 from chute.tokenize.verdict import read_verdict, write_verdict
 from recipe_helpers import CORPUS, _rust
 
+# these tests read, damage and count the kept tables and verdicts:
+# in this test's own chute cache, not the run's shared tables (tests/conftest.py)
+pytestmark = pytest.mark.fresh_tables
+
 TEXTS = [*CORPUS[:8], "Hello   world!\n\n x <|im_end|>\n你好", "<s>a</s><pad> fox"]
 
 
