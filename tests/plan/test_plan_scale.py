@@ -287,6 +287,21 @@ def test_a_mixture_order_s_multiset_is_its_ids_with_their_counts(epoch: int) -> 
     assert np.array_equal(got, tail.materialize())
 
 
+@pytest.mark.parametrize(("first", "last"), [(0, 100), (10, 40), (90, 130), (105, 120), (3, 303)])
+def test_a_permuted_part_reads_its_positions_around_the_end(first: int, last: int) -> None:
+    from chute.plan.mixture_selection import _permuted_part
+    from chute.plan.shuffle import Permutation
+
+    perm = Permutation(100, 11, 2)
+    want = perm.take(np.arange(first, last, dtype=np.int64) % 100)
+    ids, times = _permuted_part(perm, first, last, None, 1000, np.int32)
+    assert times == 1 and ids.dtype == np.int32
+    assert np.array_equal(ids, want + 1000)
+    pool = np.arange(100, dtype=np.int32)[::-1] * 3
+    ids, _ = _permuted_part(perm, first, last, pool, 0, np.int64)
+    assert np.array_equal(ids, pool[want])
+
+
 @pytest.mark.parametrize("dtype", [np.int16, np.int32, np.int64])
 def test_length_counts_count_each_length_and_the_longer_ones(dtype: type) -> None:
     rng = np.random.default_rng(5)

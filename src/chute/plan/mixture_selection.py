@@ -402,8 +402,15 @@ def _pool_part(
 def _permuted_part(
     perm: Permutation, first: int, last: int, pool: np.ndarray | None, offset: int, dtype: Any
 ) -> tuple[np.ndarray, int]:
-    # positions ``first .. last-1`` of the permutation, around its end (computed when read)
-    local = perm.take(np.arange(first, last, dtype=np.int64) % len(perm))
+    # positions ``first .. last-1`` of the permutation, around its end (computed when read),
+    # as ranges: consecutive positions cost about 0.6x arbitrary ones (``take_range``)
+    local = np.empty(last - first, dtype=np.int64)
+    m, done = len(perm), 0
+    while done < len(local):
+        start = (first + done) % m
+        size = min(len(local) - done, m - start)
+        perm.take_range(start, start + size, local[done : done + size])
+        done += size
     if pool is not None:
         local = pool[local].astype(np.int64)
     return (local + offset).astype(dtype, copy=False), 1
