@@ -15,9 +15,9 @@ SHARED_DATA = Path(os.environ.get("CHUTE_SHARED_DATA", REPO.parent / "shared" / 
 def _tokenizer_tables(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """One folder of compiled tokenizer tables for the whole run, all pytest workers together.
 
-    Compiling a real tokenizer's tables and checking them against ``tokenizers`` takes 5-10 s;
-    with a fresh chute cache per test, every test that runs ``chute`` in a subprocess paid it
-    again. The tables are keyed by the file's SHA-256 and written atomically, so sharing them
+    Compiling a real tokenizer's tables and checking them against ``tokenizers`` takes seconds
+    (Qwen3: 3-8 s to compile, 2-4 s to check, docs/benchmarks.md); with a fresh chute cache per
+    test, every test that runs ``chute`` in a subprocess paid it again. The tables are keyed by the file's SHA-256 and written atomically, so sharing them
     is what every run after a user's first does. Tests of compiling itself opt out
     (``@pytest.mark.fresh_tables``).
     """
