@@ -15,6 +15,8 @@ beside them, and the fixed costs add: the predicted time, its speedup over one w
 which part bounds it. Usage::
 
     .venv/bin/python benchmarks/profile_preprocess_parent.py --records 200000
+    .venv/bin/python benchmarks/profile_preprocess_parent.py --records 200000 --dir D \
+        --warm-only D/cache-<pid of the first>   # one warm run in a fresh process
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import argparse
 import heapq
 import json
 import os
+import shutil
 import sys
 import tempfile
 import time
@@ -121,6 +124,8 @@ def profile_run(
     parent.update(on_done=[], pool_start=None, phases={})
     recipe = {"tokenizer": str(TOKENIZER), "template": "chatml", "max_length": MAX_LENGTH}
     cache = {} if chunk_size is None else {"chunk_size": chunk_size}
+    # the previous run's output goes before the clock starts: a new build finds none to delete
+    shutil.rmtree(root / "out", ignore_errors=True)
     t0 = time.time()
     report = preprocess(
         sources=[str(p) for p in paths],
@@ -194,11 +199,26 @@ def main() -> None:
     )
     ap.add_argument("--dir", help="where the records go (default: a temp dir)")
     ap.add_argument("--name", default="preprocess_parent", help="the results file's name")
+    ap.add_argument(
+        "--warm-only",
+        help="a chute cache folder an earlier run filled (source index, compiled tables): "
+        "measure one warm run in this fresh process, without a cold run before it",
+    )
     args = ap.parse_args()
     chunk_size = None if args.chunk_size == "auto" else int(args.chunk_size)
     root = Path(args.dir or tempfile.mkdtemp(prefix="profile-parent-"))
     root.mkdir(parents=True, exist_ok=True)
     paths = write_records(root, args.records)
+    command = " ".join(["benchmarks/profile_preprocess_parent.py", *sys.argv[1:]])
+    if args.warm_only:
+        # a warm run as a new `chute preprocess` process is: the parent the workers fork from
+        # has done nothing before (a second run in one process forks them from a parent that
+        # still holds the first run's memory)
+        os.environ["CHUTE_CACHE_DIR"] = args.warm_only
+        parent = instrument()
+        result = {"warm_caches": profile_run(paths, root, chunk_size, parent), "command": command}
+        print("saved", save(args.name, result))
+        return
     os.environ["CHUTE_CACHE_DIR"] = str(root / f"cache-{os.getpid()}")  # empty: cold first run
     parent = instrument()
     result = {
@@ -206,7 +226,7 @@ def main() -> None:
         # tables); the second finds both cached, as every later run over these files does
         "empty_caches": profile_run(paths, root, chunk_size, parent),
         "warm_caches": profile_run(paths, root, chunk_size, parent),
-        "command": " ".join(["benchmarks/profile_preprocess_parent.py", *sys.argv[1:]]),
+        "command": command,
     }
     print("saved", save(args.name, result))
 
