@@ -17,9 +17,9 @@ def _tokenizer_tables(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
     Compiling a real tokenizer's tables and checking them against ``tokenizers`` takes seconds
     (Qwen3: 3-8 s to compile, 2-4 s to check, docs/benchmarks.md); with a fresh chute cache per
-    test, every test that runs ``chute`` in a subprocess paid it again. The tables are keyed by the file's SHA-256 and written atomically, so sharing them
-    is what every run after a user's first does. Tests of compiling itself opt out
-    (``@pytest.mark.fresh_tables``).
+    test, every test that runs ``chute`` in a subprocess paid it again. The tables are keyed
+    by the file's SHA-256 and written atomically, so sharing them is what every run after a
+    user's first does. Tests of compiling itself opt out (``@pytest.mark.fresh_tables``).
     """
     base = tmp_path_factory.getbasetemp()
     root = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base  # shared by workers

@@ -229,10 +229,10 @@ class PackedPlanner(LengthPlanner):
         argsort of the epoch) and packed over the histogram (``pack_sorted``), which writes
         every id straight into its row: the same rows as ``plan_ids`` over the materialised
         order. The rows' layout needs the histogram alone (``layout_rows``) and is worked out
-        on a thread of its own while the ids are sorted. ``whole``: the order deals every valid id once (an epoch's own order), so the
-        histogram is counted from the lengths in id order and the order is read once, chunk
-        by chunk, never held whole. ``split``, ``window`` and ``balance`` take the
-        ``plan_ids`` path.
+        on a thread of its own while the ids are sorted. ``whole``: the order deals every
+        valid id once (an epoch's own order), so the histogram is counted from the lengths in
+        id order and the order is read once, chunk by chunk, never held whole. ``split``,
+        ``window`` and ``balance`` take the ``plan_ids`` path.
         """
         if self.split or self.window is not None or (self.balance is not None and world_size > 1):
             return super().plan_order(order, epoch=epoch, world_size=world_size)
