@@ -114,9 +114,13 @@ def schedule(steady: list[float], warm: float, workers: int) -> float:
 
 
 def profile_run(
-    paths: list[Path], root: Path, chunk_size: int | None, parent: dict[str, Any]
+    paths: list[Path],
+    root: Path,
+    chunk_size: int | None,
+    parent: dict[str, Any],
+    workers: int = 2,
 ) -> dict[str, Any]:
-    """One ``preprocess`` of ``paths`` into ``root/out`` with 2 workers, measured."""
+    """One ``preprocess`` of ``paths`` into ``root/out`` with ``workers``, measured."""
     from chute.cache.build import preprocess
 
     log = root / f"chunks-{os.getpid()}-{time.time_ns()}.jsonl"
@@ -132,7 +136,7 @@ def profile_run(
         recipe=recipe,
         cache=cache,
         out=root / "out",
-        workers=2,
+        workers=workers,
         overwrite=True,
         progress=False,
     )
@@ -160,7 +164,8 @@ def profile_run(
         "records": report.samples + report.rejected,
         "chunk_size": report.manifest.get("chunk_size"),
         "chunks": len(rows),
-        "wall_seconds_2_workers": round(t_end - t0, 2),
+        "workers": workers,
+        f"wall_seconds_{workers}_workers": round(t_end - t0, 2),
         "fixed": {
             "before_pool": round(pool, 3),
             "before_first_chunk": round(setup, 3),
@@ -197,6 +202,7 @@ def main() -> None:
     ap.add_argument(
         "--chunk-size", default="auto", help="records per chunk, or auto (the default rule)"
     )
+    ap.add_argument("--workers", type=int, default=2, help="the profiled run's workers")
     ap.add_argument("--dir", help="where the records go (default: a temp dir)")
     ap.add_argument("--name", default="preprocess_parent", help="the results file's name")
     ap.add_argument(
@@ -216,7 +222,10 @@ def main() -> None:
         # still holds the first run's memory)
         os.environ["CHUTE_CACHE_DIR"] = args.warm_only
         parent = instrument()
-        result = {"warm_caches": profile_run(paths, root, chunk_size, parent), "command": command}
+        result = {
+            "warm_caches": profile_run(paths, root, chunk_size, parent, args.workers),
+            "command": command,
+        }
         print("saved", save(args.name, result))
         return
     os.environ["CHUTE_CACHE_DIR"] = str(root / f"cache-{os.getpid()}")  # empty: cold first run
@@ -224,8 +233,8 @@ def main() -> None:
     result = {
         # the first run pays the one-time work (the source index, compiling the tokenizer's
         # tables); the second finds both cached, as every later run over these files does
-        "empty_caches": profile_run(paths, root, chunk_size, parent),
-        "warm_caches": profile_run(paths, root, chunk_size, parent),
+        "empty_caches": profile_run(paths, root, chunk_size, parent, args.workers),
+        "warm_caches": profile_run(paths, root, chunk_size, parent, args.workers),
         "command": command,
     }
     print("saved", save(args.name, result))

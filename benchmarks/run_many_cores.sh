@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# Preprocess and plan scaling on a many-core host (16 cores), in one go, most important first.
+#
+# Usage:  benchmarks/run_many_cores.sh [COPY_TO]
+#   COPY_TO   a folder each results file is copied into as soon as its step ends
+#   env: PY (python, default python3), DIR (work folder, default /tmp/many-cores),
+#        RECORDS (default 1000000), PLAN_SAMPLES (default 1e8), BUDGET (seconds; later steps are skipped past it)
+#
+# Steps (results in benchmarks/results/):
+#   1. preprocess_workers_many: the machine's ceiling (N copies of a CPU-bound job), a cold
+#      run, then warm `chute preprocess --workers` 16, 8 and 1 (bench_preprocess_workers.py)
+#   2. preprocess_parent_many: one warm 16-worker run profiled (profile_preprocess_parent.py)
+#   3. scale_plans_many: every plan and mixture plan at 100M lengths (bench_scale.py)
+#   4. preprocess_workers_many_more: warm --workers 4, 2 and 16 again
+set -u
+PY=${PY:-python3}
+DIR=${DIR:-/tmp/many-cores}
+RECORDS=${RECORDS:-1000000}
+PLAN_SAMPLES=${PLAN_SAMPLES:-1e8}
+BUDGET=${BUDGET:-100000}
+COPY=${1:-}
+START=$SECONDS
+
+copy() { if [ -n "$COPY" ]; then cp "benchmarks/results/$1.json" "$COPY/" 2>/dev/null; fi; true; }
+left() { echo $((BUDGET - (SECONDS - START))); }
+step() { echo "== $1 at $((SECONDS - START)) s" >&2; }
+
+step preprocess_workers_many
+$PY benchmarks/bench_preprocess_workers.py --records "$RECORDS" --workers 16,8,1 --ceiling \
+    --dir "$DIR" --name preprocess_workers_many --deadline "$(left)"
+copy preprocess_workers_many
+
+if [ "$(left)" -gt 60 ]; then
+    step preprocess_parent_many
+    $PY benchmarks/profile_preprocess_parent.py --records "$RECORDS" --workers 16 --dir "$DIR" \
+        --warm-only "$DIR/chute-cache" --name preprocess_parent_many
+    copy preprocess_parent_many
+fi
+
+if [ "$(left)" -gt 120 ]; then
+    step scale_plans_many
+    $PY benchmarks/bench_scale.py --records "$RECORDS" --synthetic-lengths --dir "$DIR" \
+        --plan-samples "$PLAN_SAMPLES" \
+        --steps mix_budget,mix_packed,plan_packed,plan_budget,plan_grouped,mix_grouped \
+        --name scale_plans_many
+    copy scale_plans_many
+fi
+
+if [ "$(left)" -gt 60 ]; then
+    step preprocess_workers_many_more
+    $PY benchmarks/bench_preprocess_workers.py --records "$RECORDS" --workers 4,2,16 \
+        --dir "$DIR" --name preprocess_workers_many_more --deadline "$(left)"
+    copy preprocess_workers_many_more
+fi
+step done
