@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Preprocess and plan scaling on a many-core host (16 cores), in one go, most important first.
 #
-# Usage:  benchmarks/run_many_cores.sh [COPY_TO]
+# Usage:  benchmarks/run_many_cores.sh [COPY_TO]            # the whole measurement
+#         PART=chunks benchmarks/run_many_cores.sh [COPY_TO]  # the follow-up, below
 #   COPY_TO   a folder each results file is copied into as soon as its step ends
 #   env: PY (python, default python3), DIR (work folder, default /tmp/many-cores),
 #        RECORDS (default 1000000), PLAN_SAMPLES (default 1e8), BUDGET (seconds; later steps are skipped past it)
@@ -12,6 +13,11 @@
 #   2. preprocess_parent_many: one warm 16-worker run profiled (profile_preprocess_parent.py)
 #   3. scale_plans_many: every plan and mixture plan at 100M lengths (bench_scale.py)
 #   4. preprocess_workers_many_more: warm --workers 4, 2 and 16 again
+# PART=chunks, the follow-up to the whole measurement:
+#   1. preprocess_workers_chunks: 16 and 8 workers (then 16 again) with the default chunk size
+#      (a multiple of 16 chunks) and with 10,000 records a chunk (the default before), alternating
+#   2. scale_plans_many_tasks: the plans whose memory grew with the threads (tasks per thread)
+#   3. preprocess_workers_chunks_one: one worker, the baseline of the efficiency
 set -u
 PY=${PY:-python3}
 DIR=${DIR:-/tmp/many-cores}
@@ -24,6 +30,28 @@ START=$SECONDS
 copy() { if [ -n "$COPY" ]; then cp "benchmarks/results/$1.json" "$COPY/" 2>/dev/null; fi; true; }
 left() { echo $((BUDGET - (SECONDS - START))); }
 step() { echo "== $1 at $((SECONDS - START)) s" >&2; }
+
+if [ "${PART:-all}" = chunks ]; then
+    step preprocess_workers_chunks
+    $PY benchmarks/bench_preprocess_workers.py --records "$RECORDS" --workers 16,8 \
+        --repeat 16 --chunk-sizes auto,10000 --dir "$DIR" --name preprocess_workers_chunks
+    copy preprocess_workers_chunks
+    if [ "$(left)" -gt 60 ]; then
+        step scale_plans_many_tasks
+        $PY benchmarks/bench_scale.py --records 100000 --synthetic-lengths --dir "$DIR" \
+            --plan-samples "$PLAN_SAMPLES" --steps mix_packed,mix_grouped,plan_packed \
+            --name scale_plans_many_tasks
+        copy scale_plans_many_tasks
+    fi
+    if [ "$(left)" -gt 170 ]; then  # 1M records on one worker: about 150 s
+        step preprocess_workers_chunks_one
+        $PY benchmarks/bench_preprocess_workers.py --records "$RECORDS" --workers 1 \
+            --dir "$DIR" --name preprocess_workers_chunks_one --deadline "$(left)"
+        copy preprocess_workers_chunks_one
+    fi
+    step done
+    exit 0
+fi
 
 step preprocess_workers_many
 $PY benchmarks/bench_preprocess_workers.py --records "$RECORDS" --workers 16,8,1 --ceiling \

@@ -11,6 +11,7 @@ import yaml
 from cache_helpers import config, write_alpaca, write_tokenizer
 from chute import FingerprintMismatch, open_cache, preprocess
 from chute.cache.chunking import (
+    CHUNK_MULTIPLE,
     MAX_CHUNK,
     MIN_CHUNK,
     TARGET_CHUNKS,
@@ -32,9 +33,23 @@ def test_small_sources_get_enough_chunks_for_16_workers(records: int) -> None:
         assert size == MIN_CHUNK  # the floor: a chunk's fixed work stays a small share
 
 
-@pytest.mark.parametrize("records", [640_000, 1_000_000, 10**8])
-def test_large_sources_keep_the_former_default(records: int) -> None:
-    assert default_chunk_size(records) == 10_000  # their caches keep their fingerprints
+@pytest.mark.parametrize(
+    "records", [640_000, 640_001, 1_000_000, 1_000_001, 2_570_000, 9_999_999, 10**7, 10**8 - 1]
+)
+def test_large_sources_get_whole_waves_of_chunks(records: int) -> None:
+    size = default_chunk_size(records)
+    chunks = -(-records // size)
+    assert MIN_CHUNK <= size <= MAX_CHUNK
+    assert chunks % CHUNK_MULTIPLE == 0  # 16, 8, 4 or 2 workers: no part-empty last wave
+    # as large as the multiple allows: the next multiple of 16 would need smaller chunks
+    assert -(-records // (chunks - CHUNK_MULTIPLE)) > MAX_CHUNK or chunks == TARGET_CHUNKS
+
+
+@pytest.mark.parametrize(
+    ("records", "size"), [(640_000, 10_000), (1_000_000, 8_929), (10**7, 9_921), (10**8, 10_000)]
+)
+def test_large_default_sizes(records: int, size: int) -> None:
+    assert default_chunk_size(records) == size
 
 
 def test_given_size_wins_and_a_build_in_out_is_kept() -> None:

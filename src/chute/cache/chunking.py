@@ -4,21 +4,25 @@ A chunk is the unit of parallel work, of commits and of resumption, and its size
 cache's files (it is in the fingerprint), so the default depends on the record count alone:
 never on workers, ranks or the machine, and every rank of a build computes the same value::
 
-    records      chunk size                    chunks
-    <  128,000   2,000 (the floor)             1 .. 64
-    128k - 640k  ceil(records / 64)            64 (4 for each of 16 workers)
-    >= 640,000   10,000 (the ceiling)          64 and more
+    records      chunk size                         chunks
+    <  128,000   2,000 (the floor)                  1 .. 64
+    128k - 640k  ceil(records / 64)                 64 (4 for each of 16 workers)
+    >= 640,000   at most 10,000, as large as fits   a multiple of 16, 64 and more
 
-Below 640,000 records, 10,000-record chunks are too few to keep 16 workers busy (200,000
-records: 20 chunks, a second wave a quarter full); the floor keeps a chunk's fixed work
-(its files and commit record, tens of milliseconds) a few percent of its seconds of
-tokenizing. From 640,000 records up the default is the 10,000 it always was, so caches
-built before this rule keep their fingerprint; a smaller cache already in ``--out`` keeps
-the chunk size it was started with (``chunk_size_for``), so it resumes.
+The chunk count is a multiple of 16 from 128,000 to 100M records (beyond, within a chunk or
+two of one, over thousands of waves), so 16, 8, 4 or 2 workers each
+get as many chunks and no last wave runs part-empty: 1M records in 100 chunks of 10,000 ran
+7 waves on 16 workers, the last a quarter full (a tenth of the run idle); 112 chunks of 8,929
+run 7 full waves. The floor keeps a chunk's fixed work (its files and commit record, tens of
+milliseconds) a few percent of its seconds of tokenizing. A cache already in ``--out`` keeps
+the chunk size it was started with (``chunk_size_for``), so a build started under an earlier
+default (10,000 from 640,000 records up) resumes.
 
 Example:
-    >>> default_chunk_size(200_000), default_chunk_size(5_000), default_chunk_size(10**8)
-    (3125, 2000, 10000)
+    >>> default_chunk_size(200_000), default_chunk_size(5_000), default_chunk_size(10**6)
+    (3125, 2000, 8929)
+    >>> default_chunk_size(10**8)  # 10,000 chunks: a multiple of 16 already
+    10000
 """
 
 from __future__ import annotations
@@ -26,17 +30,30 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["MAX_CHUNK", "MIN_CHUNK", "TARGET_CHUNKS", "chunk_size_for", "default_chunk_size"]
+__all__ = [
+    "CHUNK_MULTIPLE",
+    "MAX_CHUNK",
+    "MIN_CHUNK",
+    "TARGET_CHUNKS",
+    "chunk_size_for",
+    "default_chunk_size",
+]
 
 MAX_CHUNK = 10_000
 MIN_CHUNK = 2_000
 # 16 workers with 4 chunks each: the last wave is at most a quarter of the work.
 TARGET_CHUNKS = 64
+# Chunk counts from 128k records up are multiples of this: whole waves on 16, 8, 4, 2 workers.
+CHUNK_MULTIPLE = 16
 
 
 def default_chunk_size(records: int) -> int:
     """Records per chunk for a source of ``records`` records (see the module docstring)."""
-    return max(MIN_CHUNK, min(MAX_CHUNK, -(-records // TARGET_CHUNKS)))
+    if records < MIN_CHUNK * TARGET_CHUNKS:
+        return MIN_CHUNK
+    fewest = max(TARGET_CHUNKS, -(-records // MAX_CHUNK))
+    chunks = -(-fewest // CHUNK_MULTIPLE) * CHUNK_MULTIPLE
+    return -(-records // chunks)
 
 
 def chunk_size_for(records: int, given: int | None, existing: Mapping[str, Any] | None) -> int:
