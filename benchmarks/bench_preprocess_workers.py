@@ -117,9 +117,9 @@ def ceiling(counts: list[int]) -> dict[str, Any]:
             times = [float(p.communicate()[0]) for p in procs]
             rows[str(n)] = {"seconds_mean": round(sum(times) / n, 3), "seconds_max": max(times)}
         one = rows["1"]["seconds_mean"] if "1" in rows else None
-        for n, row in rows.items():
+        for copies, row in rows.items():
             if one:
-                row["throughput_vs_1"] = round(int(n) * one / row["seconds_mean"], 2)
+                row["throughput_vs_1"] = round(int(copies) * one / row["seconds_mean"], 2)
                 row["efficiency"] = round(one / row["seconds_mean"], 2)
         out[name] = rows
     return out
