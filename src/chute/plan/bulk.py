@@ -78,19 +78,21 @@ def worker_threads() -> int:
 
 
 def task_size() -> int:
-    """Samples per task of ``ordered_map``: ``TASK`` on 2 threads, less on more.
+    """Samples per task of ``ordered_map``: ``TASK`` on up to 4 threads, half of it on 8.
 
     ``ordered_map`` has a task on every thread and up to ``threads + 1`` results waiting, each
-    holding its samples' temporaries; with tasks of ``2 * TASK / threads`` that stays about
-    what 2 threads hold, so a plan's memory does not grow with the cores (a 100M mixture's
-    packed plan on 8 threads: 1,196 MB at its peak with ``TASK`` each, 16 cores). Plans do not
-    depend on it (tests build them with tasks of a few hundred).
+    holding its samples' temporaries; with tasks of ``4 * TASK / threads`` that stays about
+    what 4 threads hold, so a plan's memory does not grow with the cores (a 100M mixture's
+    packed plan on 8 threads peaked at 1,196 MB with ``TASK`` each, on 16 cores; 1,004 MB on
+    2). Not smaller: on 8 threads (2 cores), tasks of ``TASK / 4`` took 10-24% longer than
+    ``TASK / 2`` or ``TASK`` (``benchmarks/bench_plan_tasks.py``). Plans do not depend on it
+    (tests build them with tasks of a few hundred).
 
     Example:
-        >>> TASK // 8 <= task_size() <= TASK
+        >>> TASK // 2 <= task_size() <= TASK
         True
     """
-    return max(TASK // 8, 2 * TASK // max(2, worker_threads()))
+    return max(TASK // 2, 4 * TASK // max(4, worker_threads()))
 
 
 def ordered_map(fn: Callable[[T], R], items: Iterable[T]) -> Iterator[R]:
