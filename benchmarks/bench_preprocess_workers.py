@@ -10,7 +10,8 @@ tokenizer, ``chatml``, ``max_length`` 2,048). A first run (``--workers`` the lar
 the chute cache (source index, compiled tokenizer tables; over the ``--dir`` of an earlier run
 the cache is warm already, and the results say so); then each worker count runs as a fresh
 ``chute preprocess ... --json`` process over that warm cache into an output folder deleted
-(and synced) before the clock starts, as a user's second run would. Each run records
+(and synced) before the clock starts, as a user's second run would; with ``--chunk-sizes``
+each worker count runs once per ``cache.chunk_size`` given, alternating. Each run records
 its wall time seen from outside, the ``seconds`` preprocess reports for itself, and the CPU
 seconds of the process tree (``RUSAGE_CHILDREN``): CPU per record that grows with the
 workers is contention (shared cores, memory, clock), not a serial part.
@@ -43,8 +44,8 @@ from _common import save
 from bench_scale import MAX_LENGTH, TOKENIZER, write_records
 
 # As the ``chute`` console script runs: its name makes ``main`` end the process without the
-# interpreter's teardown (``chute.cli.main``); under ``python -c`` each run paid that teardown
-# (0.4-0.6 s here on 2 cores, more with one worker, whose parent holds the tokenizer's work).
+# interpreter's teardown (``chute.cli.main``); under a plain ``python -c`` each run also paid
+# that teardown, which users of the ``chute`` program never do.
 CLI = [
     sys.executable,
     "-c",

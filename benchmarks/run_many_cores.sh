@@ -5,7 +5,9 @@
 #         PART=chunks benchmarks/run_many_cores.sh [COPY_TO]  # the follow-up, below
 #   COPY_TO   a folder each results file is copied into as soon as its step ends
 #   env: PY (python, default python3), DIR (work folder, default /tmp/many-cores),
-#        RECORDS (default 1000000), PLAN_SAMPLES (default 1e8), BUDGET (seconds; later steps are skipped past it)
+#        RECORDS (default 1000000), PLAN_SAMPLES (default 1e8), BUDGET (seconds: later
+#        steps are skipped past it), CHUTE_SHARED_DATA (the Qwen3 tokenizer and alpaca files,
+#        default ../shared/data); chute importable (installed, or PYTHONPATH=src)
 #
 # Steps (results in benchmarks/results/):
 #   1. preprocess_workers_many: the machine's ceiling (N copies of a CPU-bound job), a cold

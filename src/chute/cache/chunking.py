@@ -9,12 +9,13 @@ never on workers, ranks or the machine, and every rank of a build computes the s
     128k - 640k  ceil(records / 64)                 64 (4 for each of 16 workers)
     >= 640,000   at most 10,000, as large as fits   a multiple of 16, 64 and more
 
-The chunk count is a multiple of 16 from 128,000 to 100M records (beyond, within a chunk or
-two of one, over thousands of waves), so 16, 8, 4 or 2 workers each
-get as many chunks and no last wave runs part-empty: 1M records in 100 chunks of 10,000 ran
-7 waves on 16 workers, the last a quarter full (a tenth of the run idle); 112 chunks of 8,929
-run 7 full waves. The floor keeps a chunk's fixed work (its files and commit record, tens of
-milliseconds) a few percent of its seconds of tokenizing. A cache already in ``--out`` keeps
+The chunk count is a multiple of 16 from 128,000 to 99.8M records (beyond, a chunk or so
+off one, over hundreds of waves where the last one's fill no longer matters), so 16, 8, 4 or 2
+workers each get as many chunks and no last wave runs part-empty: 1M records in 100 chunks of
+10,000 ran 7 waves on 16 workers, the last a quarter full; 112 chunks of 8,929 run 7 full
+waves (measured on a 16-core host: 11% less time at 8 workers, within the runs' spread at 16;
+docs/benchmarks.md). The floor keeps a chunk's fixed work (its files and commit record, tens
+of milliseconds) a few percent of its seconds of tokenizing. A cache already in ``--out`` keeps
 the chunk size it was started with (``chunk_size_for``), so a build started under an earlier
 default (10,000 from 640,000 records up) resumes.
 
