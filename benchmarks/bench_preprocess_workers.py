@@ -13,7 +13,7 @@ the cache is warm already, and the results say so); then each worker count runs 
 (and synced) before the clock starts, as a user's second run would; with ``--chunk-sizes``
 each worker count runs once per ``cache.chunk_size`` given, alternating. Each run records
 its wall time seen from outside, the ``seconds`` preprocess reports for itself, and the CPU
-seconds of the process tree (``RUSAGE_CHILDREN``): CPU per record that grows with the
+seconds of the process tree (``bench_scale.process_cpu_seconds``): CPU per record that grows with the
 workers is contention (shared cores, memory, clock), not a serial part.
 
 **The machine's own ceiling**: ``--ceiling`` runs N copies of a fixed CPU-bound job at once
@@ -30,7 +30,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import shutil
 import subprocess
 import sys
@@ -41,7 +40,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import save
-from bench_scale import MAX_LENGTH, TOKENIZER, write_records
+from bench_scale import MAX_LENGTH, TOKENIZER, process_cpu_seconds, write_records
 
 # As the ``chute`` console script runs: its name makes ``main`` end the process without the
 # interpreter's teardown (``chute.cli.main``); under a plain ``python -c`` each run also paid
@@ -53,16 +52,11 @@ CLI = [
 ]
 
 
-def children_cpu_seconds() -> float:
-    used = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return used.ru_utime + used.ru_stime
-
-
 def run_preprocess(config: Path, out: Path, workers: int) -> dict[str, Any]:
     """One ``chute preprocess`` as its own process; the output folder is gone before it."""
     shutil.rmtree(out, ignore_errors=True)
     os.sync()  # the previous run's pages written back before this one's clock
-    cpu0, t0 = children_cpu_seconds(), time.perf_counter()
+    cpu0, t0 = process_cpu_seconds(), time.perf_counter()
     args = ["preprocess", str(config), "--out", str(out), "--workers", str(workers)]
     proc = subprocess.run([*CLI, *args, "--json", "--quiet"], capture_output=True, text=True)
     wall = time.perf_counter() - t0
@@ -74,7 +68,7 @@ def run_preprocess(config: Path, out: Path, workers: int) -> dict[str, Any]:
         "wall_seconds": round(wall, 2),
         "preprocess_seconds": report.get("seconds"),
         "program_seconds": round(wall - (report.get("seconds") or 0.0), 2),
-        "cpu_seconds": round(children_cpu_seconds() - cpu0, 1),
+        "cpu_seconds": round(process_cpu_seconds() - cpu0, 1),
         "samples": report.get("samples"),
         "chunks": report.get("chunks"),
         "records_per_s": round((report.get("samples", 0) + report.get("rejected", 0)) / wall),

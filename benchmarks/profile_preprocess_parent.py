@@ -17,6 +17,9 @@ which part bounds it. Usage::
     .venv/bin/python benchmarks/profile_preprocess_parent.py --records 200000
     .venv/bin/python benchmarks/profile_preprocess_parent.py --records 200000 --dir D \
         --warm-only D/cache-<pid of the first>   # one warm run in a fresh process
+
+On a host with the cores, ``--workers 16`` profiles a real 16-worker run the same way (the
+prediction then schedules chunk times measured at 16 workers).
 """
 
 from __future__ import annotations
