@@ -17,8 +17,11 @@ warm one. Usage::
     .venv/bin/python benchmarks/bench_preprocess_fixed.py --runs 3 --cold --name fixed_after
 
 ``--src DIR`` runs another checkout's ``src`` (e.g. ``git archive`` of ``main`` in ``/tmp``)
-with the same script, for before/after in one session. Results: ``benchmarks/results/NAME.json``
-and a table on stdout (milliseconds from the process's start).
+with the same script, for before/after in one session. ``--vs DIR --pairs N`` runs both in one
+invocation, in pairs: each pair one warm run of ``DIR``'s ``src`` and one of this tree's (or
+``--src``), the order swapped every pair, so a machine's drift hits both sides alike; the
+ratios are taken per pair. Results: ``benchmarks/results/NAME.json`` and a table on stdout
+(milliseconds from the process's start).
 """
 
 from __future__ import annotations
@@ -181,6 +184,8 @@ def main() -> None:
     ap.add_argument("--src", help="a checkout's src folder to run instead of this one's")
     ap.add_argument("--dir", help="work folder (default: a temp folder)")
     ap.add_argument("--name", default="preprocess_fixed", help="the results file's name")
+    ap.add_argument("--vs", help="another checkout's src folder: warm runs of both, in pairs")
+    ap.add_argument("--pairs", type=int, default=6, help="pairs of runs with --vs")
     args = ap.parse_args()
     root = Path(args.dir or tempfile.mkdtemp(prefix="fixed-"))
     root.mkdir(parents=True, exist_ok=True)
@@ -193,6 +198,9 @@ def main() -> None:
     )
     chute_cache = root / "chute-cache"
     os.environ["CHUTE_CACHE_DIR"] = str(chute_cache)
+    if args.vs:
+        compare(args, cfg, root)
+        return
     runs = []
     for i in range(args.runs):
         if i == 0 and args.cold:
@@ -212,6 +220,50 @@ def main() -> None:
         "runs": runs,
     }
     print("saved", save(args.name, result))
+
+
+def compare(args: argparse.Namespace, cfg: Path, root: Path) -> None:
+    """``--vs``: warm runs of two checkouts in pairs, the order swapped every pair."""
+    sides = {"before": args.vs, "after": args.src}
+    for src in sides.values():  # fill the chute cache (index, tables) and warm the files
+        run_once(cfg, root / "out", root / "events.jsonl", src, args.workers)
+    keys = ("program_ms", "library_fixed_ms", "fixed_ms", "total_ms")
+    pairs = []
+    for i in range(args.pairs):
+        pair: dict[str, Any] = {}
+        for side in ("before", "after") if i % 2 == 0 else ("after", "before"):
+            subprocess.run(["rm", "-rf", str(root / "out")], check=True)
+            run = run_once(cfg, root / "out", root / "events.jsonl", sides[side], args.workers)
+            pair[side] = {k: run[k] for k in keys}
+        pair["after_over_before"] = {
+            k: round(pair["after"][k] / pair["before"][k], 3) for k in keys
+        }
+        print(
+            f"pair {i + 1}: "
+            + ", ".join(f"{k} {pair['before'][k]:.0f} -> {pair['after'][k]:.0f}" for k in keys)
+        )
+        pairs.append(pair)
+    summary = {
+        side: {k: median([p[side][k] for p in pairs]) for k in keys}
+        for side in ("before", "after", "after_over_before")
+    }
+    print("median:", json.dumps(summary))
+    result = {
+        "command": " ".join(["benchmarks/bench_preprocess_fixed.py", *sys.argv[1:]]),
+        "records": args.records,
+        "chunk_size": args.chunk_size,
+        "workers": args.workers,
+        "load_average": os.getloadavg(),
+        "median": summary,
+        "pairs": pairs,
+    }
+    print("saved", save(args.name, result))
+
+
+def median(values: list[float]) -> float:
+    ordered = sorted(values)
+    mid = len(ordered) // 2
+    return ordered[mid] if len(ordered) % 2 else round((ordered[mid - 1] + ordered[mid]) / 2, 3)
 
 
 if __name__ == "__main__":

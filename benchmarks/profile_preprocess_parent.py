@@ -5,7 +5,9 @@ them: one ``preprocess`` with ``--workers 2`` (in this process, the local engine
 
 - the fixed cost before the first chunk starts (config, source index, fingerprint, claim, pool),
 - each chunk's time in its worker (the first chunk of each worker apart: it loads the
-  tokenizer), and the worker that ran it,
+  tokenizer), and the worker that ran it; with the worker's CPU seconds over the chunk and
+  the time its ``fsync`` calls took, so a chunk slower at 16 workers than at one shows
+  whether it waited (wall above CPU) and how much of that was the disk's flushes,
 - the parent's time per chunk (``on_done``: commit bookkeeping, error budget, progress),
 - the fixed cost after the last chunk (finalize: global files, manifest).
 
@@ -78,12 +80,36 @@ def instrument() -> dict[str, Any]:
     config.RecipeConfig.build = timed_step("recipe_build", config.RecipeConfig.build)
     original_run_chunk = local.run_chunk
     original_run_chunks = local.run_chunks
+    # every fsync of this process and the workers forked from it (the cache's files call
+    # os.fsync through the module): seconds and calls, read before and after each chunk
+    flushes = {"seconds": 0.0, "calls": 0}
+    real_fsync = os.fsync
+
+    def fsync(fd: Any) -> None:
+        t0 = time.perf_counter()
+        try:
+            real_fsync(fd)
+        finally:
+            flushes["seconds"] += time.perf_counter() - t0
+            flushes["calls"] += 1
+
+    os.fsync = fsync
 
     def run_chunk(job: Any, k: int, report: Any) -> Any:
+        flushed, calls, cpu = flushes["seconds"], flushes["calls"], time.process_time()
         t0 = time.time()
         record = original_run_chunk(job, k, report)
+        row = {
+            "k": k,
+            "pid": os.getpid(),
+            "t0": t0,
+            "t1": time.time(),
+            "cpu": time.process_time() - cpu,
+            "fsync": flushes["seconds"] - flushed,
+            "fsync_calls": flushes["calls"] - calls,
+        }
         with open(os.environ[LOG], "a") as f:
-            f.write(json.dumps({"k": k, "pid": os.getpid(), "t0": t0, "t1": time.time()}) + "\n")
+            f.write(json.dumps(row) + "\n")
         return record
 
     def run_chunks(job: Any, chunks: Any, *, workers: int, on_done: Any, progress: Any = None):
@@ -98,6 +124,12 @@ def instrument() -> dict[str, Any]:
     local.run_chunk = run_chunk
     local.run_chunks = run_chunks
     return parent
+
+
+def median_of(rows: list[dict[str, Any]], skip: set[int], value: Any) -> float:
+    """The median of ``value(row)`` over the chunk rows not in ``skip`` (ids of first chunks)."""
+    values = sorted(value(r) for r in rows if id(r) not in skip) or [0.0]
+    return round(values[len(values) // 2], 4)
 
 
 def schedule(steady: list[float], warm: float, workers: int) -> float:
@@ -178,6 +210,14 @@ def profile_run(
         "worker_first_chunk_seconds": [round(x, 3) for x in first],
         "worker_chunk_seconds_median": round(median, 3),
         "worker_warm_up_seconds": round(warm, 3),
+        # the steady chunks (each worker's first apart): CPU, the wait (wall less CPU) and the
+        # fsyncs' share of the wall time
+        "worker_chunk_cpu_seconds_median": median_of(rows, firsts, lambda r: r["cpu"]),
+        "worker_chunk_wait_seconds_median": median_of(
+            rows, firsts, lambda r: r["t1"] - r["t0"] - r["cpu"]
+        ),
+        "worker_chunk_fsync_ms_median": median_of(rows, firsts, lambda r: 1000 * r["fsync"]),
+        "worker_chunk_fsync_calls": max(r["fsync_calls"] for r in rows),
         "parent_per_chunk_ms": round(1000 * sum(on_done) / max(1, len(on_done)), 3),
         "parent_total_seconds": round(sum(on_done), 3),
         "prediction": {},

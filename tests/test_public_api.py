@@ -24,3 +24,20 @@ def test_importing_a_source_does_not_import_tokenizers_jinja_or_torch() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_the_media_package_exports_every_name_lazily() -> None:
+    import chute.media
+
+    assert sorted(chute.media.__all__) == sorted(chute.media._EXPORTS)
+    for name in chute.media.__all__:
+        assert getattr(chute.media, name) is not None, name
+
+
+def test_a_text_recipe_does_not_import_the_media_stages() -> None:
+    # the recipe imports chute.media.refs for every dataset; the package must not pull the
+    # loader's media stage, the pixel store, audio or the anyres tiles with it
+    heavy = ("chute.media.stage", "chute.media.store", "chute.media.audio", "chute.media.tiles")
+    code = f"import sys, chute.recipe; print(sorted(m for m in {heavy!r} if m in sys.modules))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"

@@ -13,19 +13,13 @@ import importlib
 import os
 import sys
 import threading
+from collections.abc import Iterator, Mapping, MutableMapping
+from typing import Any
 
 import typer
+import typer.core
 
 __all__ = ["app", "main"]
-
-app = typer.Typer(
-    name="chute",
-    help="Feed PyTorch training of LLMs from your JSONL / JSON data: check it, measure it, cache "
-    "it, and see what the loader does with it. Every command takes --help.",
-    no_args_is_help=True,
-    add_completion=False,
-    pretty_exceptions_enable=False,
-)
 
 _COMMANDS = [
     "index",
@@ -39,8 +33,72 @@ _COMMANDS = [
     "migrate",
 ]
 
-for _name in _COMMANDS:
-    importlib.import_module(f"chute.cli.{_name}_cmd").register(app)
+
+# typer's click command (``typer`` 0.2x carries its own copy of click: no ``click`` import here)
+_Command = Any
+
+
+def _load_command(name: str) -> _Command:
+    """Import ``chute.cli.<name>_cmd`` and make its click command (or group, for ``migrate``)."""
+    module = importlib.import_module(f"chute.cli.{name}_cmd")
+    holder = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
+    holder.callback()(lambda: None)  # a callback makes it a group whatever register() adds
+    module.register(holder)
+    return typer.main.get_command(holder).commands[name]  # type: ignore[attr-defined]
+
+
+class _Commands(MutableMapping[str, _Command]):
+    """The subcommands by name, each module imported when its command is first looked up.
+
+    A run of ``chute preprocess`` then imports what ``preprocess`` needs, not what ``stats``,
+    ``validate`` or ``bench`` do (the plans, mixtures, media checks): 0.1 s or more of every
+    run's start. The names are known without importing anything, so ``--help`` lists them
+    all, and a mistyped name is still matched against every command.
+    """
+
+    def __init__(self, loaded: Mapping[str, _Command]):
+        self._loaded = dict(loaded)
+
+    def __getitem__(self, name: str) -> _Command:
+        if name not in self._loaded:
+            if name not in _COMMANDS:
+                raise KeyError(name)
+            self._loaded[name] = _load_command(name)
+        return self._loaded[name]
+
+    def __setitem__(self, name: str, command: _Command) -> None:
+        self._loaded[name] = command
+
+    def __delitem__(self, name: str) -> None:
+        del self._loaded[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(dict.fromkeys([*_COMMANDS, *self._loaded]))
+
+    def __len__(self) -> int:
+        return len(dict.fromkeys([*_COMMANDS, *self._loaded]))
+
+
+class _LazyGroup(typer.core.TyperGroup):
+    """The ``chute`` group, its commands in a ``_Commands`` mapping (imported on first use)."""
+
+    def __init__(self, *args: object, **kwargs: object):
+        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+        self.commands = _Commands(self.commands)
+
+    def list_commands(self, ctx: Any) -> list[str]:
+        return list(self.commands)  # the names alone: listing them imports nothing
+
+
+app = typer.Typer(
+    name="chute",
+    cls=_LazyGroup,
+    help="Feed PyTorch training of LLMs from your JSONL / JSON data: check it, measure it, cache "
+    "it, and see what the loader does with it. Every command takes --help.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
 
 
 def version() -> str:

@@ -16,32 +16,72 @@
 * ``VideoFrames`` / ``AudioClips``: optional extras (``chute[video]``, ``chute[audio]``).
 
 See docs/media.md.
+
+Names are imported on first use (PEP 562): the recipe imports ``chute.media.refs`` for every
+dataset, text-only ones too, and must not pay for Pillow, the transforms, audio and video.
 """
 
-from chute.media.anyres import AnyresImageTokens
-from chute.media.audio import AudioClips
-from chute.media.images import DEFAULT_MAX_PIXELS, DecodeOptions, decode_image
-from chute.media.paths import MediaPaths
-from chute.media.positions import MRopePositions
-from chute.media.processor import ProcessorTransform
-from chute.media.refs import MediaPlan, MediaSlot
-from chute.media.sizes import image_size, qwen2vl_grid, smart_resize
-from chute.media.stage import MediaStage
-from chute.media.store import PixelStore, StoreReport, build_pixel_store
-from chute.media.tiles import AnyresTransform
-from chute.media.tokens import (
-    DynamicImageTokens,
-    FixedImageTokens,
-    image_token_counts,
-    image_tokens_rule,
-)
-from chute.media.transforms import (
-    NORMALIZE_PRESETS,
-    DynamicResolution,
-    ImageFeatures,
-    ImageTransform,
-)
-from chute.media.video import VideoFrames
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # static analysers and IDEs see the real names
+    from chute.media.anyres import AnyresImageTokens
+    from chute.media.audio import AudioClips
+    from chute.media.images import DEFAULT_MAX_PIXELS, DecodeOptions, decode_image
+    from chute.media.paths import MediaPaths
+    from chute.media.positions import MRopePositions
+    from chute.media.processor import ProcessorTransform
+    from chute.media.refs import MediaPlan, MediaSlot
+    from chute.media.sizes import image_size, qwen2vl_grid, smart_resize
+    from chute.media.stage import MediaStage
+    from chute.media.store import PixelStore, StoreReport, build_pixel_store
+    from chute.media.tiles import AnyresTransform
+    from chute.media.tokens import (
+        DynamicImageTokens,
+        FixedImageTokens,
+        image_token_counts,
+        image_tokens_rule,
+    )
+    from chute.media.transforms import (
+        NORMALIZE_PRESETS,
+        DynamicResolution,
+        ImageFeatures,
+        ImageTransform,
+    )
+    from chute.media.video import VideoFrames
+
+# public name -> module that defines it
+_EXPORTS: dict[str, str] = {
+    "AnyresImageTokens": "chute.media.anyres",
+    "AudioClips": "chute.media.audio",
+    "DEFAULT_MAX_PIXELS": "chute.media.images",
+    "DecodeOptions": "chute.media.images",
+    "decode_image": "chute.media.images",
+    "MediaPaths": "chute.media.paths",
+    "MRopePositions": "chute.media.positions",
+    "ProcessorTransform": "chute.media.processor",
+    "MediaPlan": "chute.media.refs",
+    "MediaSlot": "chute.media.refs",
+    "image_size": "chute.media.sizes",
+    "qwen2vl_grid": "chute.media.sizes",
+    "smart_resize": "chute.media.sizes",
+    "MediaStage": "chute.media.stage",
+    "PixelStore": "chute.media.store",
+    "StoreReport": "chute.media.store",
+    "build_pixel_store": "chute.media.store",
+    "AnyresTransform": "chute.media.tiles",
+    "DynamicImageTokens": "chute.media.tokens",
+    "FixedImageTokens": "chute.media.tokens",
+    "image_token_counts": "chute.media.tokens",
+    "image_tokens_rule": "chute.media.tokens",
+    "NORMALIZE_PRESETS": "chute.media.transforms",
+    "DynamicResolution": "chute.media.transforms",
+    "ImageFeatures": "chute.media.transforms",
+    "ImageTransform": "chute.media.transforms",
+    "VideoFrames": "chute.media.video",
+}
 
 __all__ = [
     "DEFAULT_MAX_PIXELS",
@@ -72,3 +112,16 @@ __all__ = [
     "qwen2vl_grid",
     "smart_resize",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'chute.media' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # later lookups skip this function
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_EXPORTS))

@@ -49,7 +49,6 @@ from chute.formats import FormatReader, FormatSpec
 from chute.formats.spec import MAX_TURNS
 from chute.media.geometry import Geometry
 from chute.media.refs import MediaSlot
-from chute.media.stage import default_media_stage
 from chute.media.timestamps import Timestamps
 from chute.media.tokens import DynamicImageTokens
 from chute.recipe.coordinates import move_coordinates, move_timestamps, objects_answer
@@ -481,6 +480,10 @@ class Recipe:
         rule = self.media.image_rule
         if isinstance(rule, DynamicImageTokens):
             return rule
+        # here: the media stage (transforms, tiles, the pixel store's readers) is for samples
+        # with images, and every text recipe would import it
+        from chute.media.stage import default_media_stage
+
         return default_media_stage(rule).image
 
     def _window_sample(
