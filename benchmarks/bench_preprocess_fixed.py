@@ -198,6 +198,11 @@ def main() -> None:
     )
     chute_cache = root / "chute-cache"
     os.environ["CHUTE_CACHE_DIR"] = str(chute_cache)
+    for tree in (args.src, args.vs, str(Path(__file__).resolve().parents[1] / "src")):
+        # every tree compiled first: with PYTHONDONTWRITEBYTECODE set, a tree never imported
+        # before would compile each module in every run and look 0.1-0.3 s slower
+        if tree:
+            subprocess.run([sys.executable, "-m", "compileall", "-q", tree], check=True)
     if args.vs:
         compare(args, cfg, root)
         return
