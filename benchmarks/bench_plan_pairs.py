@@ -82,6 +82,7 @@ def main() -> None:
     ap.add_argument("--dir", help="where the lengths go (default: a temp dir)")
     ap.add_argument("--one", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--lengths", help=argparse.SUPPRESS)
+    ap.add_argument("--name", help="the results file's name (default: plan_pairs_<plan>[_mix])")
     args = ap.parse_args()
     if args.one:
         build_once(args.plan, args.mix, args.lengths)
@@ -122,7 +123,7 @@ def main() -> None:
         "load_average": os.getloadavg(),
         "command": " ".join(["benchmarks/bench_plan_pairs.py", *sys.argv[1:]]),
     }
-    name = f"plan_pairs_{args.plan}{'_mix' if args.mix else ''}"
+    name = args.name or f"plan_pairs_{args.plan}{'_mix' if args.mix else ''}"
     print("saved", save(name, results))
 
 

@@ -187,6 +187,41 @@ def test_packing_over_a_histogram_lays_rows_out_in_any_order(
         pack_sorted(order[:-1], hist, 1000)
 
 
+@pytest.mark.parametrize("write", [1 << 18, 64, 1])
+def test_packing_writes_on_threads_equal_the_writes_in_the_loop(
+    write: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    rng = np.random.default_rng(5)
+    lens = np.clip(rng.lognormal(5.0, 1.2, 200_000).astype(np.int64), 1, 2048)
+    order = np.argsort(-lens, kind="stable").astype(np.int32)
+    hist = np.bincount(lens, minlength=2049)
+    arrange = lambda c: np.random.default_rng(1).permutation(len(c))  # noqa: E731
+    monkeypatch.setattr(bulk, "worker_threads", lambda: 1)
+    want, want_counts = pack_sorted(order, hist, 2048, arrange=arrange)
+    monkeypatch.setattr(bulk, "worker_threads", lambda: 4)
+    monkeypatch.setattr(pack, "_WRITE", write)
+    monkeypatch.setattr(pack, "_WRITE_INLINE", 0)  # every write handed to a thread
+    got, counts = pack_sorted(order, hist, 2048, arrange=arrange)
+    assert np.array_equal(counts, want_counts) and np.array_equal(got, want)
+
+
+def test_side_tasks_raise_the_first_error_and_cancel_the_rest(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(bulk, "worker_threads", lambda: 2)
+    done: list[int] = []
+
+    def step(k: int) -> None:
+        if k == 3:
+            raise ValueError("step 3 failed")
+        done.append(k)
+
+    with pytest.raises(ValueError, match="step 3 failed"), bulk.side_tasks() as submit:
+        for k in range(100):
+            submit(step, k)
+    assert 3 not in done and len(done) < 100  # the queue is bounded: the rest never ran
+
+
 def test_lookup_table_is_a_narrow_exact_copy(small_chunks: None, tmp_path: Path) -> None:
     lens = lengths_with_rejects(2000, 6)  # int32, -1 .. 3000: fits int16
     np.save(tmp_path / "lengths.npy", lens)

@@ -17,6 +17,7 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import os
 from collections import deque
@@ -45,6 +46,7 @@ __all__ = [
     "ordered_map",
     "place_desc",
     "rank_desc",
+    "side_tasks",
     "sort_desc",
     "spans",
     "take_segments",
@@ -117,6 +119,45 @@ def ordered_map(fn: Callable[[T], R], items: Iterable[T]) -> Iterator[R]:
                 yield pending.popleft().result()
         while pending:
             yield pending.popleft().result()
+
+
+@contextlib.contextmanager
+def side_tasks() -> Iterator[Callable[..., None]]:
+    """``submit(fn, *args)``: ``fn(*args)`` on ``worker_threads()`` threads, all done on exit.
+
+    For independent numpy steps whose effect is a write (into disjoint parts of one array),
+    handed out by a loop that goes on meanwhile. At most ``2 * threads`` wait, so the loop
+    cannot run ahead with their temporaries; the first error is raised on exit (or at the
+    submit that waits for it), the steps still queued cancelled. With one thread each runs at
+    once, in the caller.
+
+    Example:
+        >>> out = np.zeros(4, dtype=np.int64)
+        >>> with side_tasks() as submit:
+        ...     for k in range(4):
+        ...         submit(out.__setitem__, k, k * k)
+        >>> out.tolist()
+        [0, 1, 4, 9]
+    """
+    threads = worker_threads()
+    if threads < 2:
+        yield lambda fn, *args: fn(*args)
+        return
+    with ThreadPoolExecutor(threads) as pool:
+        pending: deque[Future[Any]] = deque()
+
+        def submit(fn: Callable[..., Any], *args: Any) -> None:
+            pending.append(pool.submit(fn, *args))
+            while len(pending) > 2 * threads:
+                pending.popleft().result()
+
+        try:
+            yield submit
+            while pending:
+                pending.popleft().result()
+        finally:
+            for future in pending:
+                future.cancel()
 
 
 def spans(n: int, unit: int, size: int | None = None) -> list[tuple[int, int]]:

@@ -31,6 +31,8 @@ from typing import Any
 
 import numpy as np
 
+from chute.plan.bulk import side_tasks
+
 __all__ = [
     "RowLayout",
     "best_fit_decreasing",
@@ -44,6 +46,9 @@ __all__ = [
 
 # Items placed per step of ``pack_sorted``'s writing: its temporaries stay a few MB.
 _WRITE = 1 << 18
+# Writes of fewer items than this run in the packing loop itself (a thread's hand-off costs
+# more than placing them).
+_WRITE_INLINE = 1 << 14
 
 
 def radix_argsort(keys: np.ndarray) -> np.ndarray:
@@ -205,18 +210,28 @@ def pack_sorted(
     starts = layout.starts
     members = np.empty(len(items), dtype=items.dtype)
 
-    def write(pos: int, rows: np.ndarray, first: np.ndarray, q: int, count: int) -> None:
-        # each row's q slots are consecutive in members: one broadcast add makes the places,
-        # a few rows at a time so the temporaries stay small
-        step = max(1, _WRITE // q)
-        for lo in range(0, len(rows), step):
-            hi = min(len(rows), lo + step)
-            base = starts[rows[lo:hi]] + first[lo:hi].astype(starts.dtype)
-            at = base if q == 1 else (base[:, None] + np.arange(q, dtype=starts.dtype)).ravel()
-            end = min(count, hi * q)
-            members[at[: end - lo * q]] = items[pos + lo * q : pos + end]
+    def place(pos: int, rows: np.ndarray, first: np.ndarray, q: int, count: int) -> None:
+        # each row's q slots are consecutive in members: one broadcast add makes the places
+        base = starts[rows] + first.astype(starts.dtype)
+        at = base if q == 1 else (base[:, None] + np.arange(q, dtype=starts.dtype)).ravel()
+        members[at[:count]] = items[pos : pos + count]
 
-    _bfd(histogram, capacity, rooms, write, layout.opened)
+    with side_tasks() as submit:
+
+        def write(pos: int, rows: np.ndarray, first: np.ndarray, q: int, count: int) -> None:
+            # a few rows at a time, so the temporaries stay small; the steps write disjoint
+            # slots of members (random writes, memory-bound), so they run on the plans'
+            # threads while best-fit goes on; small ones here, where a thread costs more
+            if count < _WRITE_INLINE:
+                place(pos, rows, first, q, count)
+                return
+            step = max(1, _WRITE // q)
+            for lo in range(0, len(rows), step):
+                hi = min(len(rows), lo + step)
+                n = min(count, hi * q) - lo * q
+                submit(place, pos + lo * q, rows[lo:hi], first[lo:hi], q, n)
+
+        _bfd(histogram, capacity, rooms, write, layout.opened)
     return members, layout.counts
 
 
