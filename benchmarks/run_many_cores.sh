@@ -20,6 +20,12 @@
 #      (a multiple of 16 chunks) and with 10,000 records a chunk (the default before), alternating
 #   2. scale_plans_many_tasks: the plans whose memory grew with the threads (tasks per thread)
 #   3. preprocess_workers_chunks_one: one worker, the baseline of the efficiency
+# PART=final, what issue 30 still needs measured on such a host (about 6 minutes):
+#   1. preprocess_workers_final: 16 workers, then one (the baseline), then 16 twice more, each
+#      a fresh `chute preprocess` as the program runs (the end-to-end efficiency at 16)
+#   2. preprocess_parent_final: one warm 16-worker run profiled, each chunk's CPU seconds and
+#      fsync time beside its wall time (does a chunk at 16 workers wait, and for the disk?)
+#   3. scale_plans_final: every plan and mixture plan at 100M lengths with the final code
 set -u
 PY=${PY:-python3}
 DIR=${DIR:-/tmp/many-cores}
@@ -32,6 +38,29 @@ START=$SECONDS
 copy() { if [ -n "$COPY" ]; then cp "benchmarks/results/$1.json" "$COPY/" 2>/dev/null; fi; true; }
 left() { echo $((BUDGET - (SECONDS - START))); }
 step() { echo "== $1 at $((SECONDS - START)) s" >&2; }
+
+if [ "${PART:-all}" = final ]; then
+    step preprocess_workers_final
+    $PY benchmarks/bench_preprocess_workers.py --records "$RECORDS" --workers 16,1 \
+        --repeat 16,16 --dir "$DIR" --name preprocess_workers_final --deadline "$(left)"
+    copy preprocess_workers_final
+    if [ "$(left)" -gt 60 ]; then
+        step preprocess_parent_final
+        $PY benchmarks/profile_preprocess_parent.py --records "$RECORDS" --workers 16 \
+            --dir "$DIR" --warm-only "$DIR/chute-cache" --name preprocess_parent_final
+        copy preprocess_parent_final
+    fi
+    if [ "$(left)" -gt 120 ]; then
+        step scale_plans_final
+        $PY benchmarks/bench_scale.py --records 100000 --synthetic-lengths --dir "$DIR" \
+            --plan-samples "$PLAN_SAMPLES" \
+            --steps mix_packed,mix_budget,plan_packed,plan_budget,plan_grouped,mix_grouped \
+            --name scale_plans_final
+        copy scale_plans_final
+    fi
+    step done
+    exit 0
+fi
 
 if [ "${PART:-all}" = chunks ]; then
     step preprocess_workers_chunks
