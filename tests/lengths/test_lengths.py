@@ -156,3 +156,15 @@ def test_lengths_values_are_checked() -> None:
         Lengths(np.array([1, 2]), image_tokens=np.array([0]))
     with pytest.raises(ConfigError, match="lengths must be a chute Lengths or an array"):
         Lengths.of("12")
+
+
+def test_counts_over_slices_equal_the_whole_array(monkeypatch: pytest.MonkeyPatch) -> None:
+    from chute.lengths import base
+
+    rng = np.random.default_rng(3)
+    length = rng.integers(-1, 500, 10_001).astype(np.int32)  # -1: rejected
+    monkeypatch.setattr(base, "_SLICE", 1000)  # eleven slices, the last one short
+    lens = Lengths(length)
+    assert lens.num_valid == int(np.count_nonzero(length >= 0))
+    assert lens.tokens == int(length[length >= 0].sum(dtype=np.int64))
+    assert lens.num_rejected == int(np.count_nonzero(length < 0))

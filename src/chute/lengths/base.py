@@ -36,6 +36,9 @@ import numpy as np
 
 from chute.errors import ConfigError, RejectTally
 
+# Samples per slice where a property reads every length: 4M int32 are 16 MB.
+_SLICE = 1 << 22
+
 __all__ = ["ROWS", "STATUS_OK", "STATUS_REJECTED", "STATUS_TRUNCATED", "Lengths"]
 
 STATUS_OK = 0
@@ -130,7 +133,9 @@ class Lengths:
 
     @property
     def num_valid(self) -> int:
-        return int(np.count_nonzero(self.length >= 0))
+        # in slices: a plan asks this on every build, and ``length >= 0`` over 100M samples
+        # is a 100 MB temporary
+        return sum(int(np.count_nonzero(part >= 0)) for part in self._slices())
 
     @property
     def num_rejected(self) -> int:
@@ -139,7 +144,11 @@ class Lengths:
     @property
     def tokens(self) -> int:
         """Tokens in all valid samples."""
-        return int(self.length[self.length >= 0].sum(dtype=np.int64))
+        return sum(int(part[part >= 0].sum(dtype=np.int64)) for part in self._slices())
+
+    def _slices(self) -> list[np.ndarray]:
+        """``length`` in views of ``_SLICE`` samples (whole-array temporaries stay small)."""
+        return [self.length[lo : lo + _SLICE] for lo in range(0, len(self.length), _SLICE)]
 
     @property
     def num_truncated(self) -> int:
