@@ -21,6 +21,8 @@
 #   2. scale_plans_many_tasks: the plans whose memory grew with the threads (tasks per thread)
 #   3. preprocess_workers_chunks_one: one worker, the baseline of the efficiency
 # PART=final, what issue 30 still needs measured on such a host (about 6 minutes):
+#   0. disk_flush_final: chunk-sized commits (6 MB, fsync) by 1 and 16 writers in waves
+#      (bench_disk_flush.py): what a durable commit costs when 16 workers commit at once
 #   1. preprocess_workers_final: 16 workers, then one (the baseline), then 16 twice more, each
 #      a fresh `chute preprocess` as the program runs (the end-to-end efficiency at 16)
 #   2. preprocess_parent_final: one warm 16-worker run profiled, each chunk's CPU seconds and
@@ -40,6 +42,10 @@ left() { echo $((BUDGET - (SECONDS - START))); }
 step() { echo "== $1 at $((SECONDS - START)) s" >&2; }
 
 if [ "${PART:-all}" = final ]; then
+    step disk_flush_final
+    $PY benchmarks/bench_disk_flush.py --dir "$DIR/flush" --writers 1,16,16 --files 4 --gap 1.5 \
+        --name disk_flush_final
+    copy disk_flush_final
     step preprocess_workers_final
     $PY benchmarks/bench_preprocess_workers.py --records "$RECORDS" --workers 16,1 \
         --repeat 16,16 --dir "$DIR" --name preprocess_workers_final --deadline "$(left)"
