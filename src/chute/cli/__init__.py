@@ -51,9 +51,10 @@ class _Commands(MutableMapping[str, _Command]):
     """The subcommands by name, each module imported when its command is first looked up.
 
     A run of ``chute preprocess`` then imports what ``preprocess`` needs, not what ``stats``,
-    ``validate`` or ``bench`` do (the plans, mixtures, media checks): 0.1 s or more of every
-    run's start. The names are known without importing anything, so ``--help`` lists them
-    all, and a mistyped name is still matched against every command.
+    ``validate`` or ``bench`` do (the plans' statistics, the media checks, the benchmarks), and
+    typer builds the options of one command, not of all (docs/benchmarks.md, "Commands
+    imported when they run"). The names are known without importing anything, so ``--help``
+    lists them all, and a mistyped name is still matched against every command.
     """
 
     def __init__(self, loaded: Mapping[str, _Command]):

@@ -18,7 +18,8 @@
 See docs/media.md.
 
 Names are imported on first use (PEP 562): the recipe imports ``chute.media.refs`` for every
-dataset, text-only ones too, and must not pay for Pillow, the transforms, audio and video.
+dataset, text-only ones too, and must not pay for what only image and audio samples use (the
+loader's media stage, the pixel store, audio, the anyres tiles).
 """
 
 from __future__ import annotations
