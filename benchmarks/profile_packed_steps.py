@@ -23,8 +23,10 @@ Results: ``benchmarks/results/NAME.json``.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -69,11 +71,16 @@ def main() -> None:
 
     timed("place_desc")
     timed("pack_sorted")
-    inline = pack._WRITE_INLINE
+    threaded = pack.side_tasks
+
+    @contextlib.contextmanager
+    def in_the_loop() -> Iterator[Callable[..., None]]:
+        yield lambda fn, *args: fn(*args)  # each write step at once, as before side_tasks
+
     builds = []
     for i in range(args.rounds):
-        for writes, limit in (("loop", 1 << 62), ("threads", inline)):
-            pack._WRITE_INLINE = limit  # every write in the loop, or the large ones handed out
+        for writes, tasks in (("loop", in_the_loop), ("threads", threaded)):
+            pack.side_tasks = tasks
             planner = bench_scale.planner("packed", lens, big=True)
             if args.mix:
                 planner = bench_scale.mixture_of(planner, lens)
