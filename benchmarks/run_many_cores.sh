@@ -7,7 +7,8 @@
 #   env: PY (python, default python3), DIR (work folder, default /tmp/many-cores),
 #        RECORDS (default 1000000), PLAN_SAMPLES (default 1e8), BUDGET (seconds: later
 #        steps are skipped past it), CHUTE_SHARED_DATA (the Qwen3 tokenizer and alpaca files,
-#        default ../shared/data); chute importable (installed, or PYTHONPATH=src)
+#        default ../shared/data); chute importable (installed, or PYTHONPATH=src); on a host
+#        without network, benchmarks/offline_bundle.sh brings the wheels and data (its header)
 #
 # Steps (results in benchmarks/results/):
 #   1. preprocess_workers_many: the machine's ceiling (N copies of a CPU-bound job), a cold

@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# A bundle to run the benchmarks on a machine without network (e.g. a lent many-core host whose
+# Python has torch, numpy, pyarrow, tokenizers and tiktoken but not chute's other dependencies).
+#
+# Usage (here, with network):   benchmarks/offline_bundle.sh            # writes .offline/
+# There (the repository copied with .offline/ beside src/):
+#   python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site \
+#       --find-links .offline/wheels -r .offline/requirements.txt
+#   export PYTHONPATH=$PWD/src:/tmp/site CHUTE_SHARED_DATA=$PWD/.offline/data PYTHONUNBUFFERED=1
+#   PART=final BUDGET=540 benchmarks/run_many_cores.sh "$OUT"
+#
+# .offline/ is ignored by git. The wheels are pure Python or manylinux x86_64, for each Python
+# version in PYVERS (pip there picks the one that fits); the data are the Qwen3 tokenizer
+# and the alpaca demo files the benchmarks' records are made from (from CHUTE_SHARED_DATA,
+# default ../shared/data), copied, not committed.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PY:-.venv/bin/python}
+PYVERS=${PYVERS:-3.10 3.11 3.12 3.13}
+DATA=${CHUTE_SHARED_DATA:-../shared/data}
+OUT=.offline
+rm -rf "$OUT" && mkdir -p "$OUT/wheels" "$OUT/data/tokenizers/qwen3" "$OUT/data/llama-factory"
+# chute's runtime dependencies beyond what such a host has, without their own dependencies
+# (each listed), the newest that fits each Python version
+WHEELS="orjson typer click pydantic pydantic-core annotated-types typing-inspection
+typing-extensions annotated-doc shellingham rich markdown-it-py mdurl pygments"
+for version in $PYVERS; do
+    # shellcheck disable=SC2086
+    "$PY" -m pip download --quiet --no-deps --only-binary=:all: --python-version "$version" \
+        --platform manylinux2014_x86_64 --platform manylinux_2_17_x86_64 \
+        --platform manylinux_2_28_x86_64 -d "$OUT/wheels" $WHEELS
+done
+printf '%s\n' $WHEELS > "$OUT/requirements.txt"
+cp "$DATA/tokenizers/qwen3/tokenizer.json" "$DATA/tokenizers/qwen3/tokenizer_config.json" \
+    "$OUT/data/tokenizers/qwen3/"
+cp "$DATA/llama-factory/alpaca_en_demo.json" "$DATA/llama-factory/alpaca_zh_demo.json" \
+    "$OUT/data/llama-factory/"
+du -sh "$OUT"/wheels "$OUT"/data
