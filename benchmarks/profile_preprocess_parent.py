@@ -208,6 +208,11 @@ def profile_run(
             "steps_before_pool": {k: round(v, 3) for k, v in parent["phases"].items()},
         },
         "worker_first_chunk_seconds": [round(x, 3) for x in first],
+        # when each worker began its first chunk, from the pool's creation: the workers are
+        # forked one after another, so the last starts later by that spread
+        "worker_first_start_seconds": sorted(
+            round(v[0]["t0"] - (parent["pool_start"] or t0), 3) for v in by_pid.values()
+        ),
         "worker_chunk_seconds_median": round(median, 3),
         "worker_warm_up_seconds": round(warm, 3),
         # the steady chunks (each worker's first apart): CPU, the wait (wall less CPU) and the
