@@ -93,3 +93,24 @@ def save(name: str, result: dict[str, Any]) -> Path:
     path.write_text(json.dumps(result, indent=2) + "\n")
     print(json.dumps(result, indent=2))
     return path
+
+
+def time_fsyncs() -> dict[str, float]:
+    """Time every ``os.fsync`` of this process and of the processes forked from it from now on.
+
+    Returns the running totals, ``{"seconds": ..., "calls": ...}``: read them before and after
+    a step. chute's cache calls ``os.fsync`` through the module, so the wrapper sees each one.
+    """
+    totals = {"seconds": 0.0, "calls": 0.0}
+    real = os.fsync
+
+    def fsync(fd: Any) -> None:
+        t0 = time.perf_counter()
+        try:
+            real(fd)
+        finally:
+            totals["seconds"] += time.perf_counter() - t0
+            totals["calls"] += 1
+
+    os.fsync = fsync
+    return totals

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import save
+from _common import save, time_fsyncs
 from chute.cache.storage import publish
 
 
@@ -38,26 +38,15 @@ def commit_files(
     """Commit ``files`` files of ``mb`` MB as a chunk is committed, ``gap`` s apart; timings."""
     os.makedirs(folder, exist_ok=True)
     data = os.urandom(int(mb * 1e6))  # incompressible, so no layer below can shortcut it
-    flushed = [0.0]
-    real = os.fsync
-
-    def fsync(fd: int) -> None:
-        t0 = time.perf_counter()
-        try:
-            real(fd)
-        finally:
-            flushed[0] += time.perf_counter() - t0
-
-    os.fsync = fsync  # this process only: publish calls os.fsync through the module
+    flushes = time_fsyncs()  # in this pool process only
     rows = []
     for k in range(files):
         time.sleep(gap if k else 0.0)  # the next chunk's tokenizing (a sleep: no CPU taken)
-        flushed[0] = 0.0
+        flushed = flushes["seconds"]
         t0 = time.perf_counter()
         publish(Path(folder) / f"{seed:03d}-{k:04d}.arrow", data)
         publish(Path(folder) / f"{seed:03d}-{k:04d}.json", b'{"chunk": %d}\n' % k)
-        rows.append({"commit_s": time.perf_counter() - t0, "fsync_s": flushed[0]})
-    os.fsync = real
+        rows.append({"commit_s": time.perf_counter() - t0, "fsync_s": flushes["seconds"] - flushed})
     return rows
 
 

@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -216,15 +217,7 @@ def main() -> None:
         run["cold"] = i == 0 and args.cold
         show(f"run {i + 1}{' (empty chute cache)' if run['cold'] else ''}", run)
         runs.append(run)
-    result = {
-        "command": " ".join(["benchmarks/bench_preprocess_fixed.py", *sys.argv[1:]]),
-        "records": args.records,
-        "chunk_size": args.chunk_size,
-        "workers": args.workers,
-        "load_average": os.getloadavg(),
-        "runs": runs,
-    }
-    print("saved", save(args.name, result))
+    save_result(args, runs=runs)
 
 
 def compare(args: argparse.Namespace, cfg: Path, root: Path) -> None:
@@ -249,26 +242,24 @@ def compare(args: argparse.Namespace, cfg: Path, root: Path) -> None:
         )
         pairs.append(pair)
     summary = {
-        side: {k: median([p[side][k] for p in pairs]) for k in keys}
+        side: {k: round(statistics.median(p[side][k] for p in pairs), 3) for k in keys}
         for side in ("before", "after", "after_over_before")
     }
     print("median:", json.dumps(summary))
+    save_result(args, median=summary, pairs=pairs)
+
+
+def save_result(args: argparse.Namespace, **figures: Any) -> None:
+    """The results file: the command, the input's size, the machine's load, then ``figures``."""
     result = {
         "command": " ".join(["benchmarks/bench_preprocess_fixed.py", *sys.argv[1:]]),
         "records": args.records,
         "chunk_size": args.chunk_size,
         "workers": args.workers,
         "load_average": os.getloadavg(),
-        "median": summary,
-        "pairs": pairs,
+        **figures,
     }
     print("saved", save(args.name, result))
-
-
-def median(values: list[float]) -> float:
-    ordered = sorted(values)
-    mid = len(ordered) // 2
-    return ordered[mid] if len(ordered) % 2 else round((ordered[mid - 1] + ordered[mid]) / 2, 3)
 
 
 if __name__ == "__main__":

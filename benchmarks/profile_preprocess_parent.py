@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import save
+from _common import save, time_fsyncs
 from bench_scale import MAX_LENGTH, TOKENIZER, write_records
 
 LOG = "BENCH_CHUNK_LOG"
@@ -80,20 +80,7 @@ def instrument() -> dict[str, Any]:
     config.RecipeConfig.build = timed_step("recipe_build", config.RecipeConfig.build)
     original_run_chunk = local.run_chunk
     original_run_chunks = local.run_chunks
-    # every fsync of this process and the workers forked from it (the cache's files call
-    # os.fsync through the module): seconds and calls, read before and after each chunk
-    flushes = {"seconds": 0.0, "calls": 0}
-    real_fsync = os.fsync
-
-    def fsync(fd: Any) -> None:
-        t0 = time.perf_counter()
-        try:
-            real_fsync(fd)
-        finally:
-            flushes["seconds"] += time.perf_counter() - t0
-            flushes["calls"] += 1
-
-    os.fsync = fsync
+    flushes = time_fsyncs()  # this process's and its forked workers': read around each chunk
 
     def run_chunk(job: Any, k: int, report: Any) -> Any:
         flushed, calls, cpu = flushes["seconds"], flushes["calls"], time.process_time()
@@ -106,7 +93,7 @@ def instrument() -> dict[str, Any]:
             "t1": time.time(),
             "cpu": time.process_time() - cpu,
             "fsync": flushes["seconds"] - flushed,
-            "fsync_calls": flushes["calls"] - calls,
+            "fsync_calls": int(flushes["calls"] - calls),
         }
         with open(os.environ[LOG], "a") as f:
             f.write(json.dumps(row) + "\n")

@@ -12,8 +12,9 @@ Example:
 
 from __future__ import annotations
 
-import importlib
 from typing import TYPE_CHECKING, Any
+
+from chute._internal.lazy import lazy_exports
 
 __version__ = "0.1.0"
 
@@ -162,21 +163,15 @@ _RENAMED: dict[str, tuple[str, str]] = {
 }
 
 
+_export, __dir__ = lazy_exports("chute", _EXPORTS, globals())
+
+
 def __getattr__(name: str) -> Any:
     if name in _RENAMED:
         from chute._internal.deprecation import renamed_attribute
 
         return renamed_attribute("chute", name, *_RENAMED[name])
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'chute' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value  # later lookups skip this function
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_EXPORTS))
+    return _export(name)
 
 
 if TYPE_CHECKING:  # static analysers and IDEs see the real names

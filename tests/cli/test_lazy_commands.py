@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import inspect
+import json
 import subprocess
 import sys
 
@@ -19,13 +20,13 @@ OTHERS = [f"chute.cli.{name}_cmd" for name in _COMMANDS if name != "preprocess"]
 def imported_after(args: list[str]) -> list[str]:
     """The other subcommands' modules imported by ``chute *args`` (run in a fresh process)."""
     code = (
-        "import sys\n"
+        "import json, sys\n"
         "from chute.cli import app\n"
         f"try:\n    app({args!r})\nexcept SystemExit:\n    pass\n"
-        f"print(sorted(m for m in {OTHERS!r} if m in sys.modules))\n"
+        f"print(json.dumps(sorted(m for m in {OTHERS!r} if m in sys.modules)))\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    return eval(out.stdout.strip().splitlines()[-1])  # a list of names printed above
+    return json.loads(out.stdout.strip().splitlines()[-1])  # the names printed last
 
 
 def test_one_command_imports_no_other() -> None:

@@ -6,6 +6,7 @@
   helpers (``object_identity``, ``open_binary``).
 * ``pools``: the start method of chute's process pools.
 * ``lazy_torch``: torch imported where needed, with an install hint when it is missing.
+* ``lazy``: a package's public names imported on first use (``lazy_exports``).
 * ``fields``: field-by-field differences of nested values, for mismatch messages.
 * ``tables``: plain aligned text tables for summaries.
 """

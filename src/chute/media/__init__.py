@@ -24,8 +24,9 @@ loader's media stage, the pixel store, audio, the anyres tiles).
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from chute._internal.lazy import lazy_exports
 
 if TYPE_CHECKING:  # static analysers and IDEs see the real names
     from chute.media.anyres import AnyresImageTokens
@@ -115,14 +116,4 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'chute.media' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value  # later lookups skip this function
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_EXPORTS))
+__getattr__, __dir__ = lazy_exports("chute.media", _EXPORTS, globals())
