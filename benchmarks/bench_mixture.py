@@ -14,6 +14,8 @@ each raw line (what a quick script does: exact bytes only, memory growing with t
 
     .venv/bin/python benchmarks/bench_mixture.py              # both, full size
     .venv/bin/python benchmarks/bench_mixture.py --quick      # 1M / 200k, for a smoke run
+    .venv/bin/python benchmarks/bench_mixture.py --overlap --overlap-records 30000000 \
+        --overlap-steps chute_spilled --name overlap_30m   # one step at another size
 """
 
 from __future__ import annotations
@@ -212,10 +214,25 @@ def overlap_step(step: str, paths: list[str], n: int) -> dict[str, Any]:
                         seen[key] = 1
         out["duplicates"] = dups
     else:
-        from chute.mixture.overlap import find_duplicates
+        import tracemalloc
+
+        from chute.mixture.hashes import content_hashes
+        from chute.mixture.overlap import Group, find_duplicates
+        from chute.sources import open_source
 
         memory = (256 << 20) if step == "chute" else (16 << 20)
-        report = find_duplicates({"data": paths}, max_memory=memory, progress=False)
+        source = open_source(paths)  # as find_duplicates({"data": paths}) opens it
+        # the hash pass (2 processes) apart, then the check over the cached hashes with its
+        # allocations traced (tracing the pass would slow its Python work)
+        content_hashes(source, "auto", progress=False)
+        out["hash_seconds"] = round(time.perf_counter() - t0, 3)
+        tracemalloc.start()
+        t1 = time.perf_counter()
+        report = find_duplicates([Group("data", source)], max_memory=memory, progress=False)
+        out["check_seconds"] = round(time.perf_counter() - t1, 3)
+        out["check_traced_peak_mb"] = round(tracemalloc.get_traced_memory()[1] / 2**20, 1)
+        out["rss_anon_mb_after"] = anon_mb()  # this process's own pages, the maps' apart
+        tracemalloc.stop()
         out["duplicates"] = report.duplicates
         out["partitions"] = report.partitions
     out["seconds"] = round(time.perf_counter() - t0, 3)
@@ -228,12 +245,12 @@ def overlap_step(step: str, paths: list[str], n: int) -> dict[str, Any]:
 
 
 def run_overlap(args: argparse.Namespace) -> dict[str, Any]:
-    n = 10_000_000 if not args.quick else 200_000
+    n = args.overlap_records or (10_000_000 if not args.quick else 200_000)
     folder = Path(tempfile.mkdtemp(prefix="chute-bench-overlap-"))
     paths = write_records(folder, n)
     results: dict[str, Any] = {}
     # each step in a fresh process with a fresh chute cache: the hashes are computed every time
-    for step in ("chute", "chute_spilled", "md5_dict"):
+    for step in args.overlap_steps.split(","):
         env = {**os.environ, "CHUTE_CACHE_DIR": tempfile.mkdtemp(prefix="chute-cache-")}
         cmd = [
             sys.executable,
@@ -259,6 +276,11 @@ def main() -> None:
     ap.add_argument("--plan", action="store_true", help="only the plan benchmark")
     ap.add_argument("--overlap", action="store_true", help="only the overlap benchmark")
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--overlap-records", type=int, help="records of the overlap check (10M)")
+    ap.add_argument(
+        "--overlap-steps", default="chute,chute_spilled,md5_dict", help="which overlap steps"
+    )
+    ap.add_argument("--name", help="the results file's name (default mixture)")
     ap.add_argument("--plan-step")
     ap.add_argument("--overlap-step")
     ap.add_argument("--lengths")
@@ -285,7 +307,7 @@ def main() -> None:
     if not args.plan:
         report["overlap"] = run_overlap(args)
     report["load_after"] = os.getloadavg()
-    save("mixture" if not args.quick else "mixture_quick", report)
+    save(args.name or ("mixture" if not args.quick else "mixture_quick"), report)
 
 
 if __name__ == "__main__":

@@ -40,6 +40,10 @@ With ``--synthetic-lengths`` the plan steps at a size whose lengths step is not 
 lognormal lengths as above (clipped to 2,048, the recipe's ``max_length``), so plans at 10M
 records need no hours of tokenizing; the results say so (``lengths_used``).
 
+With ``--drop-caches`` (root on Linux only) the kernel's page cache is emptied before each step,
+so a pass that reads the records reads them from the disk, not from the memory the writing left
+them in; each step records whether that happened (``page_cache``).
+
 Growth is ``time(10x) / time(x)``: 10.0 is linear; ``cpu`` is the same ratio of CPU seconds
 (the step's process and its workers, user + system), which a shared machine's load moves less. Results: ``benchmarks/results/scale.json``.
 """
@@ -271,6 +275,16 @@ def run_step(step: str, paths: list[str], n: int, lengths_npy: str | None) -> di
     return out
 
 
+def drop_page_cache() -> bool:
+    """Write back and drop the kernel's clean pages (root on Linux); whether it happened."""
+    os.sync()
+    try:
+        Path("/proc/sys/vm/drop_caches").write_text("3\n")
+    except OSError:
+        return False
+    return True
+
+
 def plan_digest(plan: Any) -> str:
     """A digest of rank 0's first and last batches (enough to tell two builds apart)."""
     import hashlib
@@ -336,6 +350,11 @@ def main() -> None:
         action="store_true",
         help="plan steps without the lengths step: lognormal lengths (clipped to max_length)",
     )
+    ap.add_argument(
+        "--drop-caches",
+        action="store_true",
+        help="empty the page cache before each step (root on Linux): reads come from the disk",
+    )
     ap.add_argument("--step", help=argparse.SUPPRESS)
     ap.add_argument("--n", type=int, help=argparse.SUPPRESS)
     ap.add_argument("--paths", nargs="*", help=argparse.SUPPRESS)
@@ -367,7 +386,9 @@ def main() -> None:
                 per[step] = {"skipped": "needs the lengths step first"}
                 continue
             cache = Path(tempfile.mkdtemp(prefix=f"cache-{step}-", dir=root))
+            dropped = drop_page_cache() if args.drop_caches else False
             per[step] = spawn(step, paths, n, lengths_npy, cache)
+            per[step]["page_cache"] = "dropped before the step" if dropped else "as left"
             print(n, step, json.dumps(per[step])[:300], flush=True)
             subprocess.run(["rm", "-rf", str(cache)], check=False)
         results["records"][str(n)] = per

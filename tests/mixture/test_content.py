@@ -6,6 +6,7 @@ from pathlib import Path
 
 import numpy as np
 import orjson
+import pytest
 
 from chute.formats import FormatReader, FormatSpec
 from chute.formats.content import record_hash
@@ -69,13 +70,26 @@ def test_what_differs_changes_the_hash() -> None:
     )
 
 
-def test_unreadable_records_hash_their_bytes_and_hashes_are_cached(tmp_path: Path) -> None:
+def test_unreadable_records_hash_their_bytes_and_hashes_are_cached(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from chute.mixture import hashes
+
     path = tmp_path / "d.jsonl"
     rows = [b'{"text": "a"}', b'{"text": "a', b'{"text": "b"}', b'{"text": "a']
     path.write_bytes(b"\n".join(rows) + b"\n")
     h = content_hashes(JsonlSource(path), "text", workers=1)
     assert h[1] == h[3] and h[0] != h[1] and h[0] != h[2]
+    # computed into the cache file: what is returned is that file, mapped
+    assert isinstance(h, np.memmap) and Path(h.filename).parent.name == "hashes"
+    computed = hashes._run
+
+    def not_again(*args: object) -> object:
+        raise AssertionError("the cached hashes were computed again")
+
+    monkeypatch.setattr(hashes, "_run", not_again)
     again = content_hashes(JsonlSource(path), "text", workers=1)
-    assert isinstance(again, np.memmap) and np.array_equal(again, h)  # read back, not computed
+    assert np.array_equal(again, h)  # read back, not computed
+    monkeypatch.setattr(hashes, "_run", computed)
     path.write_bytes(b"\n".join([*rows, orjson.dumps({"text": "c"})]) + b"\n")
     assert len(content_hashes(JsonlSource(path), "text", workers=1)) == 5  # a changed file

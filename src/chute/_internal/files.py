@@ -13,7 +13,7 @@ from typing import IO, Any
 
 from chute.errors import SourceError
 
-__all__ = ["FileIdentity", "atomic_file", "cache_root", "file_identity"]
+__all__ = ["FileIdentity", "atomic_array", "atomic_file", "cache_root", "file_identity"]
 
 # Bytes hashed at each end of a file for its identity: enough to catch an in-place rewrite that
 # kept size and mtime (rare, but `cp -p` and some sync tools do it), cheap on a 100 GB file.
@@ -99,6 +99,42 @@ def atomic_file(path: str | os.PathLike[str], mode: str = "wb") -> Iterator[IO[A
         with os.fdopen(fd, mode) as f:
             yield f
             f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+@contextlib.contextmanager
+def atomic_array(path: str | os.PathLike[str], dtype: Any, shape: tuple[int, ...]) -> Iterator[Any]:
+    """A ``.npy`` at ``path`` filled in place, all-or-nothing: yields a writable memory map.
+
+    The array is a temporary file beside ``path`` until the block ends; then it is flushed,
+    fsynced and renamed, as ``atomic_file`` does. Its pages are the file's, so an array larger
+    than memory (8 bytes x 100M records) is written back by the kernel as it fills, not held.
+
+    Example:
+        >>> import tempfile, numpy as np
+        >>> path = Path(tempfile.mkdtemp()) / "a.npy"
+        >>> with atomic_array(path, np.int32, (3,)) as out:
+        ...     out[:] = [1, 2, 3]
+        >>> np.load(path).tolist()
+        [1, 2, 3]
+    """
+    import numpy as np  # here: indexes import this module without numpy's cost at startup
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    os.close(fd)
+    try:
+        out = np.lib.format.open_memmap(tmp, mode="w+", dtype=dtype, shape=shape)
+        yield out
+        out.flush()
+        del out
+        with open(tmp, "rb+") as f:
             os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException:

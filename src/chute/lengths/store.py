@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -30,7 +29,7 @@ from typing import Any
 import numpy as np
 import orjson
 
-from chute._internal.files import atomic_file, cache_root
+from chute._internal.files import atomic_array, atomic_file, cache_root
 from chute.errors import RejectTally
 from chute.lengths.base import ROWS, Lengths
 
@@ -111,21 +110,10 @@ def write_cached(
         describe: extra JSON-able fields for the sidecar (the fingerprints behind the key).
     """
     array_path, meta_path = cache_paths(key, cache_dir)
-    array_path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=array_path.parent, prefix=f".{key}.", suffix=".npy.tmp")
-    os.close(fd)
     t0 = time.perf_counter()
-    try:
-        out = np.lib.format.open_memmap(tmp, mode="w+", dtype=np.int32, shape=(ROWS, n))
+    with atomic_array(array_path, np.int32, (ROWS, n)) as out:
         kinds, tally = fill(out)
-        out.flush()
         del out
-        with open(tmp, "rb+") as f:
-            os.fsync(f.fileno())
-        os.replace(tmp, array_path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
     meta = {
         "format": FORMAT,
         "version": LENGTHS_VERSION,

@@ -4,8 +4,9 @@ r"""Content hashes of every record of a source: one parallel pass, cached like t
 hashes its normalised content (``chute.formats.content``): no template, no tokenizer, so it runs
 at the speed of JSON parsing. The result (one ``uint64`` per record) is cached under
 ``<cache root>/hashes/`` keyed by the source's fingerprint, the format options and
-``CONTENT_VERSION``; a validation split or a duplicate check after the first reads it back as a
-memory map::
+``CONTENT_VERSION``. The pass writes into that file (a temporary, renamed when complete) and
+returns it as a memory map, as a validation split or a duplicate check after the first reads it
+back: no record costs this process 8 bytes of its own memory::
 
     records ──chunks──► workers: parse, adapter, normalise, blake2b-64 ──► hashes[lo:hi]
 
@@ -24,13 +25,12 @@ from __future__ import annotations
 import hashlib
 import os
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import orjson
 
-from chute._internal.files import atomic_file, cache_root
+from chute._internal.files import atomic_array, cache_root
 from chute._internal.pools import process_map
 from chute._internal.progress import ProgressArg
 from chute._internal.progress import progress as progress_of
@@ -91,22 +91,25 @@ def content_hashes(
         except (OSError, ValueError):
             pass  # unreadable: computed again and replaced
     n = len(source)
-    out = np.empty(n, dtype=np.uint64)
     count = max(1, workers or os.cpu_count() or 1)
     chunk = max(MIN_CHUNK, min(MAX_CHUNK, -(-n // (count * 8)))) if n else 1
     bounds = [(lo, min(n, lo + chunk)) for lo in range(0, n, chunk)]
-    with progress_of(n, desc, enabled=progress) as bar:
-        for lo, block in _run(source, spec, bounds, count):
-            out[lo : lo + len(block)] = block
-            bar.update(len(block))
-    if path is not None:
-        _publish(path, out)
-    return out
 
+    def fill(out: np.ndarray) -> None:
+        with progress_of(n, desc, enabled=progress) as bar:
+            for lo, block in _run(source, spec, bounds, count):
+                out[lo : lo + len(block)] = block
+                bar.update(len(block))
 
-def _publish(path: Path, array: np.ndarray) -> None:
-    with atomic_file(path) as f:
-        np.save(f, array)
+    if path is None:
+        out = np.empty(n, dtype=np.uint64)
+        fill(out)
+        return out
+    # computed into the cache file itself (a temporary renamed when complete) and read back as
+    # a memory map: 100M records hold no 800 MB of hashes in this process's own memory
+    with atomic_array(path, np.uint64, (n,)) as out:
+        fill(out)
+    return np.load(path, mmap_mode="r")
 
 
 def _run(

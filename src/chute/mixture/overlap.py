@@ -4,9 +4,10 @@ r"""Exact duplicates within and between datasets or splits, by content, in bound
 format adapter, normalise, 64-bit hash; no tokenizer) and finds the records whose content hash
 repeats: inside one group (a dataset that holds the same sample twice) or across groups (an
 evaluation set leaking into training, one dataset copied into another, a val split that shares
-content with another dataset's train). Memory stays bounded at any size: the ``(hash, record)``
-pairs (16 bytes each) are sorted in memory when they fit ``max_memory``, else spilled to
-partition files by the hash's top bits and each partition sorted alone::
+content with another dataset's train). Memory stays bounded at any size: the hashes are a memory
+map of their cache file (``chute.mixture.hashes``), and the ``(hash, record)`` pairs (16 bytes
+each) are counted in memory when the counting fits ``max_memory``, else spilled to partition
+files by the hash's top bits, a block at a time, and each partition counted alone::
 
     group a ─┐  hashes   ┌─► partition 0 (top bits 00..) ─ sort ─► runs of equal hashes
     group b ─┼──────────►├─► partition 1                  ─ sort ─►  (duplicates)
@@ -17,6 +18,11 @@ per pair of groups (contents found in both, records of each side), examples with
 ``path:line``, and with ``rejects=FILE`` one rejects-file line per duplicate record (``reason``
 ``duplicate``, the message naming the first copy, plus ``group``), the format of ``chute validate
 --rejects``; lines come partition by partition (by hash), so no step holds every duplicate.
+
+``max_memory`` bounds the arrays the check allocates (measured in
+``tests/mixture/test_overlap_memory.py``) while contents spread over the hash space, as distinct
+records do; one content repeated by more than a partition's share of all records (every record
+empty, say) lands in one partition, which is then counted whole.
 
 Example:
     >>> import tempfile, pathlib
@@ -33,7 +39,7 @@ from __future__ import annotations
 import os
 import tempfile
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -50,10 +56,19 @@ from chute.sources.record import Record
 
 __all__ = ["DEFAULT_MEMORY", "Group", "OverlapReport", "find_duplicates", "mixture_groups"]
 
-DEFAULT_MEMORY = 256 << 20  # bytes of (hash, record) pairs sorted at once
+DEFAULT_MEMORY = 256 << 20  # bytes the counting of one partition may allocate
 PAIR = np.dtype([("h", "<u8"), ("r", "<u8")])
 _GROUP_SHIFT = 40  # a record reference: group << 40 | position in the group
-_STREAM = 1 << 20  # hashes written to partitions per step
+# Bytes one pair costs at the peak of counting its partition: the pairs, their sort order, the
+# sorted hashes and refs, then the repeated records' refs, runs and (duplicate, first copy)
+# refs. Measured with tracemalloc: 44 when no record repeats, 77 when every content is there
+# exactly twice (the worst); 96 leaves room for a partition a few percent above its share.
+_PAIR_PEAK = 96
+# Bytes one hash costs while it is spilled to its partition: the hash, its pair, partition
+# number and place in the block's order (56 measured); the block spilled at once is sized by it.
+_SPILL_PEAK = 64
+_BLOCK_MAX = 1 << 20
+_BLOCK_MIN = 1 << 12
 
 
 @dataclass
@@ -189,19 +204,23 @@ def find_duplicates(
     names = [g.name for g in items]
     if len(set(names)) != len(names):
         raise ConfigError(f"group names must be unique, got {names}", param="groups")
-    hashes = []
-    for g in items:
-        all_h = content_hashes(
-            g.source,
-            g.format,
-            workers=workers,
-            cache_dir=cache_dir,
-            progress=progress,
-            desc=f"hashes {g.name}",
+    hashes = [
+        _GroupHashes(
+            content_hashes(
+                g.source,
+                g.format,
+                workers=workers,
+                cache_dir=cache_dir,
+                progress=progress,
+                desc=f"hashes {g.name}",
+            ),
+            g.ids,
         )
-        hashes.append(all_h if g.ids is None else all_h[np.asarray(g.ids, dtype=np.int64)])
+        for g in items
+    ]
     total = sum(len(h) for h in hashes)
     parts = _partitions(total, max_memory)
+    block = min(_BLOCK_MAX, max(_BLOCK_MIN, max_memory // _SPILL_PEAK))
     tally = _Tally(len(items), examples)
     out = None
     if rejects is not None:
@@ -209,10 +228,12 @@ def find_duplicates(
         out = open(rejects, "wb")  # noqa: SIM115 (closed below, written partition by partition)
     try:
         with tempfile.TemporaryDirectory(prefix="chute-overlap-") as tmp:
-            for pairs in _partitioned(hashes, parts, Path(tmp)):
-                found = tally.add(pairs)
+            for h, r in _partitioned(hashes, parts, Path(tmp), block):
+                found = tally.add(h, r)
+                del h, r  # one partition's arrays at a time: the next is read after
                 if out is not None and found is not None:
                     _write_rejects(items, *found, out)
+                del found
     finally:
         if out is not None:
             out.close()
@@ -242,42 +263,80 @@ def find_duplicates(
     return report
 
 
+@dataclass
+class _GroupHashes:
+    """One group's hashes: its source's (a memory map when cached), ``ids`` picking the group's."""
+
+    all: np.ndarray
+    ids: np.ndarray | None
+
+    def __len__(self) -> int:
+        return len(self.all) if self.ids is None else len(self.ids)
+
+    def block(self, lo: int, hi: int) -> np.ndarray:
+        """The hashes of the group's records ``lo`` to ``hi`` (read from the map, not held)."""
+        if self.ids is None:
+            return np.asarray(self.all[lo:hi])
+        return np.asarray(self.all[np.asarray(self.ids[lo:hi], dtype=np.int64)])
+
+
 def _partitions(total: int, max_memory: int) -> int:
-    need = total * PAIR.itemsize * 3  # the pairs, and the sort's order and copy
+    need = total * _PAIR_PEAK
     parts = 1
     while parts * max(1, max_memory) < need and parts < 4096:
         parts *= 2
     return parts
 
 
-def _partitioned(hashes: list[np.ndarray], parts: int, tmp: Path) -> Any:
-    """Arrays of (hash, ref) pairs, one per partition (all in one when ``parts == 1``)."""
+def _pairs(h: np.ndarray, g: int, lo: int) -> np.ndarray:
+    """``(hash, ref)`` pairs of group ``g``'s records ``lo`` to ``lo + len(h)``."""
+    pairs = np.empty(len(h), dtype=PAIR)
+    pairs["h"] = h
+    pairs["r"] = (np.uint64(g) << np.uint64(_GROUP_SHIFT)) + np.arange(
+        lo, lo + len(h), dtype=np.uint64
+    )
+    return pairs
+
+
+def _sorted(pairs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Hashes and refs ordered by hash, then ref.
+
+    Pairs reach a partition in ref order (group by group, each in record order, and a block's
+    share of a partition keeps its order), so a stable sort by hash alone orders by both.
+    """
+    order = np.argsort(pairs["h"], kind="stable")
+    return pairs["h"][order], pairs["r"][order]
+
+
+def _partitioned(
+    hashes: list[_GroupHashes], parts: int, tmp: Path, block: int
+) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    """Each partition's sorted ``(hashes, refs)`` (all in one when ``parts == 1``).
+
+    Hashes are read ``block`` at a time; the caller holds one partition at a time.
+    """
     if parts == 1:
-        out = np.empty(sum(len(h) for h in hashes), dtype=PAIR)
-        at = 0
-        for g, h in enumerate(hashes):
-            out["h"][at : at + len(h)] = h
-            out["r"][at : at + len(h)] = (np.uint64(g) << np.uint64(_GROUP_SHIFT)) + np.arange(
-                len(h), dtype=np.uint64
-            )
-            at += len(h)
-        yield out
+        pairs = np.concatenate(
+            [_pairs(h.block(0, len(h)), g, 0) for g, h in enumerate(hashes)]
+            or [np.empty(0, dtype=PAIR)]
+        )
+        part = _sorted(pairs)
+        del pairs  # not held while the caller counts
+        yield part
         return
     bits = np.uint64(64 - (parts.bit_length() - 1))
-    files = [open(tmp / f"{p:04d}.bin", "wb") for p in range(parts)]  # noqa: SIM115
+    # unbuffered: whole blocks are written, and 4,096 buffers would be 32 MB outside the budget
+    files = [open(tmp / f"{p:04d}.bin", "wb", buffering=0) for p in range(parts)]  # noqa: SIM115
     try:
         for g, h in enumerate(hashes):
-            for lo in range(0, len(h), _STREAM):
-                block = np.empty(min(_STREAM, len(h) - lo), dtype=PAIR)
-                block["h"] = h[lo : lo + len(block)]
-                block["r"] = (np.uint64(g) << np.uint64(_GROUP_SHIFT)) + np.arange(
-                    lo, lo + len(block), dtype=np.uint64
-                )
-                which = (block["h"] >> bits).astype(np.int64)
+            for lo in range(0, len(h), block):
+                pairs = _pairs(h.block(lo, min(len(h), lo + block)), g, lo)
+                which = (pairs["h"] >> bits).astype(np.int64)
                 order = np.argsort(which, kind="stable")
                 bounds = np.searchsorted(which[order], np.arange(parts + 1))
                 for p in np.flatnonzero(np.diff(bounds)).tolist():
-                    block[order[bounds[p] : bounds[p + 1]]].tofile(files[p])
+                    pairs[order[bounds[p] : bounds[p + 1]]].tofile(files[p])
+                del pairs, which, order
     finally:
         for f in files:
             f.close()
@@ -285,7 +344,10 @@ def _partitioned(hashes: list[np.ndarray], parts: int, tmp: Path) -> Any:
         path = tmp / f"{p:04d}.bin"
         pairs = np.fromfile(path, dtype=PAIR)
         path.unlink()
-        yield pairs
+        part = _sorted(pairs)
+        del pairs
+        yield part
+        del part  # before the next partition is read
 
 
 class _Tally:
@@ -300,26 +362,60 @@ class _Tally:
         self.examples: list[list[int]] = []
         self.max_examples = examples
 
-    def add(self, pairs: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
-        """Count one partition; returns ``(duplicate refs, refs of their first copy)``."""
-        if not len(pairs):
+    def add(self, h: np.ndarray, r: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+        """Count one partition (``_sorted``); returns ``(duplicate refs, their first copy's)``.
+
+        Only the records whose hash repeats are kept past the first step, so a partition of
+        distinct records costs its two arrays and two masks.
+        """
+        if len(h) < 2:
             return None
-        pairs = pairs[np.lexsort((pairs["r"], pairs["h"]))]
-        h, r = pairs["h"], pairs["r"]
-        new = np.concatenate([[True], h[1:] != h[:-1]])
-        run = np.cumsum(new) - 1
-        sizes = np.bincount(run)
-        dup = sizes[run] > 1
-        if not dup.any():
+        same = h[1:] == h[:-1]
+        if not same.any():
             return None
-        run, r = run[dup], r[dup]
-        run = np.unique(run, return_inverse=True)[1]  # dense ids of the duplicate runs
-        group = (r >> np.uint64(_GROUP_SHIFT)).astype(np.int64)
-        starts = np.flatnonzero(np.concatenate([[True], run[1:] != run[:-1]]))
+        repeated = np.zeros(len(h), dtype=bool)
+        repeated[1:] = same
+        repeated[:-1] |= same
+        del same
+        dup_h, r = h[repeated], r[repeated]
+        del repeated
+        start = np.ones(len(r), dtype=bool)  # the first record of each run of equal hashes
+        start[1:] = dup_h[1:] != dup_h[:-1]
+        del dup_h
+        starts = np.flatnonzero(start)
         self.duplicates += len(r) - len(starts)
-        counts = np.zeros((len(starts), self.g), dtype=np.int64)
-        np.add.at(counts, (run, group), 1)
-        self.within += np.maximum(counts - 1, 0).sum(axis=0)
+        group = (r >> np.uint64(_GROUP_SHIFT)).astype(np.int32)
+        # the first record of each (run, group): refs ascend in a run, so groups do too
+        first_of_group = start.copy()
+        first_of_group[1:] |= group[1:] != group[:-1]
+        self.within += np.bincount(group[~first_of_group], minlength=self.g)
+        self._between(start, starts, group, first_of_group)
+        for s, e in zip(starts.tolist(), [*starts[1:].tolist(), len(r)], strict=True):
+            if len(self.examples) >= self.max_examples:
+                break
+            self.examples.append(r[s:e].tolist())
+        del group, first_of_group
+        first = np.repeat(r[starts], np.diff(np.append(starts, len(r))))
+        later = ~start
+        return r[later], first[later]
+
+    def _between(
+        self, start: np.ndarray, starts: np.ndarray, group: np.ndarray, first_of_group: np.ndarray
+    ) -> None:
+        """Contents and records shared by pairs of groups, over the runs that span groups."""
+        if self.g < 2:
+            return
+        keys = np.flatnonzero(first_of_group)  # one per (run, group)
+        key_run = np.cumsum(start[keys]) - 1
+        spans = np.bincount(key_run)  # groups per run
+        shared = spans[key_run] > 1
+        if not shared.any():
+            return
+        records = np.diff(np.append(keys, len(group)))[shared]
+        key_run, key_group = key_run[shared], group[keys[shared]]
+        rows = np.unique(key_run, return_inverse=True)[1]
+        counts = np.zeros((int(rows.max()) + 1, self.g), dtype=np.int64)
+        counts[rows, key_group] = records
         present = counts > 0
         for a in range(self.g):
             if not present[:, a].any():
@@ -330,14 +426,6 @@ class _Tally:
                     self.side[a, b] += int(counts[both, a].sum())
                     if a < b:
                         self.both[a, b] += int(both.sum())
-        for s, e in zip(starts, [*starts[1:], len(r)], strict=True):
-            if len(self.examples) >= self.max_examples:
-                break
-            self.examples.append(r[s:e].tolist())
-        first = r[starts][run]
-        later = np.ones(len(r), dtype=bool)
-        later[starts] = False
-        return r[later], first[later]
 
 
 def _split_ref(ref: int) -> tuple[int, int]:
@@ -354,21 +442,30 @@ def _where(groups: list[Group], ref: int) -> str:
 def _write_rejects(groups: list[Group], dups: np.ndarray, firsts: np.ndarray, out: Any) -> None:
     """One rejects-file line per duplicate (this partition's, by group and record)."""
     order = np.argsort(dups, kind="stable")
-    for dup, first in zip(dups[order].tolist(), firsts[order].tolist(), strict=True):
-        g, pos = _split_ref(dup)
-        record = groups[g].record(pos)
-        message = f"same content as {_where(groups, first)}"
-        if isinstance(record, Record):
-            entry = reject_entry(record, SampleError("duplicate", message))
-        else:
-            entry = {
-                "path": None,
-                "line": None,
-                "index": pos,
-                "reason": "duplicate",
-                "message": message,
-                "field": None,
-                "raw": None,
-            }
-        entry["group"] = groups[g].name
-        out.write(orjson.dumps(entry) + b"\n")
+    for lo in range(0, len(order), _REJECTS_STEP):  # Python ints a slice at a time
+        step = order[lo : lo + _REJECTS_STEP]
+        for dup, first in zip(dups[step].tolist(), firsts[step].tolist(), strict=True):
+            out.write(orjson.dumps(_duplicate_entry(groups, dup, first)) + b"\n")
+
+
+_REJECTS_STEP = 4096
+
+
+def _duplicate_entry(groups: list[Group], dup: int, first: int) -> dict[str, Any]:
+    g, pos = _split_ref(dup)
+    record = groups[g].record(pos)
+    message = f"same content as {_where(groups, first)}"
+    if isinstance(record, Record):
+        entry = reject_entry(record, SampleError("duplicate", message))
+    else:
+        entry = {
+            "path": None,
+            "line": None,
+            "index": pos,
+            "reason": "duplicate",
+            "message": message,
+            "field": None,
+            "raw": None,
+        }
+    entry["group"] = groups[g].name
+    return entry

@@ -1,0 +1,128 @@
+"""The duplicate check counts what a plain dict count says, within the memory it is given."""
+
+from __future__ import annotations
+
+import random
+import tracemalloc
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import orjson
+import pytest
+
+from chute.mixture.hashes import content_hashes
+from chute.mixture.overlap import Group, find_duplicates
+from chute.sources import JsonlSource
+
+
+def _write(path: Path, texts: list[str]) -> Path:
+    path.write_bytes(b"".join(orjson.dumps({"text": t}) + b"\n" for t in texts))
+    return path
+
+
+def _expected(groups: dict[str, list[str]]) -> dict[str, Any]:
+    """What the check must report, counted with a dict of content -> [(group, position)]."""
+    names = list(groups)
+    copies: dict[str, list[tuple[int, int]]] = defaultdict(list)
+    for g, name in enumerate(names):
+        for pos, text in enumerate(groups[name]):
+            copies[text].append((g, pos))
+    within = dict.fromkeys(names, 0)
+    between = {
+        f"{a}|{b}": {"contents": 0, f"records_{a}": 0, f"records_{b}": 0}
+        for i, a in enumerate(names)
+        for b in names[i + 1 :]
+    }
+    rejects = set()
+    for refs in copies.values():
+        per = [sum(1 for g, _ in refs if g == k) for k in range(len(names))]
+        for k, n in enumerate(per):
+            within[names[k]] += max(n - 1, 0)
+        for i, a in enumerate(names):
+            for j in range(i + 1, len(names)):
+                if per[i] and per[j]:
+                    b = names[j]
+                    between[f"{a}|{b}"]["contents"] += 1
+                    between[f"{a}|{b}"][f"records_{a}"] += per[i]
+                    between[f"{a}|{b}"][f"records_{b}"] += per[j]
+        first = min(refs)
+        rejects |= {(names[g], pos + 1, names[first[0]], first[1] + 1) for g, pos in refs[1:]}
+    total = sum(len(t) for t in groups.values())
+    return {
+        "within": within,
+        "between": between,
+        "duplicates": total - len(copies),
+        "rejects": rejects,
+    }
+
+
+@pytest.mark.parametrize("max_memory", [1 << 30, 1 << 14])
+def test_counts_equal_a_dict_count_in_memory_and_spilled(tmp_path: Path, max_memory: int) -> None:
+    rng = random.Random(7)
+    # three groups drawing from overlapping pools of contents: repeats inside each, shared
+    # contents between every pair, and a group that is a subset (ids) of a fourth file
+    texts = {
+        "a": [f"t{rng.randrange(3000)}" for _ in range(4000)],
+        "b": [f"t{rng.randrange(2000, 6000)}" for _ in range(3000)],
+        "c": [f"t{rng.randrange(0, 9000, 3)}" for _ in range(2000)],
+    }
+    whole = [f"t{rng.randrange(5000, 7000)}" for _ in range(2500)]
+    ids = np.array(sorted(rng.sample(range(len(whole)), 1200)), dtype=np.int64)
+    groups = [Group(n, JsonlSource(_write(tmp_path / f"{n}.jsonl", t))) for n, t in texts.items()]
+    subset = JsonlSource(_write(tmp_path / "d.jsonl", whole))
+    groups.append(Group("d", subset, ids=ids))
+    rejects = tmp_path / "dups.jsonl"
+    report = find_duplicates(
+        groups, rejects=rejects, max_memory=max_memory, workers=1, progress=False
+    )
+    assert (report.partitions > 1) == (max_memory < 1 << 20)
+    want = _expected({**texts, "d": [whole[i] for i in ids]})
+    assert report.within == want["within"]
+    assert report.between == want["between"]
+    assert report.duplicates == want["duplicates"]
+    # one line per duplicate, naming the first copy (by group, then position); the lines of "d"
+    # are its file's, mapped back to positions among its ids
+    got = set()
+    for entry in map(orjson.loads, rejects.read_bytes().splitlines()):
+        where = entry["message"].removeprefix("same content as ").split()
+        first_group, first_line = where[0], int(where[1].rsplit(":", 1)[1])
+        line = entry["line"]
+        if entry["group"] == "d":
+            line = int(np.searchsorted(ids, line - 1)) + 1
+        if first_group == "d":
+            first_line = int(np.searchsorted(ids, first_line - 1)) + 1
+        got.add((entry["group"], line, first_group, first_line))
+    assert got == want["rejects"]
+
+
+@pytest.mark.parametrize("repeats", [1, 2], ids=["distinct", "every-content-twice"])
+def test_the_check_allocates_no_more_than_max_memory(tmp_path: Path, repeats: int) -> None:
+    """100k records: their hashes (0.8 MB) and pairs (1.6 MB) exceed the 512 KB given."""
+    n = 100_000
+    texts = [f"record {i // repeats} of the check" for i in range(n)]
+    random.Random(3).shuffle(texts)
+    source = JsonlSource(_write(tmp_path / "data.jsonl", texts))
+    cache = tmp_path / "cache"
+    max_memory = 1 << 19
+    tracemalloc.start()
+    try:
+        # the hashes are computed into their cache file: no 8 bytes per record held
+        hashes = content_hashes(source, "text", workers=1, cache_dir=cache, progress=False)
+        del hashes
+        computed = tracemalloc.get_traced_memory()[1]
+        tracemalloc.reset_peak()
+        report = find_duplicates(
+            [Group("data", source, "text")],
+            max_memory=max_memory,
+            workers=1,
+            cache_dir=cache,
+            progress=False,
+        )
+        checked = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert report.duplicates == n - n // repeats and report.partitions > 1
+    assert computed < max_memory, computed
+    assert checked < max_memory, checked
