@@ -108,3 +108,20 @@ def test_hashing_over_processes_finds_the_same(
     two = find_duplicates(groups, progress=False, workers=2, cache_dir=tmp_path / "c2")
     assert (two.records, two.within, two.between) == (one.records, one.within, one.between)
     assert two.duplicates == one.duplicates > 0
+
+
+@pytest.mark.parametrize("max_memory", [256 << 20, 512])
+def test_the_check_reports_its_progress_after_the_hashes(
+    shared_data: Path, tmp_path: Path, max_memory: int
+) -> None:
+    a, b, _ = _plant(shared_data, tmp_path)
+    groups = {"alpaca": a, "chat": b}
+    find_duplicates(groups, progress=False, workers=1, cache_dir=tmp_path)  # hashes cached
+    steps: list[int] = []
+    report = find_duplicates(
+        groups, max_memory=max_memory, progress=steps.append, workers=1, cache_dir=tmp_path
+    )
+    records = sum(report.records.values())
+    # every record counted once, and spilled once before when there are several partitions
+    assert sum(steps) == records * (2 if report.partitions > 1 else 1)
+    assert (report.partitions > 1) == (max_memory == 512)

@@ -39,7 +39,7 @@ from __future__ import annotations
 import os
 import tempfile
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -48,6 +48,7 @@ import numpy as np
 import orjson
 
 from chute._internal.progress import ProgressArg
+from chute._internal.progress import progress as progress_of
 from chute.errors import ConfigError, SampleError
 from chute.formats import FormatSpec
 from chute.mixture.hashes import content_hashes
@@ -226,10 +227,16 @@ def find_duplicates(
     if rejects is not None:
         Path(rejects).parent.mkdir(parents=True, exist_ok=True)
         out = open(rejects, "wb")  # noqa: SIM115 (closed below, written partition by partition)
+    # the bar counts each record spilled to its partition (when there are several), then counted
+    steps = total * (2 if parts > 1 else 1)
     try:
-        with tempfile.TemporaryDirectory(prefix="chute-overlap-") as tmp:
-            for h, r in _partitioned(hashes, parts, Path(tmp), block):
+        with (
+            progress_of(steps, "duplicates", enabled=progress) as bar,
+            tempfile.TemporaryDirectory(prefix="chute-overlap-") as tmp,
+        ):
+            for h, r in _partitioned(hashes, parts, Path(tmp), block, bar.update):
                 found = tally.add(h, r)
+                bar.update(len(h))
                 del h, r  # one partition's arrays at a time: the next is read after
                 if out is not None and found is not None:
                     _write_rejects(items, *found, out)
@@ -309,11 +316,12 @@ def _sorted(pairs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _partitioned(
-    hashes: list[_GroupHashes], parts: int, tmp: Path, block: int
+    hashes: list[_GroupHashes], parts: int, tmp: Path, block: int, spilled: Callable[[int], Any]
 ) -> Iterator[tuple[np.ndarray, np.ndarray]]:
     """Each partition's sorted ``(hashes, refs)`` (all in one when ``parts == 1``).
 
-    Hashes are read ``block`` at a time; the caller holds one partition at a time.
+    Hashes are read ``block`` at a time, ``spilled(n)`` after each block written to the
+    partition files; the caller holds one partition at a time.
     """
     if parts == 1:
         pairs = np.concatenate(
@@ -336,6 +344,7 @@ def _partitioned(
                 bounds = np.searchsorted(which[order], np.arange(parts + 1))
                 for p in np.flatnonzero(np.diff(bounds)).tolist():
                     pairs[order[bounds[p] : bounds[p + 1]]].tofile(files[p])
+                spilled(len(pairs))
                 del pairs, which, order
     finally:
         for f in files:
