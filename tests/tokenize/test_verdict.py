@@ -103,6 +103,42 @@ def test_a_later_load_never_parses_and_answers_as_tokenizers(
     assert no_parse == [str(tokenizer_json)]
 
 
+def test_a_verdict_a_worker_kept_is_seen_by_the_next_load_in_its_parent(
+    tokenizer_json: Path, cache_dir: Path
+) -> None:
+    """A preprocess confirms in its workers; the parent's next pool must not confirm again."""
+    import multiprocessing
+
+    parent = HFTokenizer.from_path(tokenizer_json)
+    assert parent._checks_left == hf.SHADOW_CHECKS  # nothing kept yet
+
+    def worker() -> None:  # the forked worker checks its first texts and keeps the verdict
+        for k in range(hf.SHADOW_CHECKS):
+            parent.encode(TEXTS[k % len(TEXTS)])
+        os._exit(0 if verdict_files(cache_dir) else 1)
+
+    def later_worker() -> None:  # forked after: the same object, loaded before the verdict
+        parsed: list[str] = []
+
+        def counted(path: str) -> Any:
+            parsed.append(path)
+            raise AssertionError("parsed tokenizer.json to check what a verdict covers")
+
+        hf._parse = counted  # in this child only
+        ids = parent.encode(TEXTS[0])
+        os._exit(0 if parent._checks_left == 0 and not parsed and ids else 1)
+
+    fork = multiprocessing.get_context("fork")
+    for target in (worker, later_worker):
+        child = fork.Process(target=target)
+        child.start()
+        child.join(60)
+        assert child.exitcode == 0, target.__name__
+    assert len(verdict_files(cache_dir)) == 1
+    again = HFTokenizer.from_path(tokenizer_json)  # the parent's next preprocess, same process
+    assert again.engine == "tiktoken" and again._checks_left == 0
+
+
 def test_a_changed_file_of_the_same_size_and_mtime_is_checked_again(
     tokenizer_json: Path, cache_dir: Path, no_parse: list[str]
 ) -> None:

@@ -122,6 +122,10 @@ def choose(rust: Callable[[], Any], path: str | None, request: str) -> Choice:
         outcome, _TABLES[key] = loaded if loaded is not None else _compile(rust(), key)
         _MEMO[key] = outcome
         _VERDICTS[key] = _kept_verdict(key, outcome)
+    elif _VERDICTS.get(key) is None:
+        # this process's workers may have kept one since (a preprocess or lengths pass confirms
+        # in each worker): read it again, so the next pool's workers need not confirm again
+        _VERDICTS[key] = _kept_verdict(key, outcome)
     verdict = _VERDICTS.get(key)
     if isinstance(outcome, FastBPE) and verdict is not None and verdict.differs is not None:
         outcome = _MEMO[key] = ("differs", _differs_on(verdict.differs))
@@ -168,6 +172,23 @@ def confirm(choice: Choice, rust: Any) -> Verdict | None:
     write_verdict(_verdict_path(key), verdict, replace=False)
     _VERDICTS[key] = verdict
     return verdict
+
+
+def kept_since(choice: Choice) -> bool:
+    """Whether a verdict that the fast path agreed was kept for ``choice``'s tables since.
+
+    A tokenizer loaded before any verdict checks its first texts; when another process kept
+    one meanwhile (a worker of the same pool, a lengths pass before this ``DataLoader``'s forked
+    workers), those checks were done: the tokenizer can skip them.
+    """
+    key = choice.key
+    fast = None if key is None else _MEMO.get(key)
+    if key is None or not isinstance(fast, FastBPE):
+        return False
+    if _VERDICTS.get(key) is None:
+        _VERDICTS[key] = _kept_verdict(key, fast)
+    verdict = _VERDICTS[key]
+    return verdict is not None and verdict.differs is None
 
 
 def disable(choice: Choice, text: str) -> Choice:
