@@ -8,6 +8,7 @@ import numpy as np
 import orjson
 import pytest
 
+from chute.errors import ConfigError
 from chute.formats import FormatReader, FormatSpec
 from chute.formats.content import record_hash
 from chute.mixture.hashes import content_hashes
@@ -93,3 +94,40 @@ def test_unreadable_records_hash_their_bytes_and_hashes_are_cached(
     monkeypatch.setattr(hashes, "_run", computed)
     path.write_bytes(b"\n".join([*rows, orjson.dumps({"text": "c"})]) + b"\n")
     assert len(content_hashes(JsonlSource(path), "text", workers=1)) == 5  # a changed file
+
+
+def test_other_local_ranks_wait_for_local_rank_zero_s_hashes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Under torchrun one rank per node hashes; the others read its cache, computing nothing."""
+    import threading
+    import time
+
+    from chute.mixture import hashes
+
+    path = tmp_path / "d.jsonl"
+    path.write_bytes(b"".join(orjson.dumps({"text": f"t{i % 7}"}) + b"\n" for i in range(60)))
+    computed: list[int] = []
+    real = hashes._run
+
+    def counted(*args: object) -> object:
+        computed.append(threading.get_ident())
+        return real(*args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(hashes, "_run", counted)
+    got: list[np.ndarray] = []
+    waiter = threading.Thread(
+        target=lambda: got.append(
+            content_hashes(JsonlSource(path), "text", local_rank=1, wait_timeout=30)
+        )
+    )
+    waiter.start()
+    time.sleep(0.3)
+    mine = content_hashes(JsonlSource(path), "text", workers=1)
+    waiter.join(timeout=30)
+    assert got and np.array_equal(got[0], mine)
+    assert computed == [threading.get_ident()]  # local rank 0 only
+    other = tmp_path / "other.jsonl"
+    other.write_bytes(b'{"text": "x"}\n')
+    with pytest.raises(ConfigError, match=r"waited wait_timeout=0.2 s for local rank 0"):
+        content_hashes(JsonlSource(other), "text", local_rank=2, wait_timeout=0.2)

@@ -8,7 +8,6 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -17,6 +16,7 @@ import orjson
 
 from chute._internal.progress import ProgressArg
 from chute._internal.progress import progress as progress_of
+from chute._internal.waiting import poll
 from chute.errors import ConfigError
 from chute.lengths.base import STATUS_OK, STATUS_REJECTED, STATUS_TRUNCATED, Lengths
 from chute.lengths.compute import compute_lengths
@@ -164,14 +164,9 @@ def _per_record(
 
 
 def _wait_for(key: str, cache_dir: Any, timeout: float) -> Lengths:
-    deadline = time.monotonic() + timeout
-    delay = 0.05
-    while time.monotonic() < deadline:
-        hit = read_cached(key, cache_dir)
-        if hit is not None:
-            return hit
-        time.sleep(delay)
-        delay = min(2.0, delay * 2)
+    hit = poll(lambda: read_cached(key, cache_dir), timeout)
+    if hit is not None:
+        return hit
     raise ConfigError(
         f"waited wait_timeout={timeout} s for local rank 0 to write the lengths cache "
         f"{cache_paths(key, cache_dir)[0]}; did it fail? Compute the lengths once beforehand "

@@ -25,6 +25,7 @@ from __future__ import annotations
 import hashlib
 import os
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -34,6 +35,8 @@ from chute._internal.files import atomic_array, cache_root
 from chute._internal.pools import process_map
 from chute._internal.progress import ProgressArg
 from chute._internal.progress import progress as progress_of
+from chute._internal.waiting import poll
+from chute.errors import ConfigError
 from chute.formats import FormatSpec
 from chute.formats.content import CONTENT_VERSION, reader_for, record_hash
 
@@ -68,6 +71,8 @@ def content_hashes(
     cache_dir: str | os.PathLike[str] | None = None,
     progress: ProgressArg = None,
     desc: str = "hashes",
+    local_rank: int = 0,
+    wait_timeout: float = 3600.0,
 ) -> np.ndarray:
     """One content hash (``uint64``) per record of ``source`` (see the module docstring).
 
@@ -79,18 +84,30 @@ def content_hashes(
         cache_dir: the cache root (default ``$CHUTE_CACHE_DIR`` or ``~/.cache/chute``).
         progress: as for every long step (``chute._internal.progress``).
         desc: the progress label (e.g. the dataset's name).
+        local_rank: this process's rank within its node; ranks other than 0 wait for local
+            rank 0 to write the cache instead of computing it again (as the lengths pass does).
+        wait_timeout: seconds a waiting rank waits before it gives up.
+
+    Raises:
+        ConfigError: a waiting rank waited ``wait_timeout`` seconds.
     """
     spec = format if isinstance(format, FormatSpec) else FormatSpec(format)
     key = hashes_key(source, spec) if cache else None
     path = cache_root(cache_dir) / "hashes" / f"{key}.npy" if key else None
-    if path is not None and path.is_file():
-        try:
-            hit = np.load(path, mmap_mode="r")
-            if hit.dtype == np.uint64 and hit.shape == (len(source),):
-                return hit
-        except (OSError, ValueError):
-            pass  # unreadable: computed again and replaced
     n = len(source)
+    if path is not None:
+        hit = _read_cached(path, n)
+        if hit is not None:
+            return hit
+        if local_rank != 0:
+            hit = poll(lambda: _read_cached(path, n), wait_timeout)
+            if hit is None:
+                raise ConfigError(
+                    f"waited wait_timeout={wait_timeout} s for local rank 0 to write the content "
+                    f"hashes {path}; did it fail? Compute them once beforehand (`chute validate "
+                    f"--overlap` caches them) or raise the timeout"
+                )
+            return hit
     count = max(1, workers or os.cpu_count() or 1)
     chunk = max(MIN_CHUNK, min(MAX_CHUNK, -(-n // (count * 8)))) if n else 1
     bounds = [(lo, min(n, lo + chunk)) for lo in range(0, n, chunk)]
@@ -110,6 +127,20 @@ def content_hashes(
     with atomic_array(path, np.uint64, (n,)) as out:
         fill(out)
     return np.load(path, mmap_mode="r")
+
+
+def _read_cached(path: Path, n: int) -> np.ndarray | None:
+    """The cached hashes of ``n`` records at ``path`` (a memory map), or ``None``.
+
+    An unreadable or mis-sized file counts as absent: computed again and replaced.
+    """
+    if not path.is_file():
+        return None
+    try:
+        hit = np.load(path, mmap_mode="r")
+    except (OSError, ValueError):
+        return None
+    return hit if hit.dtype == np.uint64 and hit.shape == (n,) else None
 
 
 def _run(

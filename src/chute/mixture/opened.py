@@ -288,6 +288,7 @@ def open_mixture(
             cache_dir=cache_dir,
             progress=progress,
             desc=f"hashes {mixture.names[d]}",
+            local_rank=local_rank,  # one pass per node: the other ranks wait for it
         )
 
     return OpenedMixture(mixture, sources, recipes=recipes, hashes=hashes, local_rank=local_rank)
@@ -347,7 +348,9 @@ def open_cached_mixture(
 
         cache = members[d]
         spec = _spec(mixture, mixture.names[d])
-        return content_hashes(open_source(cache.source_paths), spec, progress=progress)
+        return content_hashes(
+            open_source(cache.source_paths), spec, progress=progress, local_rank=local_rank
+        )
 
     def rows(d: int) -> np.ndarray:
         cache = members[d]
