@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import logging
 import os
 import tempfile
 from collections.abc import Iterator
@@ -13,7 +14,16 @@ from typing import IO, Any
 
 from chute.errors import SourceError
 
-__all__ = ["FileIdentity", "atomic_array", "atomic_file", "cache_root", "file_identity"]
+log = logging.getLogger("chute.cache")
+
+__all__ = [
+    "FileIdentity",
+    "atomic_array",
+    "atomic_file",
+    "cache_root",
+    "file_identity",
+    "one_builder",
+]
 
 # Bytes hashed at each end of a file for its identity: enough to catch an in-place rewrite that
 # kept size and mtime (rare, but `cp -p` and some sync tools do it), cheap on a 100 GB file.
@@ -141,3 +151,50 @@ def atomic_array(path: str | os.PathLike[str], dtype: Any, shape: tuple[int, ...
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
+
+
+@contextlib.contextmanager
+def one_builder(target: str | os.PathLike[str]) -> Iterator[None]:
+    """Build ``target`` inside this block: one process of the machine at a time, the rest wait.
+
+    Under ``torchrun`` every rank of a node opens the same files at the same moment; without
+    this each would index (or decompress) them all at once, reading the disk eight times over.
+    The first takes an exclusive ``flock`` on ``.<name>.lock`` beside ``target`` and builds;
+    the others wait at the lock, then find ``target`` built (the caller looks again inside the
+    block). The kernel drops the lock when its holder exits, killed or not, so a crash leaves
+    nothing stale. Where the lock cannot be had (a read-only folder, a filesystem without
+    ``flock``), nothing is held: builds then run side by side, each writing atomically.
+
+    Example:
+        >>> import tempfile
+        >>> target = Path(tempfile.mkdtemp()) / "index.idx"
+        >>> with one_builder(target):
+        ...     if not target.exists():
+        ...         _ = target.write_bytes(b"built")
+        >>> target.read_bytes()
+        b'built'
+    """
+    target = Path(target)
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - not on POSIX
+        yield
+        return
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(target.with_name(f".{target.name}.lock"), os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError:
+        yield
+        return
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            log.info("waiting for another process to build %s", target)
+            with contextlib.suppress(OSError):
+                fcntl.flock(fd, fcntl.LOCK_EX)
+        except OSError:
+            pass  # no flock on this filesystem: build without it
+        yield
+    finally:
+        os.close(fd)  # releases the lock

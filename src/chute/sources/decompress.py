@@ -25,7 +25,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
 
-from chute._internal.files import atomic_file
+from chute._internal.files import atomic_file, one_builder
 from chute._internal.objects import object_identity, open_binary
 from chute._internal.remote import DEFAULT_OPTIONS, is_url
 from chute.errors import ChuteError, ConfigError, SourceError
@@ -54,6 +54,15 @@ def decompressed_copy(
     tag = f"{identity.size}-{mark}"
     out = root / "decompressed" / f"{key}-{tag}-{stem}"
     complete = out.with_name(out.name + ".complete")
+    # one process of the machine decompresses, the other ranks of a node wait for its copy
+    with one_builder(out):
+        return _copy(path, name, options, out, complete, key, stem)
+
+
+def _copy(
+    path: str, name: str, options: RemoteOptions, out: Path, complete: Path, key: str, stem: str
+) -> Path:
+    """The checked copy at ``out``: found, checked once, or made."""
     if out.exists():
         if complete.exists() or name.endswith(".gz"):  # gzip always checked its end
             return out

@@ -41,7 +41,7 @@ from typing import IO, Any
 import numpy as np
 import orjson
 
-from chute._internal.files import FileIdentity, atomic_file, cache_root
+from chute._internal.files import FileIdentity, atomic_file, cache_root, one_builder
 from chute._internal.objects import RemoteIdentity, object_identity, open_binary
 from chute._internal.progress import ProgressArg
 from chute._internal.progress import progress as progress_of
@@ -145,26 +145,35 @@ def open_index(
     data_path = _data_path(shown, cache_dir, options)
     identity = object_identity(data_path, options)
     sidecar = _sidecar_path(data_path, cache_dir)
-    if not rebuild:
+
+    def stored() -> FileIndex | None:
         loaded = _load(sidecar, identity)
-        if loaded is not None:
-            header, entries = loaded
-            return FileIndex(
-                path=shown,
-                data_path=data_path,
-                kind="text" if is_text_file(shown) else header["kind"],
-                identity=identity,
-                entries=entries,
-                lines=header["lines"],
-                blank_lines=header["blank_lines"],
-                closed=header["closed"],
-                built=False,
-                seconds=time.perf_counter() - t0,
-                sidecar=sidecar,
-            )
-    name = f"index {shown.rsplit('/', 1)[-1]}"
-    with progress_of(identity.size, name, unit="B", enabled=progress) as bar:
-        return _build(shown, data_path, identity, sidecar, bar.update, t0, options)
+        if loaded is None:
+            return None
+        header, entries = loaded
+        return FileIndex(
+            path=shown,
+            data_path=data_path,
+            kind="text" if is_text_file(shown) else header["kind"],
+            identity=identity,
+            entries=entries,
+            lines=header["lines"],
+            blank_lines=header["blank_lines"],
+            closed=header["closed"],
+            built=False,
+            seconds=time.perf_counter() - t0,
+            sidecar=sidecar,
+        )
+
+    if not rebuild and (found := stored()) is not None:
+        return found
+    # one builder per machine: the other ranks of a node wait, then read what it wrote
+    with one_builder(sidecar):
+        if not rebuild and (found := stored()) is not None:
+            return found
+        name = f"index {shown.rsplit('/', 1)[-1]}"
+        with progress_of(identity.size, name, unit="B", enabled=progress) as bar:
+            return _build(shown, data_path, identity, sidecar, bar.update, t0, options)
 
 
 def _data_path(path: str, cache_dir: str | os.PathLike[str] | None, options: RemoteOptions) -> str:

@@ -46,7 +46,7 @@ from typing import Any
 
 import numpy as np
 
-from chute._internal.files import FileIdentity, atomic_file
+from chute._internal.files import FileIdentity, atomic_file, one_builder
 from chute._internal.objects import RemoteIdentity, object_identity, open_binary
 from chute._internal.progress import ProgressArg
 from chute._internal.progress import progress as progress_of
@@ -195,7 +195,11 @@ def open_tar_index(
     data_path = _data_path(shown)
     identity = object_identity(data_path, options)
     sidecar = _sidecar_path(data_path, cache_dir)
-    if not rebuild and (loaded := _load(sidecar, identity)) is not None:
+
+    def stored() -> TarIndex | None:
+        loaded = _load(sidecar, identity)
+        if loaded is None:
+            return None
         header, samples, members, names = loaded
         return TarIndex(
             shown,
@@ -209,6 +213,26 @@ def open_tar_index(
             time.perf_counter() - t0,
             sidecar,
         )
+
+    if not rebuild and (found := stored()) is not None:
+        return found
+    # one builder per machine: the other ranks of a node wait, then read what it wrote
+    with one_builder(sidecar):
+        if not rebuild and (found := stored()) is not None:
+            return found
+        return _build(shown, data_path, identity, sidecar, options, progress, t0)
+
+
+def _build(
+    shown: str,
+    data_path: str,
+    identity: FileIdentity | RemoteIdentity,
+    sidecar: Path,
+    options: RemoteOptions,
+    progress: ProgressArg,
+    t0: float,
+) -> TarIndex:
+    """Scan the shard, write its sidecar (or keep the index in memory where it cannot)."""
     with progress_of(
         identity.size, f"index {shown.rsplit('/', 1)[-1]}", unit="B", enabled=progress
     ) as bar:
