@@ -139,6 +139,34 @@ def test_a_verdict_a_worker_kept_is_seen_by_the_next_load_in_its_parent(
     assert again.engine == "tiktoken" and again._checks_left == 0
 
 
+def test_ranks_starting_together_compile_the_tables_once(
+    tokenizer_json: Path, cache_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The ranks of a node load the same tokenizer at once: one compiles, the others load."""
+    import threading
+
+    compiled: list[int] = []
+    real = engine._compile
+
+    def counted(*args: Any) -> Any:
+        compiled.append(threading.get_ident())
+        return real(*args)
+
+    monkeypatch.setattr(engine, "_compile", counted)
+    loaded: list[HFTokenizer] = []
+    ranks = [
+        threading.Thread(target=lambda: loaded.append(HFTokenizer.from_path(tokenizer_json)))
+        for _ in range(4)
+    ]
+    for rank in ranks:
+        rank.start()
+    for rank in ranks:
+        rank.join(120)
+    assert len(compiled) == 1 and len(loaded) == 4
+    assert {tok.engine for tok in loaded} == {"tiktoken"}
+    assert len(list((cache_dir / "tokenizers").glob("*.npz"))) == 1
+
+
 def test_a_changed_file_of_the_same_size_and_mtime_is_checked_again(
     tokenizer_json: Path, cache_dir: Path, no_parse: list[str]
 ) -> None:

@@ -37,7 +37,7 @@ from typing import Any
 import numpy as np
 import orjson
 
-from chute._internal.files import atomic_file, cache_root
+from chute._internal.files import atomic_file, cache_root, one_builder
 from chute._internal.spelling import spell_set, spell_value
 from chute.errors import ConfigError, MissingDependency
 from chute.tokenize.base import file_sha256
@@ -119,7 +119,11 @@ def choose(rust: Callable[[], Any], path: str | None, request: str) -> Choice:
     outcome = _MEMO.get(key)
     if outcome is None:
         loaded = _load(key)
-        outcome, _TABLES[key] = loaded if loaded is not None else _compile(rust(), key)
+        if loaded is None:
+            # one process of the machine compiles (the ranks of a node start together)
+            with one_builder(_path(key)):
+                loaded = _load(key) or _compile(rust(), key)
+        outcome, _TABLES[key] = loaded
         _MEMO[key] = outcome
         _VERDICTS[key] = _kept_verdict(key, outcome)
     elif _VERDICTS.get(key) is None:
