@@ -122,3 +122,26 @@ def test_a_folder_that_cannot_hold_a_lock_builds_without_one(tmp_path: Path) -> 
     blocked.write_text("not a folder")
     with one_builder(blocked / "index.idx"):  # the lock cannot be made: the build goes on
         pass
+
+
+def test_a_rank_that_waits_says_so(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """The builder may be a rank whose progress is not shown: the waiting rank shows its wait."""
+    target = tmp_path / "data.jsonl.idx"
+    held, release = threading.Event(), threading.Event()
+
+    def builder() -> None:
+        with one_builder(target):
+            held.set()
+            release.wait(30)
+
+    thread = threading.Thread(target=builder, daemon=True)
+    thread.start()
+    assert held.wait(30)
+    threading.Timer(1.5, release.set).start()
+    with caplog.at_level("INFO", logger="chute.progress"), one_builder(target):
+        pass
+    thread.join(30)
+    assert any(
+        "waiting for data.jsonl.idx (another process builds it)" in r.getMessage()
+        for r in caplog.records
+    ), [r.getMessage() for r in caplog.records]

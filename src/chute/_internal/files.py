@@ -4,17 +4,15 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import logging
 import os
 import tempfile
+import time
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import IO, Any
 
 from chute.errors import SourceError
-
-log = logging.getLogger("chute.cache")
 
 __all__ = [
     "FileIdentity",
@@ -190,11 +188,36 @@ def one_builder(target: str | os.PathLike[str]) -> Iterator[None]:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            log.info("waiting for another process to build %s", target)
-            with contextlib.suppress(OSError):
-                fcntl.flock(fd, fcntl.LOCK_EX)
+            _wait_for_lock(fd, target)
         except OSError:
             pass  # no flock on this filesystem: build without it
         yield
     finally:
         os.close(fd)  # releases the lock
+
+
+def _wait_for_lock(fd: int, target: Path) -> None:
+    """Take the lock once its holder lets go, showing the wait as a step (rank 0 only).
+
+    The builder may be another rank, whose progress is not shown; so the wait is: a bar of the
+    seconds waited on a terminal, else a log line now and then.
+    """
+    import fcntl
+
+    from chute._internal.progress import progress  # here: indexes import this module early
+
+    waited = 0
+    t0 = time.monotonic()
+    with progress(None, f"waiting for {target.name} (another process builds it)", unit="s") as bar:
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                return
+            except BlockingIOError:
+                time.sleep(0.1)
+            except OSError:
+                return  # the lock went wrong: build without it
+            now = int(time.monotonic() - t0)
+            if now > waited:
+                bar.update(now - waited)
+                waited = now
