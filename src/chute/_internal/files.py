@@ -131,7 +131,7 @@ def atomic_array(path: str | os.PathLike[str], dtype: Any, shape: tuple[int, ...
         >>> np.load(path).tolist()
         [1, 2, 3]
     """
-    import numpy as np  # here: indexes import this module without numpy's cost at startup
+    import numpy as np  # here: the module is imported by code that never writes an array
 
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
