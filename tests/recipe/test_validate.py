@@ -68,3 +68,41 @@ def test_tally_merge_keeps_at_most_five_examples() -> None:
         b.add(SampleError("bad_json", str(10 + i)))
     a.merge(b)
     assert a.counts["bad_json"] == 8 and len(a.examples["bad_json"]) == 5
+
+
+def test_a_recipe_check_runs_in_batches_and_counts_as_one_record_at_a_time(
+    tmp_path: Path,
+) -> None:
+    """``SampleCheck.batch`` (what ``chute validate --tokenizer`` runs) gives the same report
+    and the same rejects file as the check called per record; the recipe sees batches."""
+    from chute import Recipe
+    from chute.demo.data import write_demo_dataset, write_demo_tokenizer
+    from chute.recipe.outcome import SampleCheck
+
+    data, planted = write_demo_dataset(tmp_path / "d.jsonl", 1500)
+    tok = write_demo_tokenizer(tmp_path / "tok")
+    # short enough that some records are too long: three kinds of reject, and valid ones
+    recipe = Recipe(tokenizer=tok, template="chatml", max_length=96, overflow="drop")
+    batched = SampleCheck(recipe)
+    sizes: list[int] = []
+    judged = batched.batch
+
+    def counted(records: list[object]) -> list[object]:
+        sizes.append(len(records))
+        return judged(records)
+
+    batched.batch = counted  # type: ignore[method-assign]
+
+    def one_at_a_time(record: object) -> object:
+        return SampleCheck(recipe)(record)
+
+    reports = {}
+    for name, check in (("batched", batched), ("per_record", one_at_a_time)):
+        rejects = tmp_path / f"{name}.jsonl"
+        report = validate_source(JsonlSource(data), check, workers=1, rejects=rejects)
+        reports[name] = (report.to_json() | {"seconds": 0, "rejects_file": 0}, rejects.read_bytes())
+    assert reports["batched"] == reports["per_record"]
+    got = reports["batched"][0]
+    assert got["by_reason"]["too_long"] > 0 and got["valid"] > 0
+    assert sum(got["by_reason"].values()) - got["by_reason"]["too_long"] == len(planted)
+    assert max(sizes) == 256 and sum(sizes) == got["records"]

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 from collections import OrderedDict
+from collections.abc import Sequence
 from typing import Any
 
 from chute.errors import SampleError
@@ -63,7 +64,33 @@ class MediaCheck:
         return state
 
     def __call__(self, record: Any) -> Any:
-        sample = self.recipe(record)
+        return self._media(self.recipe(record))
+
+    def batch(self, records: Sequence[Any]) -> list[Any]:
+        """Each record's sample, or the error that rejects it (the recipe's or its media's).
+
+        The recipe's ``batch`` where it has one (``SampleCheck``), then each sample's media.
+        """
+        inner = getattr(self.recipe, "batch", None)
+        if not callable(inner):
+            return [self._one(record) for record in records]
+        out: list[Any] = []
+        for result in inner(records):
+            if not isinstance(result, BaseException):
+                try:
+                    result = self._media(result)
+                except Exception as exc:  # located and judged by the caller
+                    result = exc
+            out.append(result)
+        return out
+
+    def _one(self, record: Any) -> Any:
+        try:
+            return self(record)
+        except Exception as exc:
+            return exc
+
+    def _media(self, sample: Any) -> Any:
         for ref in sample.get("images") or ():
             self._once("image", ref["path"], lambda p: decode_image(p, self.decode))
         for ref in sample.get("videos") or ():

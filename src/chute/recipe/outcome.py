@@ -158,11 +158,16 @@ def _call(recipe: Any, item: Any) -> Any:
 
 
 class SampleCheck:
-    """``judge`` for one record at a time, as a picklable check (``chute validate``).
+    """``judge`` as a picklable check (``chute validate``): one record, or a batch of them.
+
+    ``validate_source`` calls ``batch`` where a check has one: the recipe then encodes a batch
+    back to back, as ``chute preprocess`` does, instead of one call per record.
 
     Example:
         >>> SampleCheck(None)({"input_ids": [1, 2]})["input_ids"].tolist()
         [1, 2]
+        >>> [type(x).__name__ for x in SampleCheck(None).batch([{"input_ids": [1]}, 7])]
+        ['dict', 'SampleError']
     """
 
     def __init__(self, recipe: Any):
@@ -173,6 +178,10 @@ class SampleCheck:
         if isinstance(result, SampleError):
             raise result
         return result
+
+    def batch(self, records: Sequence[Any]) -> list[Any]:
+        """Each record's sample or its ``SampleError`` (``judge``); job-level errors raise."""
+        return judge(self.recipe, records)
 
     def __repr__(self) -> str:
         return repr(self.recipe)
