@@ -126,3 +126,45 @@ def test_the_check_allocates_no_more_than_max_memory(tmp_path: Path, repeats: in
     assert report.duplicates == n - n // repeats and report.partitions > 1
     assert computed < max_memory, computed
     assert checked < max_memory, checked
+
+
+def test_a_low_open_file_limit_means_fewer_partitions_not_a_failure(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """One file per partition is held open while spilling: a process that may open only a
+    few files (a soft limit it cannot raise) counts in fewer partitions, with a warning."""
+    import resource
+
+    texts = {"a": [f"t{i % 700}" for i in range(3000)], "b": [f"t{i}" for i in range(500, 1500)]}
+    groups = [Group(n, JsonlSource(_write(tmp_path / f"{n}.jsonl", t))) for n, t in texts.items()]
+    limit = (80, 80)  # 64 kept for other files: room for 16 partitions
+    monkeypatch.setattr(resource, "getrlimit", lambda kind: limit)
+
+    def refuse(kind: int, value: tuple[int, int]) -> None:
+        raise ValueError("not allowed above the hard limit")
+
+    monkeypatch.setattr(resource, "setrlimit", refuse)
+    with caplog.at_level("WARNING", logger="chute.mixture"):
+        report = find_duplicates(groups, max_memory=1 << 10, workers=1, progress=False)
+    assert report.partitions == 16
+    assert "counting in 16 partitions" in caplog.text
+    want = _expected(texts)
+    assert (report.within, report.between, report.duplicates) == (
+        want["within"],
+        want["between"],
+        want["duplicates"],
+    )
+
+
+def test_a_soft_open_file_limit_is_raised_up_to_the_hard_one(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import resource
+
+    from chute.mixture import overlap
+
+    raised: list[tuple[int, int]] = []
+    monkeypatch.setattr(resource, "getrlimit", lambda kind: (80, 100_000))
+    monkeypatch.setattr(resource, "setrlimit", lambda kind, value: raised.append(value))
+    assert overlap._openable(512) == 512 and raised == [(576, 100_000)]
+    assert overlap._openable(8) == 8 and len(raised) == 1  # within the soft limit: untouched

@@ -37,6 +37,7 @@ Example:
 from __future__ import annotations
 
 import itertools
+import logging
 import os
 import tempfile
 import time
@@ -57,6 +58,8 @@ from chute.sample.rejects import reject_entry
 from chute.sources.record import Record
 
 __all__ = ["DEFAULT_MEMORY", "Group", "OverlapReport", "find_duplicates", "mixture_groups"]
+
+log = logging.getLogger("chute.mixture")
 
 DEFAULT_MEMORY = 256 << 20  # bytes the counting of one partition may allocate
 PAIR = np.dtype([("h", "<u8"), ("r", "<u8")])
@@ -221,7 +224,7 @@ def find_duplicates(
         for g in items
     ]
     total = sum(len(h) for h in hashes)
-    parts = _partitions(total, max_memory)
+    parts = _openable(_partitions(total, max_memory))
     block = min(_BLOCK_MAX, max(_BLOCK_MIN, max_memory // _SPILL_PEAK))
     tally = _Tally(len(items), examples)
     out = None
@@ -294,6 +297,42 @@ def _partitions(total: int, max_memory: int) -> int:
     while parts * max(1, max_memory) < need and parts < 4096:
         parts *= 2
     return parts
+
+
+def _openable(parts: int, spare: int = 64) -> int:
+    """``parts``, or fewer where this process may not hold that many files open at once.
+
+    The spill keeps one file open per partition. A soft limit below ``parts + spare`` is raised
+    up to the hard limit; if that is still too low, fewer partitions are used (each larger
+    than ``max_memory`` wants) and a warning says so, rather than failing on the 1,025th file.
+    """
+    try:
+        import resource
+    except ImportError:  # pragma: no cover - not on POSIX
+        return parts
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    unlimited = resource.RLIM_INFINITY
+    if parts <= 1 or soft == unlimited or parts + spare <= soft:
+        return parts
+    want = parts + spare if hard == unlimited else min(parts + spare, hard)
+    try:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))
+        soft = want
+    except (ValueError, OSError):
+        pass
+    fitted = parts
+    while fitted > 1 and fitted + spare > soft:
+        fitted //= 2
+    if fitted < parts:
+        log.warning(
+            "the duplicate check wants %d partition files open at once and this process may "
+            "open %d files: counting in %d partitions, each larger than max_memory (raise "
+            "`ulimit -n` or max_memory)",
+            parts,
+            soft,
+            fitted,
+        )
+    return fitted
 
 
 def _pairs(h: np.ndarray, g: int, lo: int) -> np.ndarray:
