@@ -100,19 +100,10 @@ def atomic_file(path: str | os.PathLike[str], mode: str = "wb") -> Iterator[IO[A
     Readers see either the old file or the complete new one, never half of it, and two writers
     racing on one path both succeed (the last rename wins; both wrote the same content).
     """
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, mode) as f:
-            yield f
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
+    with _replaced(path) as tmp, open(tmp, mode) as f:
+        yield f
+        f.flush()
+        os.fsync(f.fileno())
 
 
 @contextlib.contextmanager
@@ -133,17 +124,24 @@ def atomic_array(path: str | os.PathLike[str], dtype: Any, shape: tuple[int, ...
     """
     import numpy as np  # here: the module is imported by code that never writes an array
 
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    os.close(fd)
-    try:
+    with _replaced(path) as tmp:
         out = np.lib.format.open_memmap(tmp, mode="w+", dtype=dtype, shape=shape)
         yield out
         out.flush()
         del out
         with open(tmp, "rb+") as f:
             os.fsync(f.fileno())
+
+
+@contextlib.contextmanager
+def _replaced(path: str | os.PathLike[str]) -> Iterator[str]:
+    """A temporary file beside ``path``: renamed onto it if the block ends, else removed."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    os.close(fd)
+    try:
+        yield tmp
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(OSError):
