@@ -99,7 +99,9 @@ def validate(
         "--rejects writes one line per duplicate; exit 1 when groups share content.",
     ),
     max_memory: int = typer.Option(
-        256, "--max-memory", help="--overlap: MiB of hashes sorted at once (more spill to disk)."
+        256,
+        "--max-memory",
+        help="--overlap: MiB the duplicate count may allocate (more spill to disk).",
     ),
     *,
     recipe: RecipeArgs,

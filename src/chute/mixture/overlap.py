@@ -195,8 +195,9 @@ def find_duplicates(
         groups: ``{name: path(s)}``, a list of ``Group``, or a ``Mixture`` (each dataset a
             group; ``name:train`` and ``name:val`` for datasets with ``val``).
         rejects: write one rejects-file line per duplicate record (not the first copy).
-        max_memory: bytes of ``(hash, record)`` pairs sorted at once; more are spilled to
-            partition files in a temporary folder.
+        max_memory: bytes the check may allocate to count (the ``(hash, record)`` pairs, their
+            sort, the runs); more records are spilled to partition files in a temporary folder
+            and counted a partition at a time.
         examples: duplicate sets shown with ``path:line`` of every copy (at most 10 copies).
         workers: processes hashing (default: all cores).
         cache_dir: the cache root (hashes are cached like lengths).

@@ -182,8 +182,8 @@ def kept_since(choice: Choice) -> bool:
     """Whether a verdict that the fast path agreed was kept for ``choice``'s tables since.
 
     A tokenizer loaded before any verdict checks its first texts; when another process kept
-    one meanwhile (a worker of the same pool, a lengths pass before this ``DataLoader``'s forked
-    workers), those checks were done: the tokenizer can skip them.
+    one meanwhile (another worker of the same pool, a worker of an earlier pool of this
+    process), those checks were done: the tokenizer can skip them.
     """
     key = choice.key
     fast = None if key is None else _MEMO.get(key)
