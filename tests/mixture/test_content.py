@@ -101,7 +101,7 @@ def test_other_local_ranks_wait_for_local_rank_zero_s_hashes(
 ) -> None:
     """Under torchrun one rank per node hashes; the others read its cache, computing nothing."""
     import threading
-    import time
+    from typing import Any
 
     from chute.mixture import hashes
 
@@ -115,6 +115,14 @@ def test_other_local_ranks_wait_for_local_rank_zero_s_hashes(
         return real(*args)  # type: ignore[arg-type]
 
     monkeypatch.setattr(hashes, "_run", counted)
+    polling = threading.Event()
+    real_poll = hashes.poll
+
+    def poll(*args: Any, **kwargs: Any) -> Any:
+        polling.set()
+        return real_poll(*args, **kwargs)
+
+    monkeypatch.setattr(hashes, "poll", poll)
     got: list[np.ndarray] = []
     waiter = threading.Thread(
         target=lambda: got.append(
@@ -122,7 +130,7 @@ def test_other_local_ranks_wait_for_local_rank_zero_s_hashes(
         )
     )
     waiter.start()
-    time.sleep(0.3)
+    assert polling.wait(30)  # local rank 1 found no hashes and waits for rank 0's
     mine = content_hashes(JsonlSource(path), "text", workers=1)
     waiter.join(timeout=30)
     assert got and np.array_equal(got[0], mine)

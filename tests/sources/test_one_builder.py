@@ -13,26 +13,31 @@ from typing import Any
 
 import pytest
 
+from chute._internal import files
 from chute._internal.files import one_builder
 from chute.sources import JsonlSource, TarSource, decompress, index, tar_index
+from lock_helpers import Meeting
 from tar_helpers import id_samples, write_shard
+
+RANKS = 4
 
 
 def _counted(monkeypatch: pytest.MonkeyPatch, module: Any, name: str) -> list[int]:
-    """Calls of ``module.name`` (slowed, so that the ranks overlap), by thread."""
+    """Calls of ``module.name`` by thread; each waits until every rank has reached the lock."""
     calls: list[int] = []
     real = getattr(module, name)
+    meeting = Meeting(monkeypatch, module, RANKS)
 
-    def slow(*args: Any, **kwargs: Any) -> Any:
+    def counted(*args: Any, **kwargs: Any) -> Any:
         calls.append(threading.get_ident())
-        time.sleep(0.3)
+        meeting.wait()
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(module, name, slow)
+    monkeypatch.setattr(module, name, counted)
     return calls
 
 
-def _ranks(open_one: Any, ranks: int = 4) -> list[Any]:
+def _ranks(open_one: Any, ranks: int = RANKS) -> list[Any]:
     """``open_one()`` on ``ranks`` threads at once (each opens its own lock, as processes do)."""
     got: list[Any] = []
     errors: list[BaseException] = []
@@ -89,8 +94,24 @@ def _hold_and_wait(target: Path, held: Any) -> None:
         time.sleep(600)
 
 
-def test_a_builder_killed_while_building_leaves_no_lock_behind(tmp_path: Path) -> None:
+def _blocked_at_the_lock(monkeypatch: pytest.MonkeyPatch) -> threading.Event:
+    """Set when a process finds the lock held and starts waiting for it."""
+    blocked = threading.Event()
+    real = files._wait_for_lock
+
+    def waiting(*args: Any) -> None:
+        blocked.set()
+        real(*args)
+
+    monkeypatch.setattr(files, "_wait_for_lock", waiting)
+    return blocked
+
+
+def test_a_builder_killed_while_building_leaves_no_lock_behind(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     target = tmp_path / "index.idx"
+    blocked = _blocked_at_the_lock(monkeypatch)
     ctx = multiprocessing.get_context("fork")
     held = ctx.Event()
     builder = ctx.Process(target=_hold_and_wait, args=(target, held), daemon=True)
@@ -105,8 +126,8 @@ def test_a_builder_killed_while_building_leaves_no_lock_behind(tmp_path: Path) -
 
         thread = threading.Thread(target=waiter, daemon=True)
         thread.start()
-        time.sleep(0.3)
-        assert not waiter_done.is_set()  # the builder holds the lock
+        assert blocked.wait(30)  # the builder holds the lock: the waiter waits for it
+        assert not waiter_done.is_set()
         assert builder.pid is not None
         os.kill(builder.pid, signal.SIGKILL)  # killed mid-build: the kernel drops its lock
         builder.join(30)
@@ -124,10 +145,23 @@ def test_a_folder_that_cannot_hold_a_lock_builds_without_one(tmp_path: Path) -> 
         pass
 
 
-def test_a_rank_that_waits_says_so(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+def test_a_rank_that_waits_says_so(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The builder may be a rank whose progress is not shown: the waiting rank shows its wait."""
+    from chute._internal import progress
+
     target = tmp_path / "data.jsonl.idx"
     held, release = threading.Event(), threading.Event()
+    real = progress.progress
+
+    def step(*args: Any, **kwargs: Any) -> progress.Progress:
+        shown = real(*args, **kwargs)
+        shown.quiet_below = 0.0  # a wait of any length logs its line: no race with the clock
+        release.set()  # the waiter is waiting: let the builder finish
+        return shown
+
+    monkeypatch.setattr(progress, "progress", step)
 
     def builder() -> None:
         with one_builder(target):
@@ -137,7 +171,6 @@ def test_a_rank_that_waits_says_so(tmp_path: Path, caplog: pytest.LogCaptureFixt
     thread = threading.Thread(target=builder, daemon=True)
     thread.start()
     assert held.wait(30)
-    threading.Timer(1.5, release.set).start()
     with caplog.at_level("INFO", logger="chute.progress"), one_builder(target):
         pass
     thread.join(30)

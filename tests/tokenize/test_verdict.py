@@ -145,11 +145,15 @@ def test_ranks_starting_together_compile_the_tables_once(
     """The ranks of a node load the same tokenizer at once: one compiles, the others load."""
     import threading
 
+    from lock_helpers import Meeting
+
     compiled: list[int] = []
     real = engine._compile
+    meeting = Meeting(monkeypatch, engine, 4)
 
     def counted(*args: Any) -> Any:
         compiled.append(threading.get_ident())
+        meeting.wait()  # every rank has found no tables and asked for the lock
         return real(*args)
 
     monkeypatch.setattr(engine, "_compile", counted)

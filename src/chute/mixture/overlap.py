@@ -66,8 +66,9 @@ PAIR = np.dtype([("h", "<u8"), ("r", "<u8")])
 _GROUP_SHIFT = 40  # a record reference: group << 40 | position in the group
 # Bytes one pair costs at the peak of counting its partition: the pairs, their sort order, the
 # sorted hashes and refs, then the repeated records' refs, runs and (duplicate, first copy)
-# refs. Measured with tracemalloc: 44 when no record repeats, 64 when every content is there
-# exactly twice (the worst); 96 leaves room for a partition a few percent above its share.
+# refs. Measured (benchmarks/profile_overlap_pairs.py): 40 when no record repeats, 46 when every
+# content is there exactly twice (the most runs); 96 leaves room for a partition above its
+# share and for reading it from its file.
 _PAIR_PEAK = 96
 # Bytes one hash costs while it is spilled to its partition: the hash, its pair, partition
 # number and place in the block's order (56 measured); the block spilled at once is sized by it.

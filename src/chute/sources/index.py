@@ -151,19 +151,8 @@ def open_index(
         if loaded is None:
             return None
         header, entries = loaded
-        return FileIndex(
-            path=shown,
-            data_path=data_path,
-            kind="text" if is_text_file(shown) else header["kind"],
-            identity=identity,
-            entries=entries,
-            lines=header["lines"],
-            blank_lines=header["blank_lines"],
-            closed=header["closed"],
-            built=False,
-            seconds=time.perf_counter() - t0,
-            sidecar=sidecar,
-        )
+        kind = "text" if is_text_file(shown) else header["kind"]
+        return _index_of(shown, data_path, kind, identity, header, entries, t0, sidecar, False)
 
     if not rebuild and (found := stored()) is not None:
         return found
@@ -285,6 +274,21 @@ def _build(
         entries, counts = scan.to_memory()
         header.update(counts)
         stored = None
+    return _index_of(path, data_path, kind, identity, header, entries, t0, stored, True)
+
+
+def _index_of(
+    path: str,
+    data_path: str,
+    kind: str,
+    identity: FileIdentity | RemoteIdentity,
+    header: dict[str, Any],
+    entries: np.ndarray,
+    t0: float,
+    sidecar: Path | None,
+    built: bool,
+) -> FileIndex:
+    """The ``FileIndex`` of a header's counts and its entries, read or just built."""
     return FileIndex(
         path=path,
         data_path=data_path,
@@ -294,9 +298,9 @@ def _build(
         lines=header["lines"],
         blank_lines=header["blank_lines"],
         closed=header["closed"],
-        built=True,
+        built=built,
         seconds=time.perf_counter() - t0,
-        sidecar=stored,
+        sidecar=sidecar,
     )
 
 

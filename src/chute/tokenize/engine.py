@@ -125,10 +125,9 @@ def choose(rust: Callable[[], Any], path: str | None, request: str) -> Choice:
                 loaded = _load(key) or _compile(rust(), key)
         outcome, _TABLES[key] = loaded
         _MEMO[key] = outcome
-        _VERDICTS[key] = _kept_verdict(key, outcome)
-    elif _VERDICTS.get(key) is None:
-        # this process's workers may have kept one since (a preprocess or lengths pass confirms
-        # in each worker): read it again, so the next pool's workers need not confirm again
+    if _VERDICTS.get(key) is None:
+        # read on each load until one is kept: this process's workers may have kept it since
+        # (a preprocess or lengths pass confirms in each worker), and the next pool's need not
         _VERDICTS[key] = _kept_verdict(key, outcome)
     verdict = _VERDICTS.get(key)
     if isinstance(outcome, FastBPE) and verdict is not None and verdict.differs is not None:
