@@ -50,3 +50,21 @@ def test_a_mistyped_command_is_matched_against_all_of_them() -> None:
     result = CliRunner().invoke(app, ["preprocss"])
     assert result.exit_code == 2
     assert "Did you mean 'preprocess'?" in result.output
+
+
+@pytest.mark.parametrize("args", [[name] for name in _COMMANDS] + [["migrate", "xtuner"]])
+def test_help_paragraphs_are_not_broken_at_the_docstrings_lines(args: list[str]) -> None:
+    # typer keeps a docstring's line breaks and the terminal wraps each line again: on a wide
+    # terminal every paragraph of the help must come out as one line
+    module = __import__(f"chute.cli.{args[0]}_cmd", fromlist=["register"])
+    holder = typer.Typer()
+    holder.callback()(lambda: None)
+    module.register(holder)
+    raw = typer.main.get_command(holder).commands[args[0]]  # type: ignore[attr-defined]
+    for name in args[1:]:
+        raw = raw.commands[name]
+    paragraphs = [" ".join(p.split()) for p in inspect.cleandoc(raw.help).split("\n\n")]
+    result = CliRunner().invoke(app, [*args, "--help"], env={"COLUMNS": "1000"})
+    assert result.exit_code == 0, result.output
+    lines = {" ".join(line.strip(" │").split()) for line in result.output.splitlines()}
+    assert all(p in lines for p in paragraphs), (paragraphs, result.output)

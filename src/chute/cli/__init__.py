@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import atexit
 import importlib
+import inspect
 import os
 import sys
 import threading
@@ -44,7 +45,23 @@ def _load_command(name: str) -> _Command:
     holder = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
     holder.callback()(lambda: None)  # a callback makes it a group whatever register() adds
     module.register(holder)
-    return typer.main.get_command(holder).commands[name]  # type: ignore[attr-defined]
+    command = typer.main.get_command(holder).commands[name]  # type: ignore[attr-defined]
+    _reflow_help(command)
+    return command
+
+
+def _reflow_help(command: _Command) -> None:
+    """Join the lines of each paragraph of a command's help (and its subcommands') into one.
+
+    Help texts are docstrings, broken at the source's line width; typer (0.2x, rich mode) keeps
+    those breaks and the terminal then wraps each line again, so an 80-column terminal showed
+    every paragraph as alternating long and short lines. Paragraphs (blank-line separated) stay.
+    """
+    if command.help:
+        paragraphs = inspect.cleandoc(command.help).split("\n\n")
+        command.help = "\n\n".join(" ".join(p.split()) for p in paragraphs)
+    for sub in getattr(command, "commands", {}).values():
+        _reflow_help(sub)
 
 
 class _Commands(MutableMapping[str, _Command]):
