@@ -14,7 +14,10 @@ the cache is warm already, and the results say so); then each worker count runs 
 each worker count runs once per ``cache.chunk_size`` given, alternating. Each run records
 its wall time seen from outside, the ``seconds`` preprocess reports for itself, and the CPU
 seconds of the process tree (``bench_scale.process_cpu_seconds``): CPU per record that grows with the
-workers is contention (shared cores, memory, clock), not a serial part.
+workers is contention (shared cores, memory, clock), not a serial part. Before the first run,
+every package a ``chute preprocess`` imports is compiled to ``.pyc`` (``compile_imports``), so
+that a source tree or wheels installed with ``--no-compile`` cost what an installed chute costs;
+``--no-compile`` skips that.
 
 **The machine's own ceiling**: ``--ceiling`` runs N copies of a fixed CPU-bound job at once
 (pure Python, then Qwen3's tokenizer through ``tokenizers`` on alpaca text), each in its own
@@ -72,6 +75,69 @@ def run_preprocess(config: Path, out: Path, workers: int) -> dict[str, Any]:
         "samples": report.get("samples"),
         "chunks": report.get("chunks"),
         "records_per_s": round((report.get("samples", 0) + report.get("rejected", 0)) / wall),
+    }
+
+
+# Lists the top-level packages a small ``chute preprocess`` imports (run in a fresh process).
+IMPORTED_PACKAGES = r"""
+import json, sys, sysconfig
+from chute.cli import app
+try:
+    app(sys.argv[1:])
+except SystemExit:
+    pass
+folders = set()
+for module in list(sys.modules.values()):
+    path = getattr(module, "__file__", None) or ""
+    top = (getattr(module, "__name__", "") or "").split(".")[0]
+    if path.endswith(".py") and not path.startswith(sysconfig.get_paths()["stdlib"]):
+        root = sys.modules.get(top)
+        folder = getattr(root, "__path__", None)
+        folders.add(list(folder)[0] if folder else path)
+print(json.dumps(sorted(folders)))
+"""
+
+
+def compile_imports(root: Path, config: dict[str, Any]) -> dict[str, Any]:
+    """Compile every package a ``chute preprocess`` imports, as ``pip install`` would have.
+
+    A chute run from a source tree (``PYTHONPATH=src``) or wheels installed with
+    ``--no-compile`` have no ``.pyc`` files; where ``PYTHONDONTWRITEBYTECODE`` is set, every
+    process then compiles each module it imports (about 0.5 s of a run for chute's alone on
+    2 cores, docs/benchmarks.md), which an installed chute never pays and which would count
+    in the program's fixed cost and the efficiency. A small run lists the packages; they are
+    compiled once, here, in parallel; a folder that cannot be written is counted, not fatal.
+    """
+    import compileall
+
+    small = root / "compile-probe.jsonl"
+    with open(config["sources"][0], "rb") as f:
+        small.write_bytes(b"".join(line for _, line in zip(range(200), f, strict=False)))
+    probe = root / "compile-probe.json"
+    probe.write_text(json.dumps({**config, "sources": [str(small)], "cache": {}}))
+    out = root / "compile-probe-out"
+    shutil.rmtree(out, ignore_errors=True)
+    args = ["preprocess", str(probe), "--out", str(out), "--workers", "1", "--quiet"]
+    proc = subprocess.run(
+        [sys.executable, "-c", IMPORTED_PACKAGES, *args], capture_output=True, text=True
+    )
+    shutil.rmtree(out, ignore_errors=True)
+    if proc.returncode:
+        raise RuntimeError(proc.stderr[-2000:])
+    folders = json.loads(proc.stdout.strip().splitlines()[-1])
+    failed = [
+        folder
+        for folder in folders
+        if not (
+            compileall.compile_dir(folder, quiet=2, workers=0)
+            if os.path.isdir(folder)
+            else compileall.compile_file(folder, quiet=2)
+        )
+    ]
+    return {
+        "PYTHONDONTWRITEBYTECODE": os.environ.get("PYTHONDONTWRITEBYTECODE", ""),
+        "packages": len(folders),
+        "not_compiled": failed,
     }
 
 
@@ -145,6 +211,11 @@ def main() -> None:
     ap.add_argument("--dir", help="where records, cache and outputs go (default: a temp dir)")
     ap.add_argument("--deadline", type=float, default=0, help="skip runs after this many s")
     ap.add_argument("--quick", action="store_true", help="20k records, workers 2 and 1")
+    ap.add_argument(
+        "--no-compile",
+        action="store_true",
+        help="leave the imported packages as they are (each run may compile them)",
+    )
     ap.add_argument("--name", default="preprocess_workers")
     args = ap.parse_args()
     if args.quick:
@@ -165,6 +236,9 @@ def main() -> None:
         configs[size].write_text(json.dumps(body))
     first_config = next(iter(configs.values()))
     result: dict[str, Any] = {"records": args.records, "topology": topology(), "runs": []}
+    if not args.no_compile:
+        base = {"sources": [str(p) for p in paths], "recipe": recipe}
+        result["compiled"] = compile_imports(root, base)
     if args.ceiling:
         result["ceiling"] = ceiling(counts)
         save(args.name, result)

@@ -4,7 +4,7 @@
 #
 # Usage (here, with network):   benchmarks/offline_bundle.sh            # writes .offline/
 # There (the repository copied with .offline/ beside src/):
-#   python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site \
+#   python3 -m pip install -q --no-index --no-deps --target /tmp/site \
 #       --find-links .offline/wheels -r .offline/requirements.txt
 #   export PYTHONPATH=$PWD/src:/tmp/site CHUTE_SHARED_DATA=$PWD/.offline/data PYTHONUNBUFFERED=1
 #   PART=final BUDGET=540 benchmarks/run_many_cores.sh "$OUT"

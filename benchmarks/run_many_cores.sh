@@ -25,7 +25,8 @@
 #   0. disk_flush_final: chunk-sized commits (6 MB, fsync) by 1 and 16 writers in waves
 #      (bench_disk_flush.py): what a durable commit costs when 16 workers commit at once
 #   1. preprocess_workers_final: 16 workers, then one (the baseline), then 16 twice more, each
-#      a fresh `chute preprocess` as the program runs (the end-to-end efficiency at 16)
+#      a fresh `chute preprocess` as the program runs (the end-to-end efficiency at 16), with
+#      every package it imports compiled first, as an installed chute is
 #   2. preprocess_parent_final: one warm 16-worker run profiled, each chunk's CPU seconds and
 #      fsync time beside its wall time (does a chunk at 16 workers wait, and for the disk?)
 #   3. scale_plans_final: every plan and mixture plan at 100M lengths with the final code
