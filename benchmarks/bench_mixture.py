@@ -16,6 +16,8 @@ each raw line (what a quick script does: exact bytes only, memory growing with t
     .venv/bin/python benchmarks/bench_mixture.py --quick      # 1M / 200k, for a smoke run
     .venv/bin/python benchmarks/bench_mixture.py --overlap --overlap-records 30000000 \
         --overlap-steps chute_spilled --name overlap_30m   # one step at another size
+    .venv/bin/python benchmarks/bench_mixture.py --overlap --overlap-common 0.5 \
+        --overlap-steps chute_spilled --name overlap_common   # half the records one content
 """
 
 from __future__ import annotations
@@ -178,13 +180,19 @@ def run_plan(args: argparse.Namespace) -> dict[str, Any]:
 # -- the overlap check ----------------------------------------------------------------------------
 
 
-def write_records(folder: Path, n: int) -> list[Path]:
+def write_records(folder: Path, n: int, common: float = 0.0) -> list[Path]:
+    """``n`` records, 1% exact copies of earlier ones; ``common``: that share all record 0."""
     rng = np.random.default_rng(1)
     copies = set(rng.choice(n, n // 100, replace=False).tolist())
+    # a share of the records all one content (empty answers, a boilerplate reply): one
+    # partition of the check then holds most of the pairs
+    same = rng.random(n) < common if common else np.zeros(0, dtype=bool)
     paths = [folder / "part-0.jsonl", folder / "part-1.jsonl"]
     files = [open(p, "wb") for p in paths]  # noqa: SIM115
     for i in range(n):
         j = int(rng.integers(0, i)) if i in copies and i else i  # an exact copy of record j
+        if common and same[i]:
+            j = 0
         line = json.dumps(
             {
                 "instruction": f"Question number {j} about topic {j % 977}?",
@@ -247,7 +255,7 @@ def overlap_step(step: str, paths: list[str], n: int) -> dict[str, Any]:
 def run_overlap(args: argparse.Namespace) -> dict[str, Any]:
     n = args.overlap_records or (10_000_000 if not args.quick else 200_000)
     folder = Path(tempfile.mkdtemp(prefix="chute-bench-overlap-"))
-    paths = write_records(folder, n)
+    paths = write_records(folder, n, args.overlap_common)
     results: dict[str, Any] = {}
     # each step in a fresh process with a fresh chute cache: the hashes are computed every time
     for step in args.overlap_steps.split(","):
@@ -267,7 +275,7 @@ def run_overlap(args: argparse.Namespace) -> dict[str, Any]:
     for p in paths:
         p.unlink()
     folder.rmdir()
-    return {"records": n, "bytes": None, "steps": results}
+    return {"records": n, "common": args.overlap_common, "bytes": None, "steps": results}
 
 
 def main() -> None:
@@ -279,6 +287,12 @@ def main() -> None:
     ap.add_argument("--overlap-records", type=int, help="records of the overlap check (10M)")
     ap.add_argument(
         "--overlap-steps", default="chute,chute_spilled,md5_dict", help="which overlap steps"
+    )
+    ap.add_argument(
+        "--overlap-common",
+        type=float,
+        default=0.0,
+        help="share of the overlap records that are one same content (default 0)",
     )
     ap.add_argument("--name", help="the results file's name (default mixture)")
     ap.add_argument("--plan-step")

@@ -97,11 +97,64 @@ def test_counts_equal_a_dict_count_in_memory_and_spilled(tmp_path: Path, max_mem
     assert got == want["rejects"]
 
 
-@pytest.mark.parametrize("repeats", [1, 2], ids=["distinct", "every-content-twice"])
+def test_one_content_in_most_records_is_counted_in_blocks_the_same(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A content repeated by more than a partition's share of all records (empty texts, a
+    boilerplate answer) fills one partition past what may be sorted at once: that partition is
+    counted block by block, with the counts, rejects and examples of counting it whole."""
+    from chute.mixture import overlap
+
+    rng = random.Random(11)
+    texts = {
+        g: [
+            "the same answer" if rng.random() < 0.6 else f"t{rng.randrange(0, 400)}"
+            for _ in range(size)
+        ]
+        for g, size in (("a", 8000), ("b", 5000), ("c", 3000))
+    }
+    texts["c"][:50] = [f"only in c {i % 7}" for i in range(50)]
+    groups = [Group(n, JsonlSource(_write(tmp_path / f"{n}.jsonl", t))) for n, t in texts.items()]
+    blocks = []
+    real_blocks = overlap._LargePartition.blocks
+
+    def counted_blocks(self: Any) -> Any:
+        blocks.append(self.block)
+        return real_blocks(self)
+
+    monkeypatch.setattr(overlap._LargePartition, "blocks", counted_blocks)
+    runs = {}
+    for max_memory in (1 << 30, 1 << 14):
+        rejects = tmp_path / f"dups-{max_memory}.jsonl"
+        report = find_duplicates(
+            groups, rejects=rejects, max_memory=max_memory, examples=1000, workers=1, progress=False
+        )
+        runs[max_memory] = (report, sorted(rejects.read_bytes().splitlines()))
+    whole, (spilled, spilled_rejects) = runs[1 << 30], runs[1 << 14]
+    assert whole[0].partitions == 1 and spilled.partitions > 1
+    assert blocks and max(blocks) <= 1024  # the large partition came in blocks
+    want = _expected(texts)
+    for report, _ in (whole, (spilled, None)):
+        assert report.within == want["within"]
+        assert report.between == want["between"]
+        assert report.duplicates == want["duplicates"]
+    assert spilled.examples == whole[0].examples
+    assert len(spilled.examples) > 400  # every repeated content, the common answer's ten copies
+    assert max(len(e) for e in spilled.examples) == 10
+    assert spilled_rejects == whole[1]
+    assert len(spilled_rejects) == want["duplicates"]
+
+
+@pytest.mark.parametrize(
+    "repeats", [1, 2, 0], ids=["distinct", "every-content-twice", "one-content-in-most"]
+)
 def test_the_check_allocates_no_more_than_max_memory(tmp_path: Path, repeats: int) -> None:
     """100k records: their hashes (0.8 MB) and pairs (1.6 MB) exceed the 512 KB given."""
     n = 100_000
-    texts = [f"record {i // repeats} of the check" for i in range(n)]
+    if repeats:
+        texts = [f"record {i // repeats} of the check" for i in range(n)]
+    else:  # 70% one content: one partition holds most of the pairs
+        texts = [f"record {i} of the check" if i % 10 < 3 else "empty" for i in range(n)]
     random.Random(3).shuffle(texts)
     source = JsonlSource(_write(tmp_path / "data.jsonl", texts))
     cache = tmp_path / "cache"
@@ -123,7 +176,8 @@ def test_the_check_allocates_no_more_than_max_memory(tmp_path: Path, repeats: in
         checked = tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()
-    assert report.duplicates == n - n // repeats and report.partitions > 1
+    unique = n // repeats if repeats else n * 3 // 10 + 1
+    assert report.duplicates == n - unique and report.partitions > 1
     assert computed < max_memory, computed
     assert checked < max_memory, checked
 

@@ -20,9 +20,10 @@ per pair of groups (contents found in both, records of each side), examples with
 --rejects``; lines come partition by partition (by hash), so no step holds every duplicate.
 
 ``max_memory`` bounds the arrays the check allocates (measured in
-``tests/mixture/test_overlap_memory.py``) while contents spread over the hash space, as distinct
-records do; one content repeated by more than a partition's share of all records (every record
-empty, say) lands in one partition, which is then counted whole.
+``tests/mixture/test_overlap_memory.py``), whatever the contents: one content repeated by more
+than a partition's share of all records (every record empty, a boilerplate answer) fills one
+partition past what may be sorted at once; that partition is counted a block at a time, each
+block reduced to one entry per (content, group) and merged into the entries before it.
 
 Example:
     >>> import tempfile, pathlib
@@ -75,6 +76,7 @@ _PAIR_PEAK = 96
 _SPILL_PEAK = 64
 _BLOCK_MAX = 1 << 20
 _BLOCK_MIN = 1 << 12
+EXAMPLE_COPIES = 10  # copies of a duplicated content an example shows
 
 
 @dataclass
@@ -240,7 +242,15 @@ def find_duplicates(
             progress_of(steps, "duplicates", enabled=progress) as bar,
             tempfile.TemporaryDirectory(prefix="chute-overlap-") as tmp,
         ):
-            for h, r in _partitioned(hashes, parts, Path(tmp), block, bar.update):
+            cap = max(_BLOCK_MIN, max_memory // _PAIR_PEAK)  # pairs a partition may hold
+            for part in _partitioned(hashes, parts, Path(tmp), block, bar.update, cap):
+                if isinstance(part, _LargePartition):
+                    for found in tally.add_large(part, bar.update):
+                        if out is not None:
+                            _write_rejects(items, *found, out)
+                    continue
+                h, r = part
+                del part
                 found = tally.add(h, r)
                 bar.update(len(h))
                 del h, r  # one partition's arrays at a time: the next is read after
@@ -268,7 +278,7 @@ def find_duplicates(
             for b in range(a + 1, len(names))
         },
         duplicates=int(tally.duplicates),
-        examples=[[_where(items, int(r)) for r in run[:10]] for run in tally.examples],
+        examples=[[_where(items, int(r)) for r in run] for run in tally.examples],
         partitions=parts,
     )
     report.rejects = None if rejects is None else os.fspath(rejects)
@@ -357,13 +367,44 @@ def _sorted(pairs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return pairs["h"][order], pairs["r"][order]
 
 
+@dataclass
+class _LargePartition:
+    """A partition file with more pairs than may be sorted at once, counted ``block`` at a time.
+
+    Its pairs are in ref order (spilled group by group, each in record order), which the
+    counting in blocks relies on: a content's first copy is in the first block that holds it.
+    """
+
+    path: Path
+    block: int
+
+    def blocks(self) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+        """Each block's ``(hashes, refs)``, sorted by hash then ref."""
+        with open(self.path, "rb") as f:
+            while True:
+                pairs = np.fromfile(f, dtype=PAIR, count=self.block)
+                if not len(pairs):
+                    return
+                part = _sorted(pairs)
+                del pairs
+                yield part
+                del part
+
+
 def _partitioned(
-    hashes: list[_GroupHashes], parts: int, tmp: Path, block: int, spilled: Callable[[int], Any]
-) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    hashes: list[_GroupHashes],
+    parts: int,
+    tmp: Path,
+    block: int,
+    spilled: Callable[[int], Any],
+    cap: int,
+) -> Iterator[tuple[np.ndarray, np.ndarray] | _LargePartition]:
     """Each partition's sorted ``(hashes, refs)`` (all in one when ``parts == 1``).
 
     Hashes are read ``block`` at a time, ``spilled(n)`` after each block written to the
-    partition files; the caller holds one partition at a time.
+    partition files; the caller holds one partition at a time. A partition file of more than
+    1.5 ``cap`` pairs (one content repeated by more than a partition's share of all records:
+    every record empty, say) comes as a ``_LargePartition``, counted in blocks of ``cap // 4``.
     """
     if parts == 1:
         pairs = np.concatenate(
@@ -393,6 +434,13 @@ def _partitioned(
             f.close()
     for p in range(parts):
         path = tmp / f"{p:04d}.bin"
+        # a partition's share is at most ``cap`` pairs; half as many again still counts within
+        # the budget (46 bytes a pair measured against 96 allowed), so chance never sends a
+        # partition of spread contents the slower way
+        if path.stat().st_size > cap * 3 // 2 * PAIR.itemsize:
+            yield _LargePartition(path, max(1, cap // 4))
+            path.unlink()
+            continue
         pairs = np.fromfile(path, dtype=PAIR)
         path.unlink()
         part = _sorted(pairs)
@@ -447,11 +495,61 @@ class _Tally:
             if len(bounds) <= need:
                 bounds.append(len(r))
             for s, e in itertools.pairwise(bounds):
-                self.examples.append(r[s:e].tolist())
+                self.examples.append(r[s : min(e, s + EXAMPLE_COPIES)].tolist())
         del group, first_of_group
         first = np.repeat(r[starts], np.diff(np.append(starts, len(r))))
         later = ~start
         return r[later], first[later]
+
+    def add_large(
+        self, part: _LargePartition, counted: Callable[[int], Any]
+    ) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+        """Count a partition too large to sort at once; yields each block's rejects.
+
+        Each block (in ref order) is reduced to one entry per (content, group): its first
+        record and how many records, merged into the entries of the blocks before. A record is
+        a duplicate unless it is its content's first copy, which is known once its block is
+        merged (later blocks hold later refs). The entries are one per distinct content and
+        group, so a content repeated by any number of records costs one. The counts are then
+        those of ``add`` (tested equal); the examples are the first repeated contents, their
+        copies gathered by a second read of the file.
+        """
+        seen = np.empty(0, dtype=_ENTRY)
+        for h, r in part.blocks():
+            counted(len(h))
+            seen = _merged(seen, _entries(h, r))
+            # the first copy of each content: the smallest first ref among its entries
+            content = np.ones(len(seen), dtype=bool)
+            content[1:] = seen["h"][1:] != seen["h"][:-1]
+            heads = np.flatnonzero(content)
+            del content
+            firsts = np.minimum.reduceat(seen["first"], heads) if len(heads) else heads
+            first = firsts[np.searchsorted(seen["h"][heads], h)]
+            del heads, firsts
+            later = r != first
+            dups, of = r[later], first[later]
+            del h, r, first, later
+            yield dups, of
+            del dups, of
+        self._count_entries(seen, part)
+
+    def _count_entries(self, seen: np.ndarray, part: _LargePartition) -> None:
+        """``add``'s counts from one entry per (content, group) with its number of records."""
+        if not len(seen):
+            return
+        start = np.ones(len(seen), dtype=bool)
+        start[1:] = seen["h"][1:] != seen["h"][:-1]
+        starts = np.flatnonzero(start)
+        per_content = np.add.reduceat(seen["n"], starts)
+        self.duplicates += int(per_content.sum()) - len(starts)
+        group = (seen["first"] >> np.uint64(_GROUP_SHIFT)).astype(np.int32)
+        self.within += np.bincount(group, weights=seen["n"] - 1, minlength=self.g).astype(np.int64)
+        if self.g > 1:
+            self._shared(np.cumsum(start) - 1, group, seen["n"])
+        need = self.max_examples - len(self.examples)
+        if need > 0:
+            wanted = seen["h"][starts[per_content > 1][:need]]
+            self.examples += _copies_of(part, wanted)
 
     def _between(
         self, start: np.ndarray, starts: np.ndarray, group: np.ndarray, first_of_group: np.ndarray
@@ -461,12 +559,16 @@ class _Tally:
             return
         keys = np.flatnonzero(first_of_group)  # one per (run, group)
         key_run = np.cumsum(start[keys]) - 1
+        self._shared(key_run, group[keys], np.diff(np.append(keys, len(group))))
+
+    def _shared(self, key_run: np.ndarray, key_group: np.ndarray, records: np.ndarray) -> None:
+        """``_between`` from one key per (run, group): its run, its group and its records."""
         spans = np.bincount(key_run)  # groups per run
         shared = spans[key_run] > 1
         if not shared.any():
             return
-        records = np.diff(np.append(keys, len(group)))[shared]
-        key_run, key_group = key_run[shared], group[keys[shared]]
+        records = records[shared]
+        key_run, key_group = key_run[shared], key_group[shared]
         rows = np.unique(key_run, return_inverse=True)[1]
         counts = np.zeros((int(rows.max()) + 1, self.g), dtype=np.int64)
         counts[rows, key_group] = records
@@ -480,6 +582,60 @@ class _Tally:
                     self.side[a, b] += int(counts[both, a].sum())
                     if a < b:
                         self.both[a, b] += int(both.sum())
+
+
+# One entry per (content, group) of a large partition: its hash, its first record, its records.
+_ENTRY = np.dtype([("h", "<u8"), ("first", "<u8"), ("n", "<i8")])
+
+
+def _entries(h: np.ndarray, r: np.ndarray) -> np.ndarray:
+    """One ``_ENTRY`` per (hash, group) of a block sorted by hash then ref."""
+    group = r >> np.uint64(_GROUP_SHIFT)
+    key = np.ones(len(h), dtype=bool)
+    key[1:] = (h[1:] != h[:-1]) | (group[1:] != group[:-1])
+    del group
+    keys = np.flatnonzero(key)
+    del key
+    out = np.empty(len(keys), dtype=_ENTRY)
+    out["h"], out["first"] = h[keys], r[keys]
+    out["n"] = np.diff(np.append(keys, len(h)))
+    return out
+
+
+def _merged(seen: np.ndarray, new: np.ndarray) -> np.ndarray:
+    """``seen`` and ``new`` entries in one array by hash then first ref, equal keys summed.
+
+    A key is (hash, group), and a first ref carries its group in its top bits, so entries of
+    one key are neighbours once ordered by hash then first ref; ``seen`` holds the earlier refs.
+    """
+    both = np.concatenate([seen, new])
+    del seen, new
+    both = both[np.lexsort((both["first"], both["h"]))]
+    group = both["first"] >> np.uint64(_GROUP_SHIFT)
+    key = np.ones(len(both), dtype=bool)
+    key[1:] = (both["h"][1:] != both["h"][:-1]) | (group[1:] != group[:-1])
+    del group
+    keys = np.flatnonzero(key)
+    if len(keys) == len(both):
+        return both
+    n = np.add.reduceat(both["n"], keys)
+    both = both[keys]  # the first of each key: the smallest first ref
+    both["n"] = n
+    return both
+
+
+def _copies_of(part: _LargePartition, wanted: np.ndarray) -> list[list[int]]:
+    """The first ``EXAMPLE_COPIES`` refs of each hash in ``wanted``, by a read of ``part``."""
+    copies: list[list[int]] = [[] for _ in wanted]
+    for h, r in part.blocks():  # blocks in ref order, each sorted by hash then ref
+        los = np.searchsorted(h, wanted, "left").tolist()
+        his = np.searchsorted(h, wanted, "right").tolist()
+        for w, (lo, hi) in enumerate(zip(los, his, strict=True)):
+            room = EXAMPLE_COPIES - len(copies[w])
+            copies[w] += r[lo : min(hi, lo + room)].tolist()
+        if all(len(c) == EXAMPLE_COPIES for c in copies):
+            break
+    return copies
 
 
 def _split_ref(ref: int) -> tuple[int, int]:
