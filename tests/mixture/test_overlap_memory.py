@@ -222,3 +222,35 @@ def test_a_soft_open_file_limit_is_raised_up_to_the_hard_one(
     monkeypatch.setattr(resource, "setrlimit", lambda kind, value: raised.append(value))
     assert overlap._openable(512) == 512 and raised == [(576, 100_000)]
     assert overlap._openable(8) == 8 and len(raised) == 1  # within the soft limit: untouched
+
+
+@pytest.mark.parametrize("block", [1, 3, 64, 10_000])
+def test_counting_in_blocks_equals_counting_whole(tmp_path: Path, block: int) -> None:
+    """Any block size, contents shared by groups across block bounds: the same tally."""
+    from chute.mixture import overlap
+
+    rng = np.random.default_rng(block)
+    sizes = [700, 1, 400]
+    refs = np.concatenate(
+        [
+            (np.uint64(g) << np.uint64(40)) + np.arange(n, dtype=np.uint64)
+            for g, n in enumerate(sizes)
+        ]
+    )
+    pairs = np.empty(len(refs), dtype=overlap.PAIR)
+    pairs["h"] = rng.choice(np.array([5, 9, 2**63 + 1, 77, 12], dtype=np.uint64), len(refs))
+    distinct = rng.random(len(refs)) < 0.3
+    pairs["h"][distinct] = rng.integers(0, 2**64 - 1, int(distinct.sum()), dtype=np.uint64)
+    pairs["r"] = refs
+    path = tmp_path / "0000.bin"
+    pairs.tofile(path)
+    whole, blocked = overlap._Tally(3, 4), overlap._Tally(3, 4)
+    dups, firsts = whole.add(*overlap._sorted(pairs))
+    found = list(blocked.add_large(overlap._LargePartition(path, block), lambda n: None))
+    got = {(int(d), int(f)) for ds, fs in found for d, f in zip(ds, fs, strict=True)}
+    assert got == set(zip(dups.tolist(), firsts.tolist(), strict=True))
+    assert sum(len(ds) for ds, _ in found) == len(dups)
+    assert blocked.duplicates == whole.duplicates == len(dups)
+    for name in ("within", "both", "side"):
+        assert np.array_equal(getattr(blocked, name), getattr(whole, name)), name
+    assert blocked.examples == whole.examples

@@ -605,12 +605,13 @@ def _entries(h: np.ndarray, r: np.ndarray) -> np.ndarray:
 def _merged(seen: np.ndarray, new: np.ndarray) -> np.ndarray:
     """``seen`` and ``new`` entries in one array by hash then first ref, equal keys summed.
 
-    A key is (hash, group), and a first ref carries its group in its top bits, so entries of
-    one key are neighbours once ordered by hash then first ref; ``seen`` holds the earlier refs.
+    Both come sorted that way, and every ref of ``new`` (a later block) is after every ref of
+    ``seen``; a first ref carries its group in its top bits. So each new entry goes after the
+    seen entries of its hash (a merge, not a sort), and the entries of one key (hash, group)
+    are neighbours: only a hash's last seen group can meet its first new one.
     """
-    both = np.concatenate([seen, new])
+    both = np.insert(seen, np.searchsorted(seen["h"], new["h"], side="right"), new)
     del seen, new
-    both = both[np.lexsort((both["first"], both["h"]))]
     group = both["first"] >> np.uint64(_GROUP_SHIFT)
     key = np.ones(len(both), dtype=bool)
     key[1:] = (both["h"][1:] != both["h"][:-1]) | (group[1:] != group[:-1])
