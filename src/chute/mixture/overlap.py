@@ -655,17 +655,23 @@ def _write_rejects(groups: list[Group], dups: np.ndarray, firsts: np.ndarray, ou
     order = np.argsort(dups, kind="stable")
     for lo in range(0, len(order), _REJECTS_STEP):  # Python ints a slice at a time
         step = order[lo : lo + _REJECTS_STEP]
+        # a content repeated many times names the same first copy on every line: read it once
+        # a slice (one content in most records made every line read two records, not one)
+        shown: dict[int, str] = {}
         for dup, first in zip(dups[step].tolist(), firsts[step].tolist(), strict=True):
-            out.write(orjson.dumps(_duplicate_entry(groups, dup, first)) + b"\n")
+            if first not in shown:
+                shown[first] = _where(groups, first)
+            out.write(orjson.dumps(_duplicate_entry(groups, dup, shown[first])) + b"\n")
 
 
 _REJECTS_STEP = 4096
 
 
-def _duplicate_entry(groups: list[Group], dup: int, first: int) -> dict[str, Any]:
+def _duplicate_entry(groups: list[Group], dup: int, first: str) -> dict[str, Any]:
+    """The rejects-file line of record ``dup``, a copy of ``first`` (where that one is)."""
     g, pos = _split_ref(dup)
     record = groups[g].record(pos)
-    message = f"same content as {_where(groups, first)}"
+    message = f"same content as {first}"
     if isinstance(record, Record):
         entry = reject_entry(record, SampleError("duplicate", message))
     else:
