@@ -162,6 +162,26 @@ def test_a_glob_that_catches_a_non_data_file_reports_it_and_goes_on(shared_data:
     assert "warning: skipped" in result.output and "dataset_info.json" in result.output
 
 
+def test_an_empty_data_file_is_reported_not_counted_as_zero_records(tmp_path: Path) -> None:
+    # a failed export or a shard never written: "0 records" with status 0 hid it, and stats
+    # called the plans of no data 100% efficient
+    data, empty, blank = tmp_path / "d.jsonl", tmp_path / "e.jsonl", tmp_path / "b.jsonl"
+    data.write_text('{"text": "a"}\n{"text": "b"}\n')
+    empty.write_text("")
+    blank.write_text("\n\n")
+    result = runner.invoke(app, ["index", str(data), str(empty), str(blank), "--json"])
+    assert result.exit_code == 1
+    out = orjson.loads(result.stdout)
+    assert [(s["path"], s["error"]) for s in out["skipped"]] == [
+        (str(empty), "holds no records (an empty file)"),
+        (str(blank), "holds no records (only 2 blank line(s))"),
+    ]
+    assert [f["path"] for f in out["files"]] == [str(data)]
+    result = runner.invoke(app, ["validate", str(empty)])
+    assert result.exit_code == 2
+    assert f"error: {empty}: holds no records (an empty file)" in result.output
+
+
 # -- 9. small things ------------------------------------------------------------------------
 
 

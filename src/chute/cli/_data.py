@@ -1,7 +1,7 @@
 """The data files named on a command line: globs expanded, each indexed, unusable ones set aside.
 
 A glob such as ``data/*.json`` easily catches a file that holds no records (LLaMA-Factory's
-``dataset_info.json``: one JSON object over many lines). Such a file is reported, one line on
+``dataset_info.json``: one JSON object over many lines; an empty file). Such a file is reported, one line on
 stderr naming it and why, and the command goes on with the others; it then exits with status 1,
 so a script notices. With no usable file left it fails as before.
 """
@@ -73,6 +73,11 @@ def open_data_files(
             message = str(exc)
             prefix = f"{path}: "
             out.skipped.append((path, message.removeprefix(prefix)))
+            continue
+        if len(index) == 0:  # an export that failed, a shard never written: say so, not "0"
+            blank = getattr(index, "blank_lines", 0)
+            why = f"only {blank} blank line(s)" if blank else "an empty file"
+            out.skipped.append((path, f"holds no records ({why})"))
             continue
         out.paths.append(path)
         out.indexes.append(index)
