@@ -518,14 +518,13 @@ class _Tally:
         for h, r in part.blocks():
             counted(len(h))
             seen = _merged(seen, _entries(h, r))
-            # the first copy of each content: the smallest first ref among its entries
+            # the first copy of each content: its first entry's (entries go by hash, then ref)
             content = np.ones(len(seen), dtype=bool)
             content[1:] = seen["h"][1:] != seen["h"][:-1]
             heads = np.flatnonzero(content)
             del content
-            firsts = np.minimum.reduceat(seen["first"], heads) if len(heads) else heads
-            first = firsts[np.searchsorted(seen["h"][heads], h)]
-            del heads, firsts
+            first = seen["first"][heads][np.searchsorted(seen["h"][heads], h)]
+            del heads
             later = r != first
             dups, of = r[later], first[later]
             del h, r, first, later
