@@ -245,9 +245,9 @@ def find_duplicates(
             cap = max(_BLOCK_MIN, max_memory // _PAIR_PEAK)  # pairs a partition may hold
             for part in _partitioned(hashes, parts, Path(tmp), block, bar.update, cap):
                 if isinstance(part, _LargePartition):
-                    for found in tally.add_large(part, bar.update):
+                    for block_found in tally.add_large(part, bar.update):
                         if out is not None:
-                            _write_rejects(items, *found, out)
+                            _write_rejects(items, *block_found, out)
                     continue
                 h, r = part
                 del part
