@@ -1,7 +1,8 @@
 """``chute stats MIXTURE``: the per-dataset table of a mixture and the plans over its epoch.
 
 MIXTURE is a mixture YAML (its datasets are read with their own recipes, each run without a
-``max_length`` so ``--max-length`` and ``--overflow`` apply here, as for plain data) or the
+``max_length`` so ``--max-length`` and ``--overflow`` apply here, as for plain data; with
+``--overflow split`` each dataset's documents are cut into windows as the Loader cuts them) or the
 directory of caches ``chute preprocess`` built from one, followed by any ``key=value``
 overrides of the mixture's keys (over caches: the amounts, e.g. ``datasets.alpaca.weight=0.9``).
 """
@@ -27,6 +28,7 @@ def mixture_stats_command(
     cache_dir: Path | None,
     output: OutputArgs,
     print_plans: Callable[[dict[str, Any]], None],
+    stride: int = 0,
 ) -> None:
     """Compute, print (or emit as JSON) and plot the statistics of ``mixture``."""
     from chute.cache import open_cache
@@ -41,8 +43,25 @@ def mixture_stats_command(
         except ImportError as exc:
             raise fail(str(exc)) from None
     if mixture.cached:
+        if options.get("overflow") == "split":
+            raise fail(
+                "--overflow split: the caches hold the samples their recipes made (windows "
+                "already, where built with overflow: split); give the mixture YAML to see "
+                "other windows, or --overflow truncate / drop"
+            )
         caches = open_cache(mixture.path, verify_sources=False)
         opened = open_cached_mixture(caches, mixture.load() if mixture.overrides else None)
+    elif options.get("overflow") == "split":
+        # the samples are the documents' windows, cut by each dataset's recipe as the Loader
+        # cuts them (the selection and the amounts count windows); every window fits
+        windows = [
+            f"recipe.max_length={options['max_length']}",
+            "recipe.overflow=split",
+            f"recipe.stride={stride}",
+        ]
+        split = MixtureArgs(mixture.path, [*mixture.overrides, *windows])
+        opened = open_mixture(split.load(), cache_dir=cache_dir, progress=shown(output.progress))
+        options = {**options, "overflow": "truncate"}
     else:
         # the recipe runs without a max_length: --max-length and --overflow apply here
         free = MixtureArgs(

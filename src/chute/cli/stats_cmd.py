@@ -158,6 +158,7 @@ def stats(
             cache_dir=cache_dir,
             output=output,
             print_plans=_print,
+            stride=stride,
         )
         return
     cache = next((p for p in paths if is_cache_dir(p)), None)

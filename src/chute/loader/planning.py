@@ -199,8 +199,8 @@ def split_source(source: Any, recipe: RecipeContract | None, local_rank: int = 0
     The windows are counted from the records' lengths (one cached pass), so every plan, the
     random one too, deals window ids: exact-once, resume and rejects count windows.
     """
-    if recipe is None or recipe.overflow != "split":
-        return source
+    if recipe is None or recipe.overflow != "split" or getattr(source, "windowed", False):
+        return source  # a mixture's datasets are each split when it is opened
     return Pieces(source, lengths_of(source, recipe, local_rank=local_rank))
 
 

@@ -266,24 +266,23 @@ def open_mixture(
     from chute.sources import open_source
 
     mixture = Mixture.load(mixture)
-    if (mixture.recipe or {}).get("overflow") == "split":
-        raise ConfigError(
-            "overflow='split' (long documents cut into windows) is not supported over a "
-            "mixture yet: use overflow='truncate' or 'drop', or load the document dataset alone",
-            param="overflow",
-        )
     recipes = build_recipes(mixture)
-    sources = []
+    records = []
     for ds in mixture:
         try:
-            sources.append(open_source(ds.sources, cache_dir=cache_dir))
+            records.append(open_source(ds.sources, cache_dir=cache_dir))
         except ConfigError as exc:
             raise ConfigError(f"dataset {ds.name!r}: {exc}") from None
     specs = [_spec(mixture, ds.name) for ds in mixture]
+    sources: list[Any] = list(records)
+    rows = None
+    if recipes is not None and recipes[0].overflow == "split":
+        sources = _windows(mixture, records, recipes, cache_dir, progress, local_rank)
+        rows = _records_of_windows(sources)
 
     def hashes(d: int) -> np.ndarray:
         return content_hashes(
-            sources[d],
+            records[d],
             specs[d],
             cache_dir=cache_dir,
             progress=progress,
@@ -291,7 +290,56 @@ def open_mixture(
             local_rank=local_rank,  # one pass per node: the other ranks wait for it
         )
 
-    return OpenedMixture(mixture, sources, recipes=recipes, hashes=hashes, local_rank=local_rank)
+    return OpenedMixture(
+        mixture, sources, recipes=recipes, hashes=hashes, rows=rows, local_rank=local_rank
+    )
+
+
+def _windows(
+    mixture: Mixture,
+    records: list[Any],
+    recipes: list[Any],
+    cache_dir: str | os.PathLike[str] | None,
+    progress: ProgressArg,
+    local_rank: int,
+) -> list[Any]:
+    """Each dataset as the view of its documents' windows (``overflow="split"``).
+
+    As for one dataset read alone (``chute.loader.planning.split_source``): a dataset's samples
+    are its windows, counted from its records' lengths under its own recipe (one cached pass),
+    so the amounts (weights, ``samples``), the plans, exact-once and resume count windows.
+    """
+    from chute.lengths import Pieces, lengths_of
+
+    return [
+        Pieces(
+            source,
+            lengths_of(
+                source,
+                recipe,
+                cache_dir=cache_dir,
+                progress=progress,
+                local_rank=local_rank,
+                desc=f"lengths {name}",
+            ),
+        )
+        for name, source, recipe in zip(mixture.names, records, recipes, strict=True)
+    ]
+
+
+def _records_of_windows(pieces: list[Any]) -> Callable[[int], np.ndarray]:
+    """``rows(d)``: the record of each window of dataset ``d``.
+
+    A document's windows share its content hash, so a validation hold-out takes all of a
+    document's windows or none.
+    """
+
+    def rows(d: int) -> np.ndarray:
+        first = pieces[d].table.first
+        kind = np.int32 if pieces[d].table.records < 2**31 else np.int64
+        return np.repeat(np.arange(len(first) - 1, dtype=kind), np.diff(first))
+
+    return rows
 
 
 def _spec(mixture: Mixture, name: str) -> FormatSpec:

@@ -141,17 +141,25 @@ class OverlapReport:
 
 def mixture_groups(opened: Any) -> list[Group]:
     """One group per dataset of an opened mixture; ``name:train`` and ``name:val`` with ``val``."""
+    from chute.lengths import Pieces
     from chute.mixture.opened import _spec
 
     out = []
     for d, ds in enumerate(opened.mixture):
         spec = _spec(opened.mixture, ds.name)
         source = opened.source.sources[d]
+        # documents split into windows: their records are compared, not each window (the
+        # windows of one document are not copies of each other)
+        table = source.table if isinstance(source, Pieces) else None
+        if isinstance(source, Pieces):
+            source = source.source
         if not ds.val:
             out.append(Group(ds.name, source, spec))
             continue
         for split in ("train", "val"):
             ids = opened.pools(split)[d]
+            if table is not None and ids is not None:
+                ids = np.unique(np.searchsorted(table.first, ids, side="right") - 1)
             out.append(Group(f"{ds.name}:{split}", source, spec, ids))
     return out
 

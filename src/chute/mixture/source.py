@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 
 from chute.errors import ConfigError, RejectTally, SampleError
-from chute.lengths import STATUS_REJECTED, Lengths, lengths_of
+from chute.lengths import STATUS_REJECTED, Lengths, Pieces, lengths_of
 from chute.sources.record import Record
 
 __all__ = ["MixtureRecipe", "MixtureSource", "concat_lengths", "slice_lengths"]
@@ -71,6 +71,11 @@ class MixtureSource:
 
     def __len__(self) -> int:
         return int(self.offsets[-1])
+
+    @property
+    def windowed(self) -> bool:
+        """Whether the samples are documents' windows already (each dataset's ``Pieces``)."""
+        return any(isinstance(s, Pieces) for s in self.sources)
 
     def dataset_of(self, ids: Any) -> np.ndarray:
         """The dataset (position in ``names``) of each global id."""
