@@ -20,7 +20,7 @@ from chute import JsonlSource, Loader, Mixture, MixtureEntry, World
 from chute.lengths import lengths_of
 from chute.mixture.opened import open_mixture
 from chute.mixture.overlap import find_duplicates
-from chute.testing import check_resume
+from chute.testing import check_elastic, check_resume
 
 WORDS = ["the", "quick", "brown", "fox", "jumps", "over", "a", "lazy", "dog", "owls"]
 MAX_LENGTH = 64
@@ -124,10 +124,14 @@ def test_resume_over_a_mixtures_windows(mix: Mixture) -> None:
             world=world, num_workers=num_workers, seed=5,
         )  # fmt: skip
 
-    assert check_resume(make, epochs=2, every=3) > 3
+    assert check_resume(make, epochs=2, every=3, num_workers=[2]) > 3
     state = make().state_dict()
     kinds = [d["source"]["kind"] for d in state["source"]["datasets"]]
     assert kinds == ["pieces", "pieces"]
+    want = Counter(make().planner.selection.order(0).materialize().tolist())
+    for old, new in [(2, 3), (3, 1)]:
+        consumed, rest = check_elastic(make, old_world_size=old, new_world_size=new, steps=2)
+        assert Counter(consumed.tolist()) + Counter(rest.tolist()) == want
 
 
 def test_a_hold_out_takes_whole_documents(mix: Mixture) -> None:
