@@ -151,11 +151,30 @@ def test_a_hold_out_takes_whole_documents(mix: Mixture) -> None:
     assert seen == sorted(val.tolist())
 
 
-def test_the_duplicate_check_compares_documents_not_windows(mix: Mixture) -> None:
-    report = find_duplicates(mix, workers=1, progress=False)
-    assert report.records == {"a": 7, "b": 6}  # documents
-    assert report.within == {"a": 0, "b": 0}  # a long document's windows are no copies
-    assert report.between["a|b"]["contents"] == 1  # b's first document is a's second
+def test_the_duplicate_check_compares_documents_not_windows(
+    mix: Mixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    held = Mixture(
+        [MixtureEntry("a", mix["a"].sources, val=0.4), MixtureEntry("b", mix["b"].sources)],
+        recipe=mix.recipe,
+    )
+    windowed = open_mixture(held)  # a mixture opened for training: its samples are windows
+    assert windowed.source.windowed
+    from_windows = find_duplicates(windowed, workers=1, progress=False)
+
+    def no_lengths(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("the duplicate check tokenized the documents")
+
+    monkeypatch.setattr("chute.lengths.lengths_of", no_lengths)
+    report = find_duplicates(held, workers=1, progress=False)  # compares records: no windows
+    assert report.records == {"a:train": 3, "a:val": 4, "b": 6}  # documents
+    assert report.within == {"a:train": 0, "a:val": 0, "b": 0}  # windows are no copies
+    shared = report.between["a:train|b"]["contents"] + report.between["a:val|b"]["contents"]
+    assert shared == 1  # b's first document is a's second
+    assert from_windows.to_json() | {"seconds": 0, "records_per_s": 0} == report.to_json() | {
+        "seconds": 0,
+        "records_per_s": 0,
+    }
 
 
 def test_stats_of_the_yaml_with_split_equal_those_of_its_caches(

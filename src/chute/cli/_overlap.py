@@ -29,7 +29,8 @@ def groups_of(paths: list[str], spec: FormatSpec, cache_dir: Path | None) -> lis
     out: list[Group] = []
     for path in paths:
         if is_mixture_config(path):
-            out += mixture_groups(open_mixture(Mixture.load(path), cache_dir=cache_dir))
+            opened = open_mixture(Mixture.load(path), cache_dir=cache_dir, windows=False)
+            out += mixture_groups(opened)
         else:
             out.append(Group(path, open_source(path, cache_dir=cache_dir), spec))
     return out
