@@ -1,9 +1,9 @@
 """The data files named on a command line: globs expanded, each indexed, unusable ones set aside.
 
 A glob such as ``data/*.json`` easily catches a file that holds no records (LLaMA-Factory's
-``dataset_info.json``: one JSON object over many lines; an empty file). Such a file is reported, one line on
-stderr naming it and why, and the command goes on with the others; it then exits with status 1,
-so a script notices. With no usable file left it fails as before.
+``dataset_info.json``: one JSON object over many lines; an empty file, a failed export). Such a
+file is reported, one line on stderr naming it and why, and the command goes on with the others;
+it then exits with status 1, so a script notices. With no usable file left it fails as before.
 """
 
 from __future__ import annotations
