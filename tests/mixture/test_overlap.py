@@ -125,3 +125,33 @@ def test_the_check_reports_its_progress_after_the_hashes(
     # every record counted once, and spilled once before when there are several partitions
     assert sum(steps) == records * (2 if report.partitions > 1 else 1)
     assert (report.partitions > 1) == (max_memory == 512)
+
+
+def test_the_cli_check_of_a_mixture_takes_its_overrides_and_needs_no_tokenizer(
+    tmp_path: Path,
+) -> None:
+    """Records are hashed, never tokenized: a YAML whose tokenizer is not on this machine (a
+    migrated one names a Hub id) is checked; ``key=value`` items after it apply to it."""
+    from typer.testing import CliRunner
+
+    from chute.cli import app
+
+    a = tmp_path / "a.jsonl"
+    a.write_bytes(b"".join(orjson.dumps({"text": f"t{i % 40}"}) + b"\n" for i in range(60)))
+    b = tmp_path / "b.jsonl"
+    b.write_bytes(b"".join(orjson.dumps({"text": f"t{i}"}) + b"\n" for i in range(35, 45)))
+    mix = Mixture(
+        [MixtureEntry("a", str(a)), MixtureEntry("b", str(b))],
+        recipe={"tokenizer": "Org/not-downloaded", "format": "text"},
+    )
+    config = tmp_path / "mix.yaml"
+    config.write_text(mix.to_yaml())
+    runner = CliRunner()
+    args = ["validate", "--overlap", str(config), "datasets.a.val=0.5", "--json"]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 1, result.output  # a and b share contents t35..t39
+    report = json.loads(result.stdout)
+    assert report["groups"] == ["a:train", "a:val", "b"]
+    assert sum(report["records"][g] for g in ("a:train", "a:val")) == 60
+    result = runner.invoke(app, ["validate", "--overlap", str(a), "datasets.a.val=0.5"])
+    assert result.exit_code == 2 and "follows the mixture YAML" in result.output

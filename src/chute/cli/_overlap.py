@@ -15,7 +15,9 @@ from typing import Any
 
 import typer
 
+from chute.cli._mixture_args import is_override
 from chute.cli._output import emit_json, table
+from chute.errors import ConfigError
 from chute.formats import FormatSpec
 from chute.mixture.config import Mixture, is_mixture_config
 from chute.mixture.opened import open_mixture
@@ -23,13 +25,30 @@ from chute.mixture.overlap import Group, find_duplicates, mixture_groups
 
 
 def groups_of(paths: list[str], spec: FormatSpec, cache_dir: Path | None) -> list[Group]:
-    """One group per data argument; a mixture YAML gives one per dataset (and split)."""
+    """One group per data argument; a mixture YAML gives one per dataset (and split).
+
+    ``key=value`` items after a mixture YAML override its keys, as for every command that
+    reads one (``mix.yaml datasets.alpaca.val=0.05``).
+    """
     from chute.sources import open_source
 
-    out: list[Group] = []
+    items: list[tuple[str, list[str]]] = []
     for path in paths:
+        if is_override(path):
+            if not items or not is_mixture_config(items[-1][0]):
+                raise ConfigError(
+                    f"{path}: a key=value override follows the mixture YAML whose key it sets "
+                    f"(chute validate --overlap mix.yaml {path})"
+                )
+            items[-1][1].append(path)
+        else:
+            items.append((path, []))
+    out: list[Group] = []
+    for path, overrides in items:
         if is_mixture_config(path):
-            opened = open_mixture(Mixture.load(path), cache_dir=cache_dir, windows=False)
+            opened = open_mixture(
+                Mixture.load(path, overrides), cache_dir=cache_dir, records_only=True
+            )
             out += mixture_groups(opened)
         else:
             out.append(Group(path, open_source(path, cache_dir=cache_dir), spec))

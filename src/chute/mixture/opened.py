@@ -261,18 +261,19 @@ def open_mixture(
     local_rank: int = 0,
     cache_dir: str | os.PathLike[str] | None = None,
     progress: ProgressArg = None,
-    windows: bool = True,
+    records_only: bool = False,
 ) -> OpenedMixture:
     """Open every dataset's files and build its recipe (see the module docstring).
 
     With ``overflow: split`` in the recipe, each dataset's samples are its documents' windows,
-    counted by a lengths pass (cached); ``windows=False`` keeps the records as they are (what
-    the duplicate check reads: it compares documents, and needs no tokenizing pass).
+    counted by a lengths pass (cached). ``records_only``: open the files and nothing more, no
+    recipe built (no tokenizer loaded) and no windows: what the duplicate check reads (it
+    hashes records and compares documents).
     """
     from chute.sources import open_source
 
     mixture = Mixture.load(mixture)
-    recipes = build_recipes(mixture)
+    recipes = None if records_only else build_recipes(mixture)
     records = []
     for ds in mixture:
         try:
@@ -282,7 +283,7 @@ def open_mixture(
     specs = [_spec(mixture, ds.name) for ds in mixture]
     sources: list[Any] = list(records)
     rows = None
-    if windows and recipes is not None and recipes[0].overflow == "split":
+    if recipes is not None and recipes[0].overflow == "split":
         sources = _windows(mixture, records, recipes, cache_dir, progress, local_rank)
         rows = _records_of_windows(sources)
 

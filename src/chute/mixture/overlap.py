@@ -170,7 +170,7 @@ def _as_groups(groups: Any) -> list[Group]:
     from chute.sources import open_source
 
     if isinstance(groups, Mixture):
-        groups = open_mixture(groups, windows=False)  # documents compared, not windows
+        groups = open_mixture(groups, records_only=True)  # documents, hashed: no tokenizer
     if isinstance(groups, OpenedMixture):
         return mixture_groups(groups)
     if isinstance(groups, Mapping):
