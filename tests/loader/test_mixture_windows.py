@@ -206,6 +206,12 @@ def test_stats_of_the_yaml_with_split_equal_those_of_its_caches(
         }
 
     assert plans(a) == plans(b)
+    # records are the documents, samples their windows, as chute stats says of one dataset
+    assert {n: d["records"] for n, d in a["datasets"].items()} == {"a": 7, "b": 6}
+    assert a["records"] == 13 and a["samples"] == sum(len(alone(mix, n)) for n in mix.names)
+    assert a["split"] == sum(
+        int(np.count_nonzero(np.diff(alone(mix, n).pieces.first) > 1)) for n in mix.names
+    )
     assert a["epoch"] == b["epoch"]
     refused = runner.invoke(app, ["stats", str(tmp_path / "caches"), *args, "--overflow", "split"])
     assert refused.exit_code == 2 and "give the mixture YAML" in refused.output
