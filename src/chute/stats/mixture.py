@@ -87,14 +87,14 @@ def mixture_stats(
     tokens = np.bincount(dataset, weights=fed[ids], minlength=n)
     total_samples, total_tokens = int(samples.sum()), float(tokens.sum())
     rows: dict[str, Any] = {}
-    split = []  # per dataset of documents cut into windows: its records, and those cut
+    cut: list[int] = []  # per dataset of documents split into windows: the documents cut
     for d, name in enumerate(opened.names):
         lo, hi = int(opened.offsets[d]), int(opened.offsets[d + 1])
         own = padding_stats(slice_lengths(lengths, lo, hi), **options) if hi > lo else None
         source = opened.source.sources[d]
         windows = np.diff(source.table.first) if isinstance(source, Pieces) else None
         if windows is not None:
-            split.append((len(windows), int(np.count_nonzero(windows > 1))))
+            cut.append(int(np.count_nonzero(windows > 1)))
         rows[name] = {
             "records": hi - lo if windows is None else len(windows),
             "samples": own["samples"] if own else 0,
@@ -109,8 +109,8 @@ def mixture_stats(
             "rejected": own["rejected"] if own else {},
         }
     out["datasets"] = rows
-    if split:  # the samples are windows: count the documents as records, as for one dataset
+    if cut:  # the samples are windows: count the documents as records, as for one dataset
         out["records"] = sum(r["records"] for r in rows.values())
-        out["split"] = sum(cut for _, cut in split)
+        out["split"] = sum(cut)
     out["epoch"] = {"samples": total_samples, "tokens": int(total_tokens)}
     return out
