@@ -318,3 +318,51 @@ def test_two_ranks_at_once_build_one_store_equal_to_a_single_build(
         assert (out / "pixels" / name).read_bytes() == (tmp_path / "one/pixels" / name).read_bytes()
     assert not (out / "finalizing").exists() and not list(out.glob(".pixels.tmp-*"))
     assert len(open_cache(out).pixels) == 3
+
+
+def test_a_mixtures_caches_read_every_datasets_pixels(
+    tmp_path: Path, data: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``chute preprocess --pixels`` of a mixture keeps a store per dataset; the Loader over
+    the caches reads each dataset's images from its store (before, it decoded them all)."""
+    from chute import Mixture, MixtureEntry
+    from chute.media import PixelStores
+
+    rows = data.read_text().splitlines(keepends=True)
+    first, second = tmp_path / "first.jsonl", tmp_path / "second.jsonl"
+    first.write_text("".join(rows[:2]))  # a.png; a.png + b.jpg
+    second.write_text("".join(rows[3:4] + rows[5:]))  # text; c.png
+    tok = write_tokenizer(tmp_path / "tok")
+    mix = Mixture(
+        [MixtureEntry("first", str(first)), MixtureEntry("second", str(second), repeat=2)],
+        recipe={"tokenizer": str(tok), "template": "chatml", "image_tokens": 16},
+    )
+    preprocess(mix, out=tmp_path / "c", pixels={"size": 48}, overrides=["cache.workers=1"])
+
+    def loader(**kw) -> Loader:
+        return Loader(open_cache(tmp_path / "c"), batch_size=2, seed=1, world=World(0, 1), **kw)
+
+    decoded = loader(
+        media=MediaStage(ImageTransform(size=48, crop=48, tokens_per_image=16), store=False)
+    )
+    want = batches(decoded)
+    auto = loader()
+    assert isinstance(auto.media.store, PixelStores) and len(auto.media.store) == 3
+
+    def no_decode(*args, **kwargs):
+        raise AssertionError("an image was decoded although a cache holds its pixels")
+
+    monkeypatch.setattr("chute.media.stage.decode_image", no_decode)
+    got = batches(auto)
+    assert sum(int(b["image_counts"].sum()) for b in got) == 5  # a, a+b, c twice
+    assert len(got) == len(want)
+    for g, w in zip(got, want, strict=True):
+        assert g.keys() == w.keys()
+        for key in g:
+            assert np.array_equal(np.asarray(g[key]), np.asarray(w[key])), key
+    with_workers = batches(loader(num_workers=2))  # the stores travel to forked workers
+    for g, w in zip(with_workers, want, strict=True):
+        assert np.array_equal(np.asarray(g["pixel_values"]), np.asarray(w["pixel_values"]))
+    other = ImageTransform(size=64, crop=64, tokens_per_image=16)
+    with pytest.raises(ConfigError, match="a cache of the mixture holds images pre-decoded"):
+        loader(media=other)

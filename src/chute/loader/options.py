@@ -124,8 +124,10 @@ def media_stage_for(
         try:
             stage = dataclasses.replace(stage, store=pixels)
         except ConfigError as exc:
+            root = getattr(source, "root", None)  # a mixture's caches have one each
+            where = f"the cache {root}" if root else "a cache of the mixture"
             raise ConfigError(
-                f"the cache {source.root} holds images pre-decoded for another transform "
+                f"{where} holds images pre-decoded for another transform "
                 f"than this media stage's. Leave media= out to use the cache's transform, pass "
                 f"MediaStage(..., store=False) to decode every image with this one, or rebuild "
                 f"the cache with its options. ({exc})",

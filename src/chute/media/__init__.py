@@ -38,7 +38,7 @@ if TYPE_CHECKING:  # static analysers and IDEs see the real names
     from chute.media.refs import MediaPlan, MediaSlot
     from chute.media.sizes import image_size, qwen2vl_grid, smart_resize
     from chute.media.stage import MediaStage
-    from chute.media.store import PixelStore, StoreReport, build_pixel_store
+    from chute.media.store import PixelStore, PixelStores, StoreReport, build_pixel_store
     from chute.media.tiles import AnyresTransform
     from chute.media.tokens import (
         DynamicImageTokens,
@@ -71,6 +71,7 @@ _EXPORTS: dict[str, str] = {
     "smart_resize": "chute.media.sizes",
     "MediaStage": "chute.media.stage",
     "PixelStore": "chute.media.store",
+    "PixelStores": "chute.media.store",
     "StoreReport": "chute.media.store",
     "build_pixel_store": "chute.media.store",
     "AnyresTransform": "chute.media.tiles",
@@ -103,6 +104,7 @@ __all__ = [
     "MediaSlot",
     "MediaStage",
     "PixelStore",
+    "PixelStores",
     "ProcessorTransform",
     "StoreReport",
     "VideoFrames",

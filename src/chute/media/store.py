@@ -52,7 +52,14 @@ from chute.errors import ConfigError, SampleError
 from chute.media.images import DecodeOptions, decode_image
 from chute.sources.tar_members import MemberRef, is_member_ref
 
-__all__ = ["STORE_FORMAT", "STORE_VERSION", "PixelStore", "StoreReport", "build_pixel_store"]
+__all__ = [
+    "STORE_FORMAT",
+    "STORE_VERSION",
+    "PixelStore",
+    "PixelStores",
+    "StoreReport",
+    "build_pixel_store",
+]
 
 STORE_FORMAT = "chute-pixels"
 STORE_VERSION = 1
@@ -334,6 +341,41 @@ class PixelStore:
 
     def __repr__(self) -> str:
         return f"PixelStore({str(self.path)!r}, images={len(self)})"
+
+
+class PixelStores:
+    """Several pixel stores read as one: each image from the first store that holds it.
+
+    A mixture's caches (``chute preprocess --pixels`` of a mixture) keep one store per dataset;
+    a Loader over them reads every dataset's images through this. ``check_transform`` checks
+    each store, so stores made for different geometries are refused, naming the one that
+    differs.
+
+    Example:
+        >>> PixelStores([]).get("a.png") is None
+        True
+    """
+
+    def __init__(self, stores: Sequence[Any]):
+        self.stores = list(stores)
+
+    def check_transform(self, transform: Any) -> None:
+        for store in self.stores:
+            store.check_transform(transform)
+
+    def get(self, path: str) -> np.ndarray | None:
+        """The pixels of ``path`` from the first store that holds them, or ``None``."""
+        for store in self.stores:
+            pixels = store.get(path)
+            if pixels is not None:
+                return pixels
+        return None
+
+    def __len__(self) -> int:
+        return sum(len(s) for s in self.stores)
+
+    def __repr__(self) -> str:
+        return f"PixelStores({self.stores!r})"
 
 
 class _Stat:

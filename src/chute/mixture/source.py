@@ -73,6 +73,33 @@ class MixtureSource:
         return int(self.offsets[-1])
 
     @property
+    def pixels(self) -> Any:
+        """Over caches built with ``--pixels``: their pre-decoded images, read as one store.
+
+        ``None`` when no dataset's cache holds any (a mixture of files, or caches without).
+        """
+        stores = [getattr(s, "pixels", None) for s in self.sources]
+        held = [store for store in stores if store is not None]
+        if not held:
+            return None
+        from chute.media.store import PixelStores
+
+        return PixelStores(held)
+
+    def media_stage(self) -> Any:
+        """The ``MediaStage`` the caches' pixels were made for, reading all of them.
+
+        The first such cache's stage, its store replaced by every cache's (``PixelStores``):
+        a cache whose pixels were made for another geometry is a ``ConfigError`` naming it.
+        """
+        caches = [s for s in self.sources if getattr(s, "pixels", None) is not None]
+        if not caches:
+            return None
+        import dataclasses
+
+        return dataclasses.replace(caches[0].media_stage(), store=self.pixels)
+
+    @property
     def windowed(self) -> bool:
         """Whether the samples are documents' windows already (each dataset's ``Pieces``)."""
         return any(isinstance(s, Pieces) for s in self.sources)
