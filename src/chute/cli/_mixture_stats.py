@@ -51,23 +51,20 @@ def mixture_stats_command(
             )
         caches = open_cache(mixture.path, verify_sources=False)
         opened = open_cached_mixture(caches, mixture.load() if mixture.overrides else None)
-    elif options.get("overflow") == "split":
-        # the samples are the documents' windows, cut by each dataset's recipe as the Loader
-        # cuts them (the selection and the amounts count windows); every window fits
-        windows = [
-            f"recipe.max_length={options['max_length']}",
-            "recipe.overflow=split",
-            f"recipe.stride={stride}",
-        ]
-        split = MixtureArgs(mixture.path, [*mixture.overrides, *windows])
-        opened = open_mixture(split.load(), cache_dir=cache_dir, progress=shown(output.progress))
-        options = {**options, "overflow": "truncate"}
     else:
-        # the recipe runs without a max_length: --max-length and --overflow apply here
-        free = MixtureArgs(
-            mixture.path, [*mixture.overrides, "recipe.max_length=null", "recipe.overflow=truncate"]
-        )
-        opened = open_mixture(free.load(), cache_dir=cache_dir, progress=shown(output.progress))
+        if options.get("overflow") == "split":
+            # the samples are the documents' windows, cut by each dataset's recipe as the
+            # Loader cuts them (the selection and the amounts count windows); every window fits
+            pins = [
+                f"recipe.max_length={options['max_length']}",
+                "recipe.overflow=split",
+                f"recipe.stride={stride}",
+            ]
+            options = {**options, "overflow": "truncate"}
+        else:  # the recipe runs without a max_length: --max-length and --overflow apply here
+            pins = ["recipe.max_length=null", "recipe.overflow=truncate"]
+        pinned = MixtureArgs(mixture.path, [*mixture.overrides, *pins])
+        opened = open_mixture(pinned.load(), cache_dir=cache_dir, progress=shown(output.progress))
     result = mixture_stats(opened, **options)
     result["input"] = {"mixture": mixture.path, "overrides": mixture.overrides}
     if plot is not None:
