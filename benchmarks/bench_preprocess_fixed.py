@@ -17,7 +17,8 @@ warm one. Usage::
     .venv/bin/python benchmarks/bench_preprocess_fixed.py --runs 3 --cold --name fixed_after
 
 ``--src DIR`` runs another checkout's ``src`` (e.g. ``git archive`` of ``main`` in ``/tmp``)
-with the same script, for before/after in one session. ``--vs DIR --pairs N`` runs both in one
+with the same script, for before/after in one session; ``DIR`` may be a ``PYTHONPATH`` of
+several folders (``/tmp/typer-0.29:/tmp/before/src``: another version of a dependency first). ``--vs DIR --pairs N`` runs both in one
 invocation, in pairs: each pair one warm run of ``DIR``'s ``src`` and one of this tree's (or
 ``--src``), the order swapped every pair, so a machine's drift hits both sides alike; the
 ratios are taken per pair. Results: ``benchmarks/results/NAME.json`` and a table on stdout
@@ -202,8 +203,10 @@ def main() -> None:
     for tree in (args.src, args.vs, str(Path(__file__).resolve().parents[1] / "src")):
         # every tree compiled first: with PYTHONDONTWRITEBYTECODE set, a tree never imported
         # before would compile each module in every run and look 0.1-0.3 s slower
-        if tree:
-            subprocess.run([sys.executable, "-m", "compileall", "-q", tree], check=True)
+        # (a tree may be a PYTHONPATH of several folders, e.g. another typer before chute's src)
+        for folder in (tree or "").split(os.pathsep):
+            if folder:
+                subprocess.run([sys.executable, "-m", "compileall", "-q", folder], check=True)
     if args.vs:
         compare(args, cfg, root)
         return

@@ -21,9 +21,9 @@ DATA=${CHUTE_SHARED_DATA:-../shared/data}
 OUT=.offline
 rm -rf "$OUT" && mkdir -p "$OUT/wheels" "$OUT/data/tokenizers/qwen3" "$OUT/data/llama-factory"
 # chute's runtime dependencies beyond what such a host has, without their own dependencies
-# (each listed), the newest that fits each Python version
-WHEELS="orjson typer click pydantic pydantic-core annotated-types typing-inspection
-typing-extensions annotated-doc shellingham rich markdown-it-py mdurl pygments"
+# (each listed), the newest that fits each Python version and pyproject.toml's bounds
+WHEELS="orjson typer<0.29 typing-extensions annotated-doc shellingham rich markdown-it-py mdurl
+pygments"
 for version in $PYVERS; do
     # shellcheck disable=SC2086
     "$PY" -m pip download --quiet --no-deps --only-binary=:all: --python-version "$version" \
