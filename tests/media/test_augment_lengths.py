@@ -114,14 +114,22 @@ def test_packed_rows_with_augmentation_never_exceed_max_length(
     recipe = _recipe("qwen2.5-vl", max_length=256)
     media = MediaStage(TRANSFORM, augment=AUG)
     loader = Loader(data, recipe, plan="packed", seed=1, media=media)
-    planned = loader.lengths.length
     caplog.set_level(logging.WARNING)
+    delivered = _packed_epochs(loader, epochs=3, width=256)
+    assert "held more than max_length" not in caplog.text
+    # every sample delivered or a counted reject (a crop that lost a box): none was cut
+    assert delivered + loader.stats.get("box_outside", 0) == 3 * 30 and delivered >= 45
+
+
+def _packed_epochs(loader: Loader, epochs: int, width: int) -> int:
+    """Samples delivered over ``epochs``, each checked against its planned length, every row
+    ``width`` tokens and none fuller."""
+    planned = loader.lengths.length
     delivered = 0
-    for epoch in range(3):
+    for epoch in range(epochs):
         loader.set_epoch(epoch)
         for batch in loader:
             cu = batch["cu_seqlens"].tolist()
-            width = batch["input_ids"].shape[1]
             seg = 0
             for row in batch["row_sample_ids"].tolist():
                 used = 0
@@ -129,9 +137,48 @@ def test_packed_rows_with_augmentation_never_exceed_max_length(
                     n = cu[seg + 1] - cu[seg]
                     assert n <= planned[i], (epoch, i, n, planned[i])
                     used, seg, delivered = used + n, seg + 1, delivered + 1
-                assert used <= 256 == width
+                assert used <= width == batch["input_ids"].shape[1]
                 seg += used < width  # the padding tail, a segment of its own
             assert seg == len(cu) - 1
+    return delivered
+
+
+def test_a_mixture_plans_each_dataset_at_its_widest_coordinates(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+):
+    """Crops over a mixture: each dataset's lengths are counted by its own recipe writing the
+    widest coordinates (the lengths of the dataset alone under ``widest_coordinates``), so no
+    packed row is cut over epochs; a text dataset's lengths are its plain ones."""
+    from chute import Mixture, MixtureEntry
+
+    boxes = _data(tmp_path, "qwen2.5-vl", n=30)
+    text = tmp_path / "text.jsonl"
+    text.write_text(
+        "".join(
+            json.dumps({"instruction": f"Count to {i}.", "output": " ".join(["1"] * i)}) + "\n"
+            for i in range(10)
+        )
+    )
+    rule = {"min_pixels": TRANSFORM.min_pixels, "max_pixels": TRANSFORM.max_pixels}
+    mix = Mixture(
+        [MixtureEntry("boxes", str(boxes), weight=1.0), MixtureEntry("text", str(text))],
+        recipe={
+            "tokenizer": str(TOKENIZER),
+            "template": "chatml",
+            "image_tokens": {**rule, "family": "qwen2.5-vl"},
+            "geometry": "qwen2.5-vl",
+            "max_length": 256,
+        },
+    )
+    loader = Loader(mix, plan="packed", seed=1, media=MediaStage(TRANSFORM, augment=AUG))
+    recipe = _recipe("qwen2.5-vl", max_length=256)
+    widest = lengths_of(JsonlSource(boxes), recipe.widest_coordinates(), cache=False).length
+    plain = lengths_of(JsonlSource(boxes), recipe, cache=False).length
+    planned = loader.lengths.length
+    assert planned[:30].tolist() == widest.tolist() and (widest > plain).any()
+    text_alone = lengths_of(JsonlSource(text), recipe, cache=False).length
+    assert planned[30:].tolist() == text_alone.tolist()
+    caplog.set_level(logging.WARNING)
+    delivered = _packed_epochs(loader, epochs=3, width=256)
     assert "held more than max_length" not in caplog.text
-    # every sample delivered or a counted reject (a crop that lost a box): none was cut
-    assert delivered + loader.stats.get("box_outside", 0) == 3 * 30 and delivered >= 45
+    assert delivered + loader.stats.get("box_outside", 0) == 3 * 40

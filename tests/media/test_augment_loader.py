@@ -162,19 +162,73 @@ def test_crops_without_a_geometry_are_refused(tmp_path: Path):
         MediaStage(lambda image: image, augment=AUG)
 
 
-def test_crops_over_a_mixture_are_refused_until_its_lengths_can_follow(tmp_path: Path):
-    """A mixture's lengths pass does not write the widest coordinates: a crop could make a
-    sample longer than its planned row, so crops and flips over a mixture are refused."""
+def _mixture(tmp_path: Path, boxes: Path, **recipe_options):  # type: ignore[no-untyped-def]
+    """The boxes dataset first (its ids are the same as alone) and a text dataset after it."""
     from chute import Mixture, MixtureEntry
 
-    data = _data(tmp_path)
+    text = tmp_path / "text.jsonl"
+    rows = [
+        {
+            "messages": [
+                {"role": "user", "content": f"Say {i}."},
+                {"role": "assistant", "content": f"{i}"},
+            ]
+        }
+        for i in range(6)
+    ]
+    text.write_text("".join(json.dumps(r) + "\n" for r in rows))
     rule = {"min_pixels": TRANSFORM.min_pixels, "max_pixels": TRANSFORM.max_pixels}
     recipe = {
         "tokenizer": str(TOKENIZER),
         "template": "chatml",
         "image_tokens": {**rule, "family": "qwen2.5-vl"},
-        "geometry": "qwen2.5-vl",
+        "tokenizer_backend": "hf",
+        **recipe_options,
     }
-    mix = Mixture([MixtureEntry("boxes", str(data), weight=1.0)], recipe=recipe)
-    with pytest.raises(ConfigError, match="over a mixture"):
-        Loader(mix, batch_size=4, media=MediaStage(TRANSFORM, augment=AUG))
+    entries = [MixtureEntry("boxes", str(boxes), weight=1.0), MixtureEntry("text", str(text))]
+    return Mixture(entries, recipe=recipe)
+
+
+def _by_id(loader: Loader, epoch: int) -> dict[int, tuple[list[int], list]]:  # type: ignore[type-arg]
+    """Every delivered sample of one epoch (batches of one): its tokens and its images."""
+    loader.set_epoch(epoch)
+    out = {}
+    for batch in loader:
+        (sample_id,) = batch["sample_ids"].tolist()
+        images = images_of(batch) if "pixel_values" in batch else []
+        out[sample_id] = (batch["input_ids"][0].tolist(), images)
+    return out
+
+
+def test_crops_over_a_mixture_move_each_datasets_boxes_as_the_dataset_alone(tmp_path: Path):
+    """A mixture hands each sample's draw to its dataset's recipe: the grounding dataset's
+    samples, tokens and pixels, equal the same dataset loaded alone, epoch by epoch, and every
+    box encloses its object; the text dataset's samples pass untouched."""
+    data = _data(tmp_path)
+    mix = _mixture(tmp_path, data, geometry="qwen2.5-vl")
+    media = MediaStage(TRANSFORM, augment=AUG)
+    mixed = Loader(mix, batch_size=1, seed=5, media=media)
+    alone = Loader(data, _recipe(geometry="qwen2.5-vl"), batch_size=1, seed=5, media=media)
+    image_id = alone.recipe.media.token_id("image")  # type: ignore[union-attr]
+    moved = 0
+    for epoch in range(2):
+        got, want = _by_id(mixed, epoch), _by_id(alone, epoch)
+        assert sorted(got) == list(range(12 + 6))  # every sample of both datasets once
+        for i, (tokens, images) in want.items():
+            assert got[i][0] == tokens
+            assert len(got[i][1]) == 1 and (got[i][1][0] == images[0]).all()
+            box = first_box(alone.recipe.tokenizer.decode([t for t in tokens if t != image_id]))  # type: ignore[union-attr]
+            assert encloses(box, red_extent(images[0]))
+            moved += box not in BOXES
+        assert all(not got[i][1] for i in range(12, 18))  # text: no images
+    assert moved >= 8 and mixed.stats == {}
+    # in DataLoader workers (the recipes pickled there): the same samples
+    in_workers = _by_id(Loader(mix, batch_size=1, seed=5, media=media, num_workers=2), 1)
+    assert in_workers.keys() == got.keys()
+    assert all(tokens == got[i][0] for i, (tokens, _) in in_workers.items())
+
+
+def test_crops_over_a_mixture_need_its_geometry(tmp_path: Path):
+    data = _data(tmp_path)
+    with pytest.raises(ConfigError, match="geometry"):
+        Loader(_mixture(tmp_path, data), batch_size=4, media=MediaStage(TRANSFORM, augment=AUG))

@@ -34,10 +34,10 @@ from chute.loader.options import (
     as_source,
     check_augment,
     fingerprint_of,
-    lengths_recipe,
     media_guard,
     media_stage_for,
     pad_id_from,
+    planning_inputs,
     rejects_path_for,
 )
 from chute.loader.planning import (
@@ -204,8 +204,7 @@ class Loader:
             slices, self.world, plan, plan_options, task_of(self.source, recipe)
         )
         setup = resolve_plan(
-            self.source,
-            lengths_recipe(recipe, media),
+            *planning_inputs(self.source, recipe, media),
             plan,
             plan_options,
             batch_size=batch_size,

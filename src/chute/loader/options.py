@@ -278,12 +278,33 @@ def lengths_recipe(recipe: RecipeContract | None, media: Any) -> RecipeContract 
     A crop rewrites a box in the text per draw, so the sample's length changes from epoch to
     epoch; plans are made once, from lengths counted with every coordinate at its widest form
     (``Recipe.widest_coordinates``), so an augmented sample is never longer than planned and a
-    packed row never exceeds ``max_length``.
+    packed row never exceeds ``max_length``. A mixture's recipe gives each dataset's recipe so.
     """
     augment = getattr(media, "augment", None)
-    if augment is None or not augment.geometric or not isinstance(recipe, Recipe):
+    widest = getattr(recipe, "widest_coordinates", None)
+    if augment is None or not augment.geometric or not callable(widest):
         return recipe
-    return recipe.widest_coordinates()
+    return widest()
+
+
+def planning_inputs(
+    source: Any, recipe: RecipeContract | None, media: Any
+) -> tuple[Any, RecipeContract | None]:
+    """The source and recipe a Loader's plan counts lengths with (``lengths_recipe``).
+
+    A mixture counts each dataset's lengths under the recipes its source holds, so with crops
+    or flips it plans over the same datasets holding the widest recipes
+    (``MixtureSource.with_recipes``); its records read the same.
+    """
+    planning = lengths_recipe(recipe, media)
+    recipes = getattr(planning, "recipes", None)
+    if (
+        planning is not recipe
+        and recipes is not None
+        and callable(getattr(source, "with_recipes", None))
+    ):
+        source = source.with_recipes(recipes)
+    return source, planning
 
 
 def check_augment(media: Any, recipe: RecipeContract | None) -> None:
@@ -308,14 +329,17 @@ def check_augment(media: Any, recipe: RecipeContract | None) -> None:
     from chute.mixture.source import MixtureRecipe  # here: options is imported by every Loader
 
     if isinstance(recipe, MixtureRecipe):
-        # Each dataset's recipe would have to write its own widest coordinates for the lengths
-        # pass; until it does, a crop could make a sample longer than its planned row.
-        raise ConfigError(
-            "the media stage's augmentation crops or flips images over a mixture: boxes in "
-            "each dataset's text cannot follow them yet. Augment colours only "
-            "(Augment(jitter=..., transform=...)), or load the grounding dataset on its own",
-            param="augment",
-        )
+        # each dataset's recipe follows the draw (and its lengths were counted at the widest
+        # coordinates); the geometry is run-wide, the same in every one
+        others = [r for r in recipe.recipes if not isinstance(r, Recipe)]
+        if others:
+            raise ConfigError(
+                f"the media stage's augmentation crops or flips images, but a dataset of the "
+                f"mixture is read by {type(others[0]).__name__}, not a chute Recipe: its text "
+                f"could not follow the pixels",
+                param="augment",
+            )
+        recipe = recipe.recipes[0]
     if not isinstance(recipe, Recipe) or recipe.geometry is None:
         raise ConfigError(
             f"the media stage's augmentation crops or flips images, but the recipe says "

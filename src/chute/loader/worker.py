@@ -158,8 +158,11 @@ class BatchBuilder:
         self.media_guard = media_guard
         self.seed = seed
         self.augment = getattr(media, "augment", None)
-        # coordinates in the text follow the draw only through a recipe that knows them
-        self._recipe_draws = self.augment is not None and isinstance(recipe, Recipe)
+        # coordinates in the text follow the draw only through a recipe that knows them (a
+        # mixture's recipe hands it to each dataset's)
+        self._recipe_draws = self.augment is not None and (
+            isinstance(recipe, Recipe) or callable(getattr(recipe, "widest_coordinates", None))
+        )
         self._watchdog = Watchdog(sample_timeout)
         self._name = type(source).__name__
         self._pid = -1

@@ -164,6 +164,23 @@ class MixtureSource:
             out.append({"name": name, "source": fp() if callable(fp) else {"records": len(source)}})
         return {"kind": "mixture", "datasets": out}
 
+    def with_recipes(self, recipes: Sequence[Any]) -> MixtureSource:
+        """The same datasets, their lengths counted under ``recipes`` (one per dataset).
+
+        What the Loader plans over when its augmentation crops or flips: each dataset's recipe
+        writing its coordinates at their widest form (``MixtureRecipe.widest_coordinates``), so
+        no draw makes a sample longer than its planned row. Records read the same.
+        """
+        if len(recipes) != len(self.sources):
+            raise ConfigError(f"{len(recipes)} recipes for {len(self.sources)} datasets")
+        return MixtureSource(
+            self.names,
+            self.sources,
+            recipes=recipes,
+            local_rank=self.local_rank,
+            max_length=self.max_length,
+        )
+
     def lengths(self) -> Lengths:
         """Every dataset's lengths under its own recipe (cached each), end to end."""
         if self._lengths is None:
@@ -215,6 +232,23 @@ class MixtureRecipe:
         self.overflow = first.overflow
         self.stride = first.stride
 
+    @property
+    def geometry(self) -> Any:
+        """The coordinates' convention (run-wide: every dataset's recipe has the same)."""
+        return getattr(self.recipes[0], "geometry", None)
+
+    def widest_coordinates(self) -> MixtureRecipe:
+        """Each dataset's recipe writing every coordinate at its widest form.
+
+        The lengths pass of a Loader that crops or flips (``Recipe.widest_coordinates``): a
+        crop rewrites a sample's boxes per draw, and plans are made once.
+        """
+        recipes = [
+            r.widest_coordinates() if callable(getattr(r, "widest_coordinates", None)) else r
+            for r in self.recipes
+        ]
+        return MixtureRecipe(self.names, self.offsets, recipes)
+
     def _recipe_of(self, record: Any) -> Any:
         index = getattr(record, "index", None)
         if index is None:
@@ -225,8 +259,16 @@ class MixtureRecipe:
         d = int(np.searchsorted(self.offsets, index, side="right") - 1)
         return self.recipes[d]
 
-    def __call__(self, record: Any) -> dict[str, Any]:
-        return self._recipe_of(record)(record)
+    def __call__(self, record: Any, *, draw: Any = None) -> dict[str, Any]:
+        """The record through its dataset's recipe.
+
+        ``draw``: the sample's augmentation, whose crops and flips the recipe's coordinates
+        follow (``Recipe.__call__``).
+        """
+        recipe = self._recipe_of(record)
+        if draw is None or not callable(getattr(recipe, "widest_coordinates", None)):
+            return recipe(record)
+        return recipe(record, draw=draw)
 
     def batch(self, records: Iterable[Any]) -> list[Any]:
         """Each record through its dataset's ``recipe.batch``, results in input order."""
