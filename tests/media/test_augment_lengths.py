@@ -182,3 +182,19 @@ def test_a_mixture_plans_each_dataset_at_its_widest_coordinates(
     delivered = _packed_epochs(loader, epochs=3, width=256)
     assert "held more than max_length" not in caplog.text
     assert delivered + loader.stats.get("box_outside", 0) == 3 * 40
+
+
+def test_windows_under_crops_are_planned_at_their_widest_coordinates(tmp_path: Path):
+    """``overflow="split"`` counts its windows from the lengths the plan uses: with crops, the
+    widest coordinates' (a document with an image is one window), so no row is cut."""
+    data = _data(tmp_path, "qwen2.5-vl", n=30)
+    recipe = _recipe("qwen2.5-vl", max_length=256, overflow="split")
+    loader = Loader(data, recipe, plan="packed", seed=1, media=MediaStage(TRANSFORM, augment=AUG))
+    widest = lengths_of(JsonlSource(data), recipe.widest_coordinates(), cache=False).length
+    plain = lengths_of(JsonlSource(data), recipe, cache=False).length
+    assert loader.lengths.length.tolist() == widest.tolist() and (widest > plain).any()
+    delivered = _packed_epochs(loader, epochs=2, width=256)
+    # a document with an image is never cut: one whose widest form is too long is left out
+    left_out = sum(loader.excluded.values())
+    assert set(loader.excluded) <= {"too_long"}
+    assert delivered + loader.stats.get("box_outside", 0) + 2 * left_out == 2 * 30

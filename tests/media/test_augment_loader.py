@@ -232,3 +232,35 @@ def test_crops_over_a_mixture_need_its_geometry(tmp_path: Path):
     data = _data(tmp_path)
     with pytest.raises(ConfigError, match="geometry"):
         Loader(_mixture(tmp_path, data), batch_size=4, media=MediaStage(TRANSFORM, augment=AUG))
+
+
+@pytest.mark.parametrize("augment", [None, AUG], ids=["resize", "crops"])
+def test_a_recipe_that_splits_documents_moves_boxes_as_one_that_does_not(
+    tmp_path: Path, augment: Augment | None
+):
+    """``overflow="split"`` reads every record as windows (a short one is one window): the
+    boxes in a window's text follow the resize and the draw as an unsplit sample's do. They
+    did not (the window's text was read as written: every moved box wrong, silently)."""
+    data = _data(tmp_path)
+    media = MediaStage(TRANSFORM, augment=augment)
+
+    def samples(overflow: str) -> dict[int, tuple[list[int], list]]:  # type: ignore[type-arg]
+        recipe = _recipe(geometry="qwen2.5-vl", overflow=overflow, max_length=512)
+        return _by_id(Loader(data, recipe, batch_size=1, seed=5, media=media), 0)
+
+    split, whole = samples("split"), samples("truncate")
+    assert split.keys() == whole.keys() == set(range(12))
+    recipe = _recipe(geometry="qwen2.5-vl")
+    image_id = recipe.media.token_id("image")
+    for i, (tokens, images) in split.items():
+        assert tokens == whole[i][0] and (images[0] == whole[i][1][0]).all()
+        box = first_box(recipe.tokenizer.decode([t for t in tokens if t != image_id]))
+        assert encloses(box, red_extent(images[0]))
+
+
+def test_crops_over_a_mixture_split_into_windows_are_refused(tmp_path: Path):
+    mix = _mixture(
+        tmp_path, _data(tmp_path), geometry="qwen2.5-vl", overflow="split", max_length=512
+    )
+    with pytest.raises(ConfigError, match="split into windows"):
+        Loader(mix, batch_size=4, media=MediaStage(TRANSFORM, augment=AUG))

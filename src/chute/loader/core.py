@@ -34,6 +34,7 @@ from chute.loader.options import (
     as_source,
     check_augment,
     fingerprint_of,
+    lengths_recipe,
     media_guard,
     media_stage_for,
     pad_id_from,
@@ -196,7 +197,10 @@ class Loader:
             check_recipe(recipe)
             recipe = None
         # overflow="split": the samples are the documents' windows, each with its own id
-        self.source = split_source(self.source, recipe, self.world.local_rank)
+        # (its windows counted from the lengths the plan uses: the widest under crops, below)
+        self.source = split_source(
+            self.source, lengths_recipe(recipe, media), self.world.local_rank
+        )
         self.num_samples = len(self.source)
         check_collate(collate, pad_id, pad_to_multiple_of)
         self.slices = slices

@@ -331,6 +331,15 @@ def check_augment(media: Any, recipe: RecipeContract | None) -> None:
     if isinstance(recipe, MixtureRecipe):
         # each dataset's recipe follows the draw (and its lengths were counted at the widest
         # coordinates); the geometry is run-wide, the same in every one
+        if recipe.overflow == "split":
+            # its datasets were cut into windows when it was opened, by the plain lengths
+            raise ConfigError(
+                "the media stage's augmentation crops or flips images over a mixture split "
+                "into windows (overflow: split): its windows were counted from lengths a crop "
+                "could exceed. Augment colours only (Augment(jitter=..., transform=...)), or "
+                "load the grounding datasets without overflow: split",
+                param="augment",
+            )
         others = [r for r in recipe.recipes if not isinstance(r, Recipe)]
         if others:
             raise ConfigError(

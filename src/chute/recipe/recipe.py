@@ -442,16 +442,25 @@ class Recipe:
         self, data: Any, path: str | None, line: int | None, index: int | None, draw: Any
     ) -> dict[str, Any]:
         """One sequence (``SftTask``): coordinates and times follow the draw, then encode."""
+        conv, flip_ok = self._placed(data, path, draw)
+        sample = self._finish(self._fit(conv, self._encode(conv, path), path), path, line, index)
+        if not flip_ok:
+            sample["no_flip"] = True  # the text says left or right: the stage does not flip
+        return sample
+
+    def _placed(self, data: Any, path: str | None, draw: Any) -> tuple[Conversation, bool]:
+        """``(conversation, whether a flip is allowed)`` of a record, its coordinates placed.
+
+        The record read, its boxes answered from its columns and moved (for the resize and the
+        draw), its times checked. Every sequence goes through it, a window of a split document too: the pixels are
+        resized (and cropped) whichever way the text was cut.
+        """
         conv = self._reader(data)
         flip_ok = True
         if self.geometry is not None or draw is not None:
             conv = objects_answer(conv, data, self.geometry, self.media, path)
             conv, flip_ok = self._coordinates(conv, path, draw)
-        conv = move_timestamps(conv, self.timestamps, self.media, path)
-        sample = self._finish(self._fit(conv, self._encode(conv, path), path), path, line, index)
-        if not flip_ok:
-            sample["no_flip"] = True  # the text says left or right: the stage does not flip
-        return sample
+        return move_timestamps(conv, self.timestamps, self.media, path), flip_ok
 
     def _coordinates(
         self, conv: Conversation, path: str | None, draw: Any = None

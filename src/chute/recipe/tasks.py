@@ -75,9 +75,13 @@ class SftTask(TaskStrategy):
         draw: Any,
     ) -> dict[str, Any]:
         path, line, index = where
-        if window is not None:
-            return recipe._window_sample(recipe._reader(data), window, path, line, index)
-        return recipe._sft_sample(data, path, line, index, draw)
+        if window is None:
+            return recipe._sft_sample(data, path, line, index, draw)
+        conv, flip_ok = recipe._placed(data, path, draw)
+        sample = recipe._window_sample(conv, window, path, line, index)
+        if not flip_ok:
+            sample["no_flip"] = True
+        return sample
 
 
 class PreferenceTask(TaskStrategy):
