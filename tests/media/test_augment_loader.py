@@ -264,3 +264,18 @@ def test_crops_over_a_mixture_split_into_windows_are_refused(tmp_path: Path):
     )
     with pytest.raises(ConfigError, match="split into windows"):
         Loader(mix, batch_size=4, media=MediaStage(TRANSFORM, augment=AUG))
+
+
+def test_windows_of_in_memory_records_follow_the_draw(tmp_path: Path):
+    """A list of dicts split into windows: each window's boxes follow the crop (the draw was
+    dropped for such items), as the same records read from a file."""
+    data = _data(tmp_path)
+    records = [json.loads(line) for line in data.read_text().splitlines()]
+    recipe = _recipe(
+        geometry="qwen2.5-vl", overflow="split", max_length=512, media_root=str(tmp_path)
+    )
+    media = MediaStage(TRANSFORM, augment=AUG)
+    in_memory = _by_id(Loader(records, recipe, batch_size=1, seed=5, media=media), 0)
+    from_file = _by_id(Loader(data, recipe, batch_size=1, seed=5, media=media), 0)
+    assert in_memory.keys() == from_file.keys() == set(range(12))
+    assert all(in_memory[i][0] == from_file[i][0] for i in in_memory)

@@ -263,8 +263,8 @@ class Recipe:
                 return self._sample(record.data, path, line, record.index, record.window, draw)
             except SampleError as exc:
                 raise exc.with_location(path, line) from None
-        if isinstance(record, Windowed):
-            return self.process(record.item, window=record.window)
+        if isinstance(record, Windowed):  # a window of an in-memory record
+            return self._sample(record.item, None, None, None, record.window, draw)
         if draw is not None:
             return self._sample(record, None, None, None, None, draw)
         return self.process(record)
