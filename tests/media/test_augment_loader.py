@@ -279,3 +279,31 @@ def test_windows_of_in_memory_records_follow_the_draw(tmp_path: Path):
     from_file = _by_id(Loader(data, recipe, batch_size=1, seed=5, media=media), 0)
     assert in_memory.keys() == from_file.keys() == set(range(12))
     assert all(in_memory[i][0] == from_file[i][0] for i in in_memory)
+
+
+@pytest.mark.parametrize("overflow", ["truncate", "split"])
+def test_the_loader_over_the_source_equals_it_over_the_cache_with_boxes(
+    tmp_path: Path, overflow: str
+):
+    """Boxes moved for the resize: the same tokens and pixels whether the Loader runs the
+    recipe or reads what ``preprocess`` made with it (under ``split`` they differed)."""
+    from chute import open_cache, preprocess
+
+    data = _data(tmp_path)
+    rule = {"min_pixels": TRANSFORM.min_pixels, "max_pixels": TRANSFORM.max_pixels}
+    options = {
+        "tokenizer": str(TOKENIZER),
+        "template": "chatml",
+        "image_tokens": {**rule, "family": "qwen2.5-vl"},
+        "geometry": "qwen2.5-vl",
+        "max_length": 512,
+        "overflow": overflow,
+    }
+    out = tmp_path / "cache"
+    preprocess(sources=[str(data)], recipe=options, cache={"workers": 1}, out=str(out))
+    media = MediaStage(TRANSFORM)
+    read = _by_id(Loader(data, Recipe(**options), batch_size=1, seed=5, media=media), 0)
+    cached = _by_id(Loader(open_cache(out), batch_size=1, seed=5, media=media), 0)
+    assert read.keys() == cached.keys() == set(range(12))
+    for i, (tokens, images) in read.items():
+        assert tokens == cached[i][0] and (images[0] == cached[i][1][0]).all()
