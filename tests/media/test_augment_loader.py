@@ -307,3 +307,25 @@ def test_the_loader_over_the_source_equals_it_over_the_cache_with_boxes(
     assert read.keys() == cached.keys() == set(range(12))
     for i, (tokens, images) in read.items():
         assert tokens == cached[i][0] and (images[0] == cached[i][1][0]).all()
+
+
+def test_crops_over_a_mixture_resume_exactly(tmp_path: Path):
+    """A mixture's draws are keyed by the global sample id: a resumed Loader (here with two
+    workers, from one without) delivers the uninterrupted run's tokens and pixels."""
+    mix = _mixture(tmp_path, _data(tmp_path), geometry="qwen2.5-vl")
+    media = MediaStage(TRANSFORM, augment=AUG)
+    first = Loader(mix, batch_size=2, seed=7, media=media)
+    first.set_epoch(1)
+    stream = iter(first)
+    for _ in range(3):
+        next(stream)
+    state = first.state_dict()
+    rest = [(b["input_ids"], b.get("pixel_values")) for b in stream]
+    resumed = Loader(mix, batch_size=2, seed=7, media=media, num_workers=2)
+    resumed.load_state_dict(state)
+    again = [(b["input_ids"], b.get("pixel_values")) for b in resumed]
+    assert len(again) == len(rest) == 6
+    for (a, pa), (b, pb) in zip(rest, again, strict=True):
+        assert a.equal(b) and (pa is None) == (pb is None)
+        assert pa is None or pa.equal(pb)
+    assert sum(pa is not None for _, pa in rest) >= 3
