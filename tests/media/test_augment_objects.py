@@ -132,3 +132,44 @@ def test_objects_follow_the_crop_and_flip_through_the_loader(tmp_path: Path):
                 assert encloses(first_box(text), red_extent(image))
                 moved += 1
     assert loader.stats == {} and moved == 24
+
+
+def test_points_in_the_objects_column_are_written_and_follow_the_crop(tmp_path: Path):
+    """``{"point": [x, y]}`` (or ``point_2d``): Qwen2.5-VL's ``point_2d`` of the resized image,
+    moved with the crop and flip (it stays on the red object); no other convention has points."""
+    import re
+
+    where = _data(tmp_path)
+    record = _record(0, BOXES[0])
+    record["objects"] = [{"point": [65, 50], "label": "red box"}, {"point_2d": [41.5, 31]}]
+    # the 112x84 image (see above): 65 * 112/150 = 48.5 -> 49, 50 * 0.84 = 42; 31.0, 26.04
+    assert _answer(_recipe("qwen2.5-vl"), record, where) == (
+        '[{"point_2d": [49, 42], "label": "red box"}, {"point_2d": [31, 26]}]'
+    )
+    with pytest.raises(SampleError, match="qwen2.5-vl's convention only"):
+        _recipe("qwen2-vl").process(record, path=str(where))
+    with pytest.raises(SampleError, match=r"box_invalid: objects\[0\].point: expected \[x, y\]"):
+        _recipe("qwen2.5-vl").process({**record, "objects": [{"point": [1]}]}, path=str(where))
+    # through the Loader: each box's centre as a point lands on the red object, crop or flip
+    rows = []
+    for i, box in enumerate(BOXES * 3):
+        centre = [(box[0] + box[2]) / 2, (box[1] + box[3]) / 2]
+        rows.append({**_record(i, box), "objects": [{"point": centre, "label": "red box"}]})
+    data = tmp_path / "points.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    recipe = _recipe("qwen2.5-vl")
+    loader = Loader(data, recipe, batch_size=4, seed=5, media=MediaStage(TRANSFORM, augment=AUG))
+    image_id = recipe.media.token_id("image")
+    checked = 0
+    for epoch in range(2):
+        loader.set_epoch(epoch)
+        for batch in loader:
+            for row, image in zip(batch["input_ids"], images_of(batch), strict=True):
+                text = recipe.tokenizer.decode([t for t in row.tolist() if t != image_id])
+                x, y = map(int, re.search(r'"point_2d": \[(\d+), (\d+)\]', text).groups())  # type: ignore[union-attr]
+                x1, y1, x2, y2 = red_extent(image)
+                assert x1 - 1 <= x <= x2 + 1 and y1 - 1 <= y <= y2 + 1, (x, y, (x1, y1, x2, y2))
+                checked += 1
+    # a crop that leaves the point out is a counted reject, never a point elsewhere
+    assert set(loader.stats) <= {"box_outside"} and checked >= 18
+    assert checked + loader.stats.get("box_outside", 0) == 24

@@ -126,7 +126,8 @@ def objects_answer(
 
     A grounding record may hold its boxes as data rather than text: ``"objects": [{"bbox":
     [x1, y1, x2, y2], "label": "dog"}, ...]`` or a top-level ``"bbox"`` (with an optional
-    ``"label"``), corners in pixels of the original image. When the conversation ends with the
+    ``"label"``), corners in pixels of the original image; an object may be a point instead,
+    ``{"point": [x, y]}`` (or ``"point_2d"``), written in ``qwen2.5-vl`` only. When the conversation ends with the
     user's turn (the record has no answer), the answer is those objects written in the
     ``geometry``'s convention, which the rewrite that follows then moves with the pixels, with
     the sample's own draw::
@@ -171,6 +172,8 @@ def objects_answer(
 
 
 def _render(convention: str, obj: Any, size: tuple[int, int] | None, k: int) -> str:
+    if isinstance(obj, dict) and "bbox" not in obj and ("point" in obj or "point_2d" in obj):
+        return _render_point(convention, obj, k)
     box = obj.get("bbox") if isinstance(obj, dict) else None
     if not (
         isinstance(box, list)
@@ -200,6 +203,32 @@ def _render(convention: str, obj: Any, size: tuple[int, int] | None, k: int) -> 
     body = [math.floor(xs[0] * 1000) / 1000, math.floor(ys[0] * 1000) / 1000]
     body += [math.ceil(xs[1] * 1000) / 1000, math.ceil(ys[1] * 1000) / 1000]
     entry = {"bbox": [round(v, 3) for v in body]}
+    return json.dumps({**entry, **({"label": label} if label is not None else {})})
+
+
+def _render_point(convention: str, obj: dict[str, Any], k: int) -> str:
+    """An object that is a point, ``{"point": [x, y]}`` (or ``point_2d``), in pixels.
+
+    Written as Qwen2.5-VL's ``{"point_2d": [x, y]}``; the other conventions write no points.
+    """
+    key = "point" if "point" in obj else "point_2d"
+    point = obj[key]
+    if not (
+        isinstance(point, list)
+        and len(point) == 2
+        and all(isinstance(v, int | float) and not isinstance(v, bool) for v in point)
+    ):
+        raise SampleError(
+            "box_invalid", f"objects[{k}].{key}: expected [x, y] in pixels, got {point!r}"
+        )
+    if convention != "qwen2.5-vl":
+        raise SampleError(
+            "box_invalid",
+            f"objects[{k}].{key}: a point is written in qwen2.5-vl's convention only "
+            f'("point_2d"), not {convention}\'s',
+        )
+    label = obj.get("label")
+    entry: dict[str, Any] = {"point_2d": [_num(v) for v in point]}
     return json.dumps({**entry, **({"label": label} if label is not None else {})})
 
 
