@@ -322,6 +322,23 @@ def test_dynamic_image_tokens_from_headers(pics: Path) -> None:
     assert trained_text(recipe, sample) == "Cats.<|im_end|>"
 
 
+def test_a_missing_image_found_above_the_data_files_folder_names_the_media_root(
+    pics: Path,
+) -> None:
+    # LLaVA-style data names images from the folder above its own: img/a.png beside
+    # PICS/img, the data in PICS/demo/data.jsonl
+    recipe = Recipe(tokenizer=TOK, template="chatml", image_tokens=4)
+    (pics / "demo").mkdir()
+    with pytest.raises(SampleError, match=r"the path is there under (.*): set media_root=") as e:
+        recipe.process(mm_record("img/a.png"), path=str(pics / "demo" / "data.jsonl"))
+    assert f"media_root={str(pics.resolve())!r}" in str(e.value)
+    fixed = Recipe(tokenizer=TOK, template="chatml", image_tokens=4, media_root=pics)
+    assert fixed.process(mm_record("img/a.png"), path=str(pics / "demo" / "data.jsonl"))
+    # nowhere above: the plain advice
+    with pytest.raises(SampleError, match="set media_root if they are relative to another"):
+        recipe.process(mm_record("img/none.png"), path=str(pics / "demo" / "data.jsonl"))
+
+
 def test_media_root_and_absolute_paths(pics: Path) -> None:
     recipe = Recipe(tokenizer=TOK, template="chatml", image_tokens=4, media_root=pics / "img")
     sample = recipe.process(

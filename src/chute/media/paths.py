@@ -206,6 +206,30 @@ class MediaPaths:
             f"paths are relative to, or name the target's folder in {spell('media_allowed_roots')}",
         )
 
+    def root_above(self, resolved: str, data_path: str | None, levels: int = 3) -> str | None:
+        """The nearest folder above the root where a missing file's relative path exists.
+
+        For the message of a missing file: LLaVA-style data often names its images relative to
+        the folder above the data file's (``demo/images/1.png`` beside ``demo/data.json``).
+        ``None`` when the path was not relative to a local root, or no folder holds it.
+        """
+        root = self.root_for(data_path)
+        if is_url(root) or is_url(resolved):
+            return None
+        real_root = os.path.realpath(root)
+        if not _inside(resolved, real_root) or resolved == real_root:
+            return None
+        relative = os.path.relpath(resolved, real_root)
+        folder = real_root
+        for _ in range(levels):
+            parent = os.path.dirname(folder)
+            if parent == folder:
+                return None
+            folder = parent
+            if os.path.isfile(os.path.join(folder, relative)):
+                return folder
+        return None
+
     def describe_root(self, data_path: str | None) -> str:
         """Which root applies to ``data_path``, in words, for error messages."""
         if self.by_source or self.default is not None:

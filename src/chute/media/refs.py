@@ -242,10 +242,15 @@ class MediaPlan:
             and not os.path.isfile(resolved)
         ):
             where = self.paths.describe_root(data_path)
+            above = self.paths.root_above(resolved, data_path)
+            fix = (
+                f"the path is there under {above}: set {spell_set('media_root', above)}"
+                if above is not None
+                else f"set {spell('media_root')} if they are relative to another folder"
+            )
             raise SampleError(
                 "image_missing",
-                f"{resolved}: no such file (relative paths resolve against {where}; set "
-                f"{spell('media_root')} if they are relative to another folder)",
+                f"{resolved}: no such file (relative paths resolve against {where}; {fix})",
             )
         if dynamic:
             w, h = image_size(resolved)
