@@ -177,3 +177,34 @@ def test_the_loader_shares_when_torchrun_starts_several_ranks_per_node(
         node_ranks()  # as LOCAL_RANK: a launcher's variable that is wrong is said, not guessed
     with pytest.raises(ConfigError, match="local_world_size must be >= 1"):
         World(local_world_size=0)
+
+
+def test_a_share_that_cannot_be_written_builds_each_ranks_own_plan(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A read-only folder (here: under a regular file, which no one can make a folder of) or a
+    full one: every rank builds the same plan itself, with a warning, instead of failing."""
+    import errno
+    import logging
+
+    from chute.plan import shared
+
+    lens = lengths()
+    alone = GroupedPlanner(4, lengths=lens).build(len(lens), epoch=1, world_size=3)
+    (tmp_path / "blocker").write_text("a file")
+    caplog.set_level(logging.WARNING)
+    for root in (tmp_path / "blocker" / "plans", tmp_path / "full"):
+        if root.name == "full":
+
+            def full(*args: object) -> None:
+                raise OSError(errno.ENOSPC, "No space left on device")
+
+            monkeypatch.setattr(shared, "_publish", full)
+        share = PlanShare(root)
+        for _ in range(2):
+            planner = GroupedPlanner(4, lengths=lens).with_share(share)
+            plan = planner.build(len(lens), epoch=1, world_size=3)
+            assert np.array_equal(plan.ids, alone.ids)
+            assert np.array_equal(plan.batch_bounds, alone.batch_bounds)
+    assert "cannot write plans under" in caplog.text and "No space left" in caplog.text
+    assert not list((tmp_path / "full").glob("*.claim"))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import os
 import tempfile
@@ -126,11 +127,54 @@ def atomic_array(path: str | os.PathLike[str], dtype: Any, shape: tuple[int, ...
 
     with _replaced(path) as tmp:
         out = np.lib.format.open_memmap(tmp, mode="w+", dtype=dtype, shape=shape)
+        _reserve(tmp)
         yield out
         out.flush()
         del out
         with open(tmp, "rb+") as f:
             os.fsync(f.fileno())
+
+
+def _reserve(path: str) -> None:
+    """Allocate a mapped file's blocks now: a full disk is an ``OSError`` here, not a SIGBUS.
+
+    ``open_memmap`` makes a sparse file; a page written to it later with no block left for it
+    kills the process (SIGBUS on tmpfs) or is lost at writeback. Where the filesystem cannot
+    allocate ahead (``EOPNOTSUPP``, ``EINVAL``), nothing changes.
+    """
+    allocate = getattr(os, "posix_fallocate", None)
+    if allocate is None:  # pragma: no cover - not on Linux
+        return
+    with open(path, "rb+") as f:
+        size = os.fstat(f.fileno()).st_size
+        try:
+            allocate(f.fileno(), 0, size)
+        except OSError as exc:
+            if exc.errno not in (errno.EOPNOTSUPP, errno.EINVAL, errno.ENOSYS):
+                raise
+
+
+# What a write under chute's cache folder may meet that is about the folder, not the file:
+# full, over a quota, read-only, not ours. Derived files are then kept in memory (or refused
+# with the fix); any other error stays an error.
+CANNOT_WRITE = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM})
+
+
+def writable_folder(directory: str | os.PathLike[str]) -> bool:
+    """Whether files can be created in ``directory`` (made if missing): a probe file, removed.
+
+    Derived files go under ``cache_root()``, which may be read-only (a shared home, a
+    container's image): the callers then keep what they derive in memory instead.
+    """
+    directory = Path(directory)
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        fd, probe = tempfile.mkstemp(dir=directory, prefix=".probe-")
+    except OSError:
+        return False
+    os.close(fd)
+    os.unlink(probe)
+    return True
 
 
 @contextlib.contextmanager

@@ -14,14 +14,21 @@ from typing import Any
 import numpy as np
 import orjson
 
+from chute._internal.files import CANNOT_WRITE, writable_folder
 from chute._internal.progress import ProgressArg
 from chute._internal.progress import progress as progress_of
 from chute._internal.waiting import poll
 from chute.errors import ConfigError
-from chute.lengths.base import STATUS_OK, STATUS_REJECTED, STATUS_TRUNCATED, Lengths
+from chute.lengths.base import ROWS, STATUS_OK, STATUS_REJECTED, STATUS_TRUNCATED, Lengths
 from chute.lengths.compute import compute_lengths
 from chute.lengths.pieces import Pieces, PieceTable, split_lengths
-from chute.lengths.store import LENGTHS_VERSION, cache_key, cache_paths, read_cached, write_cached
+from chute.lengths.store import (
+    LENGTHS_VERSION,
+    cache_key,
+    cache_paths,
+    read_cached,
+    write_cached,
+)
 from chute.recipe.contract import as_recipe
 
 __all__ = [
@@ -129,6 +136,11 @@ def _per_record(
 ) -> Lengths:
     """The lengths of every record under ``recipe``: cached, or computed (and cached)."""
     key, describe = lengths_key(source, recipe) if cache else (None, {})
+    hit = read_cached(key, cache_dir) if key is not None else None
+    if hit is not None:
+        return hit
+    if key is not None and not _can_keep(cache_dir):
+        key = None  # every rank of the node computes its own (it cannot be shared through files)
     if key is None:
         with progress_of(len(source), desc, enabled=progress) as bar:
             out, kinds, tally = compute_lengths(
@@ -143,9 +155,6 @@ def _per_record(
             first_trained=out[3],
             longest=out[4],
         )
-    hit = read_cached(key, cache_dir)
-    if hit is not None:
-        return hit
     if local_rank != 0:
         return _wait_for(key, cache_dir, wait_timeout)
     n = len(source)
@@ -160,7 +169,39 @@ def _per_record(
             )
         return kinds, tally
 
-    return write_cached(key, n, fill, cache_dir=cache_dir, describe=describe)
+    try:
+        return write_cached(key, n, fill, cache_dir=cache_dir, describe=describe)
+    except OSError as exc:
+        if exc.errno not in CANNOT_WRITE:
+            raise
+        folder = cache_paths(key, cache_dir)[0].parent
+        # the other ranks of the node wait for this file: stop with the fix rather than leave
+        # them waiting (under torchrun, one rank's error ends the job)
+        raise OSError(
+            exc.errno,
+            f"cannot write the lengths cache of {n:,} records under {folder} "
+            f"({exc.strerror}; it takes about {ROWS * 4 * n / 1e6:,.1f} MB): free space there, or "
+            f"set CHUTE_CACHE_DIR to a folder with room",
+        ) from exc
+
+
+_WARNED: set[str] = set()
+
+
+def _can_keep(cache_dir: Any) -> bool:
+    """Whether lengths can be kept under the cache folder; warns once where they cannot."""
+    folder = cache_paths("probe", cache_dir)[0].parent
+    if writable_folder(folder):
+        return True
+    if str(folder) not in _WARNED:
+        _WARNED.add(str(folder))
+        log.warning(
+            "cannot write lengths under %s (read-only or not ours): every process computes "
+            "them and keeps them in memory; set CHUTE_CACHE_DIR to a writable folder to compute "
+            "them once per node",
+            folder,
+        )
+    return False
 
 
 def _wait_for(key: str, cache_dir: Any, timeout: float) -> Lengths:

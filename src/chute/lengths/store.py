@@ -125,8 +125,12 @@ def write_cached(
         "seconds": round(time.perf_counter() - t0, 3),
         **(describe or {}),
     }
-    with atomic_file(meta_path) as f:
-        f.write(orjson.dumps(meta, option=orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_INDENT_2))
+    try:
+        with atomic_file(meta_path) as f:
+            f.write(orjson.dumps(meta, option=orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_INDENT_2))
+    except BaseException:
+        array_path.unlink(missing_ok=True)  # an array without its sidecar is never read
+        raise
     cached = read_cached(key, cache_dir)
     if cached is None:  # pragma: no cover - only if the cache folder is removed underneath us
         raise OSError(f"the lengths cache {array_path} vanished right after it was written")

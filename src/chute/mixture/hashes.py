@@ -23,6 +23,7 @@ Example:
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -31,7 +32,7 @@ from typing import Any
 import numpy as np
 import orjson
 
-from chute._internal.files import atomic_array, cache_root
+from chute._internal.files import atomic_array, cache_root, writable_folder
 from chute._internal.pools import process_map
 from chute._internal.progress import ProgressArg
 from chute._internal.progress import progress as progress_of
@@ -39,6 +40,8 @@ from chute._internal.waiting import poll
 from chute.errors import ConfigError
 from chute.formats import FormatSpec
 from chute.formats.content import CONTENT_VERSION, reader_for, record_hash
+
+log = logging.getLogger("chute.mixture")
 
 __all__ = ["content_hashes", "hashes_key"]
 
@@ -99,7 +102,15 @@ def content_hashes(
         hit = _read_cached(path, n)
         if hit is not None:
             return hit
-        if local_rank != 0:
+        if not writable_folder(path.parent):
+            # read-only or not ours: every process hashes for itself, in memory
+            log.warning(
+                "cannot write content hashes under %s (read-only or not ours): computing them "
+                "in memory; set CHUTE_CACHE_DIR to a writable folder to keep them",
+                path.parent,
+            )
+            path = None
+        elif local_rank != 0:
             hit = poll(lambda: _read_cached(path, n), wait_timeout)
             if hit is None:
                 raise ConfigError(

@@ -39,6 +39,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import logging
 import os
 import shutil
 import tempfile
@@ -49,9 +50,12 @@ from typing import Any
 
 import numpy as np
 
+from chute._internal.files import CANNOT_WRITE, writable_folder
 from chute._internal.owner import Owner
 from chute.plan.order import Order
 from chute.plan.table import TablePlan
+
+log = logging.getLogger("chute.plan")
 
 __all__ = ["PlanShare", "plan_key"]
 
@@ -108,6 +112,9 @@ class PlanShare:
         plan = _load(folder, order, world_size)
         if plan is not None:
             return plan
+        if not writable_folder(self.root):
+            _warn_once(self.root, "cannot write plans under %s (read-only or not ours)")
+            return build()  # each rank builds its own, as without a share
         claim = folder.with_name(folder.name + ".claim")
         mine = _claim(claim)
         if mine:  # the holder before may have published and let go since we looked
@@ -122,7 +129,14 @@ class PlanShare:
                 return plan
         try:
             built = build()
-            _publish(folder, built)
+            try:
+                _publish(folder, built)
+            except OSError as exc:
+                if exc.errno not in CANNOT_WRITE:
+                    raise
+                # full: this rank keeps its plan; the ranks waiting on the claim build theirs
+                _warn_once(self.root, f"cannot write plans under %s ({exc.strerror})")
+                return built
             self._forget(family, epoch)
             self._collect(family)
         finally:
@@ -171,6 +185,19 @@ class PlanShare:
             held = claim.exists() and not _holder_gone(claim)
             if now - published >= MIN_AGE and not held:
                 shutil.rmtree(folder, ignore_errors=True)
+
+
+_WARNED: set[str] = set()
+
+
+def _warn_once(root: Path, message: str) -> None:
+    if str(root) not in _WARNED:
+        _WARNED.add(str(root))
+        log.warning(
+            message + ": each rank builds its own plan; set CHUTE_CACHE_DIR to a writable "
+            "folder with room to build it once per node",
+            root,
+        )
 
 
 def _claim(path: Path) -> bool:

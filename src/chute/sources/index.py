@@ -31,7 +31,6 @@ import mmap
 import os
 import re
 import struct
-import tempfile
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -41,7 +40,14 @@ from typing import IO, Any
 import numpy as np
 import orjson
 
-from chute._internal.files import FileIdentity, atomic_file, cache_root, one_builder
+from chute._internal.files import (
+    CANNOT_WRITE,
+    FileIdentity,
+    atomic_file,
+    cache_root,
+    one_builder,
+    writable_folder,
+)
 from chute._internal.objects import RemoteIdentity, object_identity, open_binary
 from chute._internal.progress import ProgressArg
 from chute._internal.progress import progress as progress_of
@@ -253,28 +259,54 @@ def _build(
     kind = detect_kind(data_path, shown=path, remote=options)
     header: dict[str, Any] = {"version": INDEX_VERSION, "kind": kind, "path": data_path}
     scan = _Scan(path, data_path, kind, progress, options, sidecar.parent.parent)
-    if _writable(sidecar.parent):
-        with atomic_file(sidecar) as out:
-            out.seek(HEADER_SIZE)
-            header.update(scan.into(out), identity=identity.to_json())
-            out.seek(0)
-            out.write(sidecar_head(MAGIC, header, path))
-            if object_identity(data_path, options).to_json() != identity.to_json():
-                raise SourceError(f"{path}: the file changed while it was being indexed; try again")
-        loaded = _load(sidecar, identity)
-        if loaded is None:
-            raise SourceError(f"{path}: the index just written to {sidecar} does not read back")
-        entries: np.ndarray = loaded[1]
-        stored: Path | None = sidecar
-    else:
-        # A read-only cache must not stop the job; the index then lives in this process only.
+    written = None
+    if writable_folder(sidecar.parent):
+        try:
+            written = _written(scan, header, identity, sidecar, path, data_path, options)
+        except OSError as exc:
+            if exc.errno not in CANNOT_WRITE:
+                raise
+            # a full disk (or a quota) under the cache: as a read-only one, below
+            log.warning("cannot write the index of %s to %s: %s", path, sidecar, exc.strerror)
+    elif str(sidecar.parent) not in _WARNED:
+        _WARNED.add(str(sidecar.parent))  # once a process: each file's index is kept likewise
         log.warning(
-            "cannot write indexes under %s; keeping the index of %s in memory", sidecar.parent, path
+            "cannot write indexes under %s (read-only or not ours); keeping indexes in memory, "
+            "in each process (set CHUTE_CACHE_DIR to a writable folder to keep them)",
+            sidecar.parent,
         )
+    if written is None:
+        # A cache that cannot be written must not stop the job: the index lives in this process.
         entries, counts = scan.to_memory()
         header.update(counts)
-        stored = None
-    return _index_of(path, data_path, kind, identity, header, entries, t0, stored, True)
+        return _index_of(path, data_path, kind, identity, header, entries, t0, None, True)
+    return _index_of(path, data_path, kind, identity, header, written, t0, sidecar, True)
+
+
+_WARNED: set[str] = set()
+
+
+def _written(
+    scan: _Scan,
+    header: dict[str, Any],
+    identity: FileIdentity | RemoteIdentity,
+    sidecar: Path,
+    path: str,
+    data_path: str,
+    options: RemoteOptions,
+) -> np.ndarray:
+    """The entries of the index just written to ``sidecar`` (``header`` filled in)."""
+    with atomic_file(sidecar) as out:
+        out.seek(HEADER_SIZE)
+        header.update(scan.into(out), identity=identity.to_json())
+        out.seek(0)
+        out.write(sidecar_head(MAGIC, header, path))
+        if object_identity(data_path, options).to_json() != identity.to_json():
+            raise SourceError(f"{path}: the file changed while it was being indexed; try again")
+    loaded = _load(sidecar, identity)
+    if loaded is None:
+        raise SourceError(f"{path}: the index just written to {sidecar} does not read back")
+    return loaded[1]
 
 
 def _index_of(
@@ -302,17 +334,6 @@ def _index_of(
         seconds=time.perf_counter() - t0,
         sidecar=sidecar,
     )
-
-
-def _writable(directory: Path) -> bool:
-    try:
-        directory.mkdir(parents=True, exist_ok=True)
-        fd, probe = tempfile.mkstemp(dir=directory, prefix=".probe-")
-    except OSError:
-        return False
-    os.close(fd)
-    os.unlink(probe)
-    return True
 
 
 class _Scan:
