@@ -115,3 +115,24 @@ def test_content_hashes_under_a_folder_that_cannot_be_made_are_computed_in_memor
     again = content_hashes(JsonlSource(data), "auto", workers=1, local_rank=1)  # no waiting
     assert again.tolist() == kept.tolist()
     assert "cannot write content hashes under" in caplog.text
+
+
+def test_a_compressed_file_without_room_for_its_copy_says_where_and_how(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import gzip
+
+    from chute.errors import SourceError
+    from chute.sources import decompress, open_source
+
+    data = write_alpaca(tmp_path / "a.jsonl", 20)
+    packed = tmp_path / "a.jsonl.gz"
+    packed.write_bytes(gzip.compress(data.read_bytes()))
+    with monkeypatch.context() as patch:
+        patch.setattr(decompress, "atomic_file", _full)
+        with pytest.raises(SourceError, match=r"decompressed copy under .*No space left on device"):
+            open_source(str(packed))
+    (tmp_path / "blocker").write_text("a file, not a folder")
+    monkeypatch.setenv("CHUTE_CACHE_DIR", str(tmp_path / "blocker" / "cache"))
+    with pytest.raises(SourceError, match="it cannot be written; set CHUTE_CACHE_DIR"):
+        open_source(str(packed))

@@ -25,7 +25,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
 
-from chute._internal.files import atomic_file, one_builder
+from chute._internal.files import CANNOT_WRITE, atomic_file, one_builder, writable_folder
 from chute._internal.objects import object_identity, open_binary
 from chute._internal.remote import DEFAULT_OPTIONS, is_url
 from chute.errors import ChuteError, ConfigError, SourceError
@@ -54,9 +54,24 @@ def decompressed_copy(
     tag = f"{identity.size}-{mark}"
     out = root / "decompressed" / f"{key}-{tag}-{stem}"
     complete = out.with_name(out.name + ".complete")
+    if not out.exists() and not writable_folder(out.parent):
+        raise SourceError(_no_room(path, out.parent, identity.size, "it cannot be written"))
     # one process of the machine decompresses, the other ranks of a node wait for its copy
-    with one_builder(out):
-        return _copy(path, name, options, out, complete, key, stem)
+    try:
+        with one_builder(out):
+            return _copy(path, name, options, out, complete, key, stem)
+    except OSError as exc:
+        if exc.errno not in CANNOT_WRITE:
+            raise
+        raise SourceError(_no_room(path, out.parent, identity.size, exc.strerror)) from exc
+
+
+def _no_room(path: str, folder: Path, size: int, why: str | None) -> str:
+    return (
+        f"{path}: a compressed file is read through a decompressed copy under {folder}, and "
+        f"{why}; set CHUTE_CACHE_DIR to a writable folder with room for it (several times "
+        f"the {size:,} compressed bytes), or decompress the file yourself"
+    )
 
 
 def _copy(
