@@ -13,6 +13,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import IO, Any
 
+from chute._internal.owner import Owner
 from chute.errors import SourceError
 
 __all__ = [
@@ -179,10 +180,17 @@ def writable_folder(directory: str | os.PathLike[str]) -> bool:
 
 @contextlib.contextmanager
 def _replaced(path: str | os.PathLike[str]) -> Iterator[str]:
-    """A temporary file beside ``path``: renamed onto it if the block ends, else removed."""
+    """A temporary file beside ``path``: renamed onto it if the block ends, else removed.
+
+    Its name says which process writes it (``.NAME.WRITER.RANDOM.tmp``), so the temporaries a
+    killed writer left (a lengths pass of 100M records: 2 GB, allocated) are removed by the
+    next process that writes in the folder (``_sweep``).
+    """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    _sweep(path.parent)
+    prefix = f".{path.name}.{_writer_tag()}."
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=prefix, suffix=".tmp")
     os.close(fd)
     try:
         yield tmp
@@ -191,6 +199,45 @@ def _replaced(path: str | os.PathLike[str]) -> Iterator[str]:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
+
+
+_SWEPT: set[str] = set()
+
+
+def _writer_tag() -> str:
+    """This process in a file name: its machine (host, boot, pid namespace), pid, start time."""
+    me = Owner.here()
+    place = hashlib.blake2b(f"{me.host}|{me.boot}|{me.pidns}".encode(), digest_size=4)
+    return f"{place.hexdigest()}-{me.pid}-{me.start if me.start is not None else 'x'}"
+
+
+def _sweep(folder: Path) -> None:
+    """Remove the temporaries in ``folder`` whose writers are provably gone (once a process).
+
+    Only a writer of this machine can be judged (``Owner.gone``): a temporary of another host
+    sharing the folder, of an older chute (no writer in its name) or of a live process stays.
+    """
+    if str(folder) in _SWEPT:
+        return
+    _SWEPT.add(str(folder))
+    me = Owner.here()
+    place = _writer_tag().split("-", 1)[0]
+    try:
+        entries = list(os.scandir(folder))
+    except OSError:
+        return
+    for entry in entries:
+        parts = entry.name.split(".")
+        # "", NAME (may hold dots), WRITER, RANDOM, "tmp"
+        if len(parts) < 5 or parts[0] or parts[-1] != "tmp":
+            continue
+        writer = parts[-3].split("-")
+        if len(writer) != 3 or writer[0] != place or not writer[1].isdigit():
+            continue
+        start = int(writer[2]) if writer[2].isdigit() else None
+        if Owner(me.host, me.boot, me.pidns, int(writer[1]), start).gone():
+            with contextlib.suppress(OSError):
+                os.unlink(entry.path)
 
 
 @contextlib.contextmanager
