@@ -136,3 +136,19 @@ def test_a_compressed_file_without_room_for_its_copy_says_where_and_how(
     monkeypatch.setenv("CHUTE_CACHE_DIR", str(tmp_path / "blocker" / "cache"))
     with pytest.raises(SourceError, match="it cannot be written; set CHUTE_CACHE_DIR"):
         open_source(str(packed))
+
+
+def test_an_inline_clip_without_a_writable_folder_for_its_copy_is_a_setting_to_fix(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import base64
+
+    from chute.errors import ConfigError
+    from chute.media.inline import local_copy
+
+    source = "data:audio/wav;base64," + base64.b64encode(b"RIFF....WAVE").decode()
+    assert Path(local_copy(source, "audio")).read_bytes() == b"RIFF....WAVE"
+    (tmp_path / "blocker").write_text("a file, not a folder")
+    monkeypatch.setenv("CHUTE_CACHE_DIR", str(tmp_path / "blocker" / "cache"))
+    with pytest.raises(ConfigError, match="decoded from a local copy under .*set CHUTE_CACHE_DIR"):
+        local_copy(source, "audio")

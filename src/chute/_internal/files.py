@@ -156,9 +156,11 @@ def _reserve(path: str) -> None:
 
 
 # What a write under chute's cache folder may meet that is about the folder, not the file:
-# full, over a quota, read-only, not ours. Derived files are then kept in memory (or refused
-# with the fix); any other error stays an error.
-CANNOT_WRITE = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM})
+# full, over a quota, read-only, not ours, a file where a folder should be. Derived files are
+# then kept in memory (or refused with the fix); any other error stays an error.
+CANNOT_WRITE = frozenset(
+    {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM, errno.ENOTDIR}
+)
 
 
 def writable_folder(directory: str | os.PathLike[str]) -> bool:

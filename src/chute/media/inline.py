@@ -20,8 +20,8 @@ import binascii
 import hashlib
 import os
 
-from chute._internal.files import atomic_file, cache_root
-from chute.errors import SampleError
+from chute._internal.files import CANNOT_WRITE, atomic_file, cache_root
+from chute.errors import ConfigError, SampleError
 from chute.media.images import DEFAULT_MAX_BYTES
 from chute.media.paths import INLINE, MediaPaths
 from chute.media.remote import RemoteMedia
@@ -70,9 +70,19 @@ def local_copy(source: str, kind: str, max_bytes: int = DEFAULT_MAX_BYTES) -> st
             raise SampleError(f"{kind}_corrupt", f"{head[:40]}: not valid base64 ({exc})") from None
     if not data:
         raise SampleError(f"{kind}_corrupt", f"{source[:40]}...: no bytes")
-    os.makedirs(path.parent, exist_ok=True)
-    with atomic_file(path) as f:
-        f.write(data)
+    try:
+        os.makedirs(path.parent, exist_ok=True)
+        with atomic_file(path) as f:
+            f.write(data)
+    except OSError as exc:
+        if exc.errno not in CANNOT_WRITE:
+            raise
+        # every such sample would fail alike: a setting to fix, not a bad sample to count
+        raise ConfigError(
+            f"a {kind} carried inline or in a tar shard is decoded from a local copy under "
+            f"{path.parent}, which cannot be written ({exc.strerror}); set CHUTE_CACHE_DIR to "
+            f"a writable folder with room"
+        ) from exc
     global _written
     _written += 1
     if _written % _SWEEP_EVERY == 0:  # the remote media bound (oldest copies go first)
