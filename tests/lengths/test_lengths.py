@@ -74,7 +74,8 @@ def test_the_cache_answers_the_second_time_and_is_keyed_by_recipe_and_content(
     first = lengths_of(JsonlSource(path), recipe(), workers=1)
     array, meta = cache_paths(first.key)
     assert array.is_file() and meta.is_file()
-    assert sorted(p.suffix for p in array.parent.iterdir()) == [".json", ".npy"]  # no temp left
+    left = [p.suffix for p in array.parent.iterdir() if p.suffix != ".building"]  # its lock
+    assert sorted(left) == [".json", ".npy"]  # no temp left
 
     def no_pass(*args, **kwargs):
         raise AssertionError("the lengths pass ran although the cache holds the lengths")
@@ -147,6 +148,58 @@ def test_other_local_ranks_wait_for_local_rank_zero(tmp_path: Path) -> None:
     fresh = JsonlSource(write_id_jsonl(tmp_path / "other.jsonl", 5))
     with pytest.raises(ConfigError, match=r"waited wait_timeout=0.2 s for local rank 0"):
         lengths_of(fresh, local_rank=3, wait_timeout=0.2)
+
+
+RANK_ZERO = r"""
+import sys, time
+import chute.lengths.measure as measure
+real = measure.compute_lengths
+def slow(*args, **kwargs):
+    print("computing", flush=True)
+    time.sleep(120)
+    return real(*args, **kwargs)
+measure.compute_lengths = slow
+from chute.lengths import lengths_of
+from chute.sources import JsonlSource
+lengths_of(JsonlSource(sys.argv[1]), workers=1)
+"""
+
+
+def test_a_waiting_rank_stops_at_once_when_local_rank_zero_dies(tmp_path: Path) -> None:
+    """Under SLURM (no torchrun agent to end the job) a killed local rank 0 left the others
+    waiting for wait_timeout (an hour); they see its lock let go and stop with why."""
+    import signal
+    import subprocess
+    import sys
+
+    data = write_id_jsonl(tmp_path / "ids.jsonl", 50)
+    zero = subprocess.Popen(
+        [sys.executable, "-c", RANK_ZERO, str(data)], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert zero.stdout is not None and zero.stdout.readline().strip() == "computing"
+        errors: list[BaseException] = []
+
+        def wait() -> None:
+            try:
+                lengths_of(JsonlSource(data), local_rank=1, wait_timeout=300)
+            except BaseException as exc:
+                errors.append(exc)
+
+        waiter = threading.Thread(target=wait)
+        waiter.start()
+        time.sleep(1.0)  # it has seen rank 0 at work
+        assert waiter.is_alive()
+        zero.send_signal(signal.SIGKILL)
+        t0 = time.monotonic()
+        waiter.join(timeout=30)
+        assert not waiter.is_alive() and time.monotonic() - t0 < 10
+    finally:
+        zero.kill()
+        zero.wait()
+    assert len(errors) == 1 and isinstance(errors[0], ConfigError)
+    assert "local rank 0 stopped computing the lengths cache" in str(errors[0])
+    assert len(lengths_of(JsonlSource(data))) == 50  # run again: computed
 
 
 def test_lengths_values_are_checked() -> None:

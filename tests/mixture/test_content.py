@@ -116,13 +116,13 @@ def test_other_local_ranks_wait_for_local_rank_zero_s_hashes(
 
     monkeypatch.setattr(hashes, "_run", counted)
     polling = threading.Event()
-    real_poll = hashes.poll
+    real_wait = hashes.wait_for_local_rank_zero
 
-    def poll(*args: Any, **kwargs: Any) -> Any:
+    def waiting(*args: Any, **kwargs: Any) -> Any:
         polling.set()
-        return real_poll(*args, **kwargs)
+        return real_wait(*args, **kwargs)
 
-    monkeypatch.setattr(hashes, "poll", poll)
+    monkeypatch.setattr(hashes, "wait_for_local_rank_zero", waiting)
     got: list[np.ndarray] = []
     waiter = threading.Thread(
         target=lambda: got.append(

@@ -17,7 +17,7 @@ import orjson
 from chute._internal.files import CANNOT_WRITE, writable_folder
 from chute._internal.progress import ProgressArg
 from chute._internal.progress import progress as progress_of
-from chute._internal.waiting import poll
+from chute._internal.waiting import building, wait_for_local_rank_zero
 from chute.errors import ConfigError
 from chute.lengths.base import ROWS, STATUS_OK, STATUS_REJECTED, STATUS_TRUNCATED, Lengths
 from chute.lengths.compute import compute_lengths
@@ -170,7 +170,9 @@ def _per_record(
         return kinds, tally
 
     try:
-        return write_cached(key, n, fill, cache_dir=cache_dir, describe=describe)
+        # held while computing: a waiting rank tells this process at work from one that died
+        with building(cache_paths(key, cache_dir)[0]):
+            return write_cached(key, n, fill, cache_dir=cache_dir, describe=describe)
     except OSError as exc:
         if exc.errno not in CANNOT_WRITE:
             raise
@@ -205,11 +207,10 @@ def _can_keep(cache_dir: Any) -> bool:
 
 
 def _wait_for(key: str, cache_dir: Any, timeout: float) -> Lengths:
-    hit = poll(lambda: read_cached(key, cache_dir), timeout)
-    if hit is not None:
-        return hit
-    raise ConfigError(
-        f"waited wait_timeout={timeout} s for local rank 0 to write the lengths cache "
-        f"{cache_paths(key, cache_dir)[0]}; did it fail? Compute the lengths once beforehand "
-        f"(`chute stats ...` caches them) or raise the timeout"
+    return wait_for_local_rank_zero(
+        lambda: read_cached(key, cache_dir),
+        cache_paths(key, cache_dir)[0],
+        timeout,
+        "the lengths cache",
+        "the lengths once beforehand (`chute stats ...` caches them)",
     )

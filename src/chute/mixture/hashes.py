@@ -36,8 +36,7 @@ from chute._internal.files import atomic_array, cache_root, writable_folder
 from chute._internal.pools import process_map
 from chute._internal.progress import ProgressArg
 from chute._internal.progress import progress as progress_of
-from chute._internal.waiting import poll
-from chute.errors import ConfigError
+from chute._internal.waiting import building, wait_for_local_rank_zero
 from chute.formats import FormatSpec
 from chute.formats.content import CONTENT_VERSION, reader_for, record_hash
 
@@ -111,14 +110,14 @@ def content_hashes(
             )
             path = None
         elif local_rank != 0:
-            hit = poll(lambda: _read_cached(path, n), wait_timeout)
-            if hit is None:
-                raise ConfigError(
-                    f"waited wait_timeout={wait_timeout} s for local rank 0 to write the content "
-                    f"hashes {path}; did it fail? Compute them once beforehand (`chute validate "
-                    f"--overlap` caches them) or raise the timeout"
-                )
-            return hit
+            cached = path
+            return wait_for_local_rank_zero(
+                lambda: _read_cached(cached, n),
+                path,
+                wait_timeout,
+                "the content hashes",
+                "them once beforehand (`chute validate --overlap` caches them)",
+            )
     count = max(1, workers or os.cpu_count() or 1)
     chunk = max(MIN_CHUNK, min(MAX_CHUNK, -(-n // (count * 8)))) if n else 1
     bounds = [(lo, min(n, lo + chunk)) for lo in range(0, n, chunk)]
@@ -135,7 +134,7 @@ def content_hashes(
         return out
     # computed into the cache file itself (a temporary renamed when complete) and read back as
     # a memory map: 100M records hold no 800 MB of hashes in this process's own memory
-    with atomic_array(path, np.uint64, (n,)) as out:
+    with building(path), atomic_array(path, np.uint64, (n,)) as out:
         fill(out)
     return np.load(path, mmap_mode="r")
 

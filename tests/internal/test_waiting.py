@@ -1,0 +1,40 @@
+"""Waiting for a result another process builds: returned when written, stopped when its builder
+lets go without writing it (failed or killed), timed out when no builder is ever seen."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from chute._internal.waiting import BuilderGone, building, wait_for
+
+
+def test_a_waiter_gets_the_result_or_stops_when_the_builder_lets_go(tmp_path: Path) -> None:
+    target = tmp_path / "result"
+
+    def read() -> str | None:
+        return target.read_text() if target.exists() else None
+
+    def build(writes: bool) -> None:
+        with building(target):
+            time.sleep(0.5)
+            if writes:
+                target.write_text("built")
+
+    for writes in (True, False):
+        builder = threading.Thread(target=build, args=(writes,))
+        builder.start()
+        time.sleep(0.1)  # at work
+        if writes:
+            assert wait_for(read, target, timeout=10) == "built"
+        else:
+            t0 = time.monotonic()
+            with pytest.raises(BuilderGone):
+                wait_for(read, target, timeout=10)
+            assert time.monotonic() - t0 < 5  # at once, not after the timeout
+        builder.join()
+        target.unlink(missing_ok=True)
+    assert wait_for(read, target, timeout=0.2) is None  # no builder seen: the timeout
