@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import errno
+import functools
 import hashlib
 import os
 import tempfile
@@ -140,19 +142,33 @@ def _reserve(path: str) -> None:
     """Allocate a mapped file's blocks now: a full disk is an ``OSError`` here, not a SIGBUS.
 
     ``open_memmap`` makes a sparse file; a page written to it later with no block left for it
-    kills the process (SIGBUS on tmpfs) or is lost at writeback. Where the filesystem cannot
-    allocate ahead (``EOPNOTSUPP``, ``EINVAL``), nothing changes.
+    kills the process (SIGBUS on tmpfs) or is lost at writeback. Linux's ``fallocate(2)``
+    reserves the blocks without writing them; where the filesystem cannot (NFS, some FUSE:
+    ``EOPNOTSUPP``) nothing changes. Not ``posix_fallocate``: glibc emulates it there by
+    writing every block, a second pass over the disk for gigabytes of lengths.
     """
-    allocate = getattr(os, "posix_fallocate", None)
-    if allocate is None:  # pragma: no cover - not on Linux
+    fallocate = _fallocate()
+    if fallocate is None:  # pragma: no cover - not on Linux
         return
     with open(path, "rb+") as f:
         size = os.fstat(f.fileno()).st_size
-        try:
-            allocate(f.fileno(), 0, size)
-        except OSError as exc:
-            if exc.errno not in (errno.EOPNOTSUPP, errno.EINVAL, errno.ENOSYS):
-                raise
+        if size and fallocate(f.fileno(), 0, 0, size) != 0:
+            code = ctypes.get_errno()
+            if code not in (errno.EOPNOTSUPP, errno.EINVAL, errno.ENOSYS):
+                raise OSError(code, os.strerror(code), path)
+
+
+@functools.cache
+def _fallocate() -> Any:
+    """The C library's ``fallocate(fd, mode, offset, len)``, or ``None`` where there is none."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        call = libc.fallocate
+    except (OSError, AttributeError):
+        return None
+    call.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64]
+    call.restype = ctypes.c_int
+    return call
 
 
 # What a write under chute's cache folder may meet that is about the folder, not the file:
@@ -206,11 +222,17 @@ def _replaced(path: str | os.PathLike[str]) -> Iterator[str]:
 _SWEPT: set[str] = set()
 
 
+_TAG: tuple[int, str] = (-1, "")
+
+
 def _writer_tag() -> str:
     """This process in a file name: its machine (host, boot, pid namespace), pid, start time."""
-    me = Owner.here()
-    place = hashlib.blake2b(f"{me.host}|{me.boot}|{me.pidns}".encode(), digest_size=4)
-    return f"{place.hexdigest()}-{me.pid}-{me.start if me.start is not None else 'x'}"
+    global _TAG
+    if _TAG[0] != os.getpid():  # once a process (a forked worker is another)
+        me = Owner.here()
+        place = hashlib.blake2b(f"{me.host}|{me.boot}|{me.pidns}".encode(), digest_size=4)
+        _TAG = (me.pid, f"{place.hexdigest()}-{me.pid}-{me.start if me.start is not None else 'x'}")
+    return _TAG[1]
 
 
 def _sweep(folder: Path) -> None:
