@@ -118,6 +118,46 @@ def test_concurrent_shards_build_the_same_cache(job: dict) -> None:
     assert tree_digest(out) == tree_digest(job["root"] / "reference")
 
 
+def test_a_rank_that_stops_mid_build_stops_the_waiting_ones_at_once(job: dict) -> None:
+    """Shard 1 starts (its lock held), then stops with its chunks uncommitted, as a rank that
+    fails or is killed does: shard 0, done with its own chunks, says so at once instead of
+    waiting out wait_timeout (an hour by default); shard 1 run again finishes the cache."""
+    import threading
+
+    from chute._internal.waiting import building
+    from chute.cache.workdir import shard_lock
+
+    out = job["root"] / "stopped"
+    started, stop = threading.Event(), threading.Event()
+
+    def shard_one() -> None:
+        lock = shard_lock(Layout(out), 1, 2)
+        assert lock is not None
+        with building(lock):
+            started.set()
+            stop.wait(30)
+
+    holder = threading.Thread(target=shard_one)
+    holder.start()
+    assert started.wait(30)
+    timer = threading.Timer(3.0, stop.set)  # shard 0 has seen it at work by then
+    timer.start()
+    t0 = time.monotonic()
+    try:
+        with pytest.raises(CacheError) as info:
+            preprocess(job["config"], out=out, shard="0/2", workers=1, wait_timeout=300)
+    finally:
+        stop.set()
+        holder.join()
+        timer.cancel()
+    assert time.monotonic() - t0 < 60  # not the 300 s timeout
+    message = str(info.value)
+    assert "shard(s) 1/2 stopped building" in message and "chunk(s) 1, 3, 5" in message
+    report = preprocess(job["config"], out=out, shard="1/2", workers=1)
+    assert report.built == 20 and report.finalized
+    assert tree_digest(out) == tree_digest(job["root"] / "reference")  # no lock left behind
+
+
 def test_a_lost_rank_times_out_the_others_then_runs_alone(job: dict) -> None:
     out = job["root"] / "lost"
     with pytest.raises(CacheError) as info:

@@ -25,7 +25,14 @@ try:
 except ImportError:  # pragma: no cover - not on POSIX: builders are not watched
     fcntl = None  # type: ignore[assignment]
 
-__all__ = ["BuilderGone", "building", "poll", "wait_for", "wait_for_local_rank_zero"]
+__all__ = [
+    "BuilderGone",
+    "builder_state",
+    "building",
+    "poll",
+    "wait_for",
+    "wait_for_local_rank_zero",
+]
 
 T = TypeVar("T")
 
@@ -91,7 +98,7 @@ def wait_for(
         found = read()
         if found is not None:
             return found
-        state = _builder_state(target)
+        state = builder_state(target)
         if state == "held":
             seen_at_work = True
         elif state == "free" and seen_at_work:
@@ -103,20 +110,27 @@ def wait_for(
     return poll(look, timeout)
 
 
-def _lock_fd(target: str | os.PathLike[str]) -> int | None:
+def _lock_fd(target: str | os.PathLike[str], create: bool = True) -> int | None:
     if fcntl is None:  # pragma: no cover
         return None
     path = Path(target)
+    lock = path.with_name(f".{path.name}.building")
     try:
+        if not create:
+            return os.open(lock, os.O_RDWR)
         path.parent.mkdir(parents=True, exist_ok=True)
-        return os.open(path.with_name(f".{path.name}.building"), os.O_RDWR | os.O_CREAT, 0o644)
+        return os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
     except OSError:
         return None
 
 
-def _builder_state(target: str | os.PathLike[str]) -> str:
-    """``held`` (a builder at work), ``free``, or ``unknown`` (no lock to look at)."""
-    fd = _lock_fd(target)
+def builder_state(target: str | os.PathLike[str]) -> str:
+    """``held`` (a builder at work), ``free``, or ``unknown`` (no lock to look at).
+
+    Only looks: a lock file no builder made yet (or one removed since) is ``unknown``, and
+    none is created here.
+    """
+    fd = _lock_fd(target, create=False)
     if fd is None:
         return "unknown"
     try:

@@ -28,6 +28,7 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import time
@@ -41,6 +42,7 @@ import orjson
 from chute._internal.progress import progress as progress_of
 from chute._internal.remote import absolute
 from chute._internal.spelling import spelled_as
+from chute._internal.waiting import building
 from chute.cache.chunking import chunk_size_for
 from chute.cache.claim import build_digest, plan_blob, released_on_failure
 from chute.cache.config import CONFIG, PreprocessConfig, load_config
@@ -55,6 +57,7 @@ from chute.cache.workdir import (
     finish,
     keep_config,
     prepare_dir,
+    shard_lock,
 )
 from chute.cache.writer import ChunkJob
 from chute.errors import (
@@ -321,8 +324,10 @@ def preprocess(
             budget.add(record, where=f" on shard {world.rank}/{world.world_size}")
 
         watched = bar.shown or callable(progress)  # else no record counts travel (Ray: no actor)
+        lock = shard_lock(layout, world.rank, world.world_size)
         with engine if isinstance(engine, Engine) else make_engine(cfg.cache) as runner:
-            with bar:
+            # held while this rank builds: a waiting rank tells it at work from one that stopped
+            with bar, building(lock) if lock is not None else contextlib.nullcontext():
                 runner.run_chunks(job, todo, on_done=on_done, progress=moved if watched else None)
             sweep_temps(layout.chunks)  # what workers killed mid-write (then retried) left
             budget.check(f" on shard {world.rank}/{world.world_size}")  # small data: all seen

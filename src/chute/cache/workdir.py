@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from chute._internal.owner import Owner
+from chute._internal.waiting import builder_state
 from chute.cache.claim import build_digest, claim, differing_parts, hold, plan_blob
 from chute.cache.config import PreprocessConfig
 from chute.cache.finalize import finalize
@@ -173,10 +174,14 @@ def finish(
     deadline = time.monotonic() + wait_timeout
     first, all_seen_at = True, None
     foreign: list[int] = []  # chunks of another build: missing until their rank rebuilds them
+    at_work: set[int] = set()  # ranks seen building (their lock held)
     while True:
         recorded = layout.recorded()
         foreign = [k for k in foreign if _build_of(layout.read_json(layout.record(k))) != build]
         missing = [k for k in range(plan["chunks"]) if k not in recorded or k in foreign]
+        stopped = _stopped_ranks(layout, missing, world, at_work) if missing else []
+        if stopped:
+            raise CacheError(_stopped_message(layout, missing, world, stopped))
         if not missing:
             manifest = layout.read_json(layout.manifest)
             if _complete(layout, manifest, build):
@@ -197,7 +202,9 @@ def finish(
                 if not foreign:
                     hold(layout, plan_blob(plan))
                     with _heartbeat(layout.finalizing, storage=layout.storage):
-                        return finalize(layout, plan, stages, records), True
+                        manifest = finalize(layout, plan, stages, records)
+                    _drop_shard_locks(layout)
+                    return manifest, True
                 if any(k % world.world_size == world.rank for k in foreign):
                     raise CacheError(_foreign_message(layout, plan, records, foreign))
             all_seen_at = all_seen_at or now
@@ -208,6 +215,60 @@ def finish(
             raise CacheError(_waited_message(layout, missing, world, wait_timeout))
         first = False
         time.sleep(_POLL_SECONDS)
+
+
+def shard_lock(layout: Layout, rank: int, world_size: int) -> Path | None:
+    """What rank ``rank`` holds a ``building`` lock beside while it builds its chunks.
+
+    ``None`` for a cache in object storage: its ranks share no folder to lock in.
+    """
+    if layout.storage.remote or world_size <= 1:
+        return None
+    return layout.chunks / f"shard-{rank}-of-{world_size}"
+
+
+def _drop_shard_locks(layout: Layout) -> None:
+    """Remove the ranks' ``building`` locks from a finished cache (no rank waits any more)."""
+    if layout.storage.remote:
+        return
+    for lock in layout.chunks.glob(".shard-*-of-*.building"):
+        with contextlib.suppress(OSError):
+            lock.unlink()
+
+
+def _stopped_ranks(
+    layout: Layout, missing: list[int], world: World, at_work: set[int]
+) -> list[int]:
+    """The ranks with chunks missing that were seen building and have let go of their lock.
+
+    A rank that fails (its error budget, a bad config) or is killed lets go of the lock with
+    its process; the chunks it had not committed will not come, so waiting out
+    ``wait_timeout`` (an hour) helps no one. A rank never seen at work (not started yet, or a
+    cache in object storage) is waited for as before.
+    """
+    stopped = []
+    for rank in sorted({k % world.world_size for k in missing} - {world.rank}):
+        lock = shard_lock(layout, rank, world.world_size)
+        state = builder_state(lock) if lock is not None else "unknown"
+        if state == "held":
+            at_work.add(rank)
+        elif state == "free" and rank in at_work:
+            still = set(layout.recorded())
+            if any(k % world.world_size == rank and k not in still for k in missing):
+                stopped.append(rank)
+    return stopped
+
+
+def _stopped_message(layout: Layout, missing: list[int], world: World, stopped: list[int]) -> str:
+    shards = ", ".join(f"{r}/{world.world_size}" for r in stopped)
+    theirs = [k for k in missing if k % world.world_size in stopped]
+    shown = ", ".join(str(k) for k in theirs[:10]) + (", ..." if len(theirs) > 10 else "")
+    return (
+        f"shard(s) {shards} stopped building in {layout.shown} (failed or killed: their own "
+        f"output says why) with chunk(s) {shown} not committed; fix that and run the same "
+        f"command with --shard i/{world.world_size} for each (it resumes at their first "
+        f"uncommitted chunk). This rank's chunks are committed."
+    )
 
 
 def _build_of(record: Any) -> Any:
