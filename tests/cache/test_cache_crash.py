@@ -158,6 +158,52 @@ def test_a_rank_that_stops_mid_build_stops_the_waiting_ones_at_once(job: dict) -
     assert tree_digest(out) == tree_digest(job["root"] / "reference")  # no lock left behind
 
 
+def test_a_rank_that_stops_while_this_one_still_builds_is_named_at_once(
+    job: dict, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Shard 1 is seen at work while shard 0 builds its own chunks, then stops before shard 0
+    is done: by the time shard 0 waits for the others the lock is already free, and only what
+    it saw during its own build tells a stopped rank from one that has not started."""
+    import threading
+
+    from chute._internal.waiting import building
+    from chute.cache import workdir
+    from chute.cache.workdir import shard_lock
+
+    out = job["root"] / "stopped-early"
+    started, seen = threading.Event(), threading.Event()
+    look = workdir.ShardWatch.look
+
+    def look_and_tell(self: workdir.ShardWatch) -> None:
+        look(self)
+        if self.at_work:
+            seen.set()
+
+    monkeypatch.setattr(workdir.ShardWatch, "look", look_and_tell)
+
+    def shard_one() -> None:
+        lock = shard_lock(Layout(out), 1, 2)
+        assert lock is not None
+        with building(lock):
+            started.set()
+            seen.wait(30)  # shard 0 has seen it at work: stop now, while shard 0 builds
+
+    holder = threading.Thread(target=shard_one)
+    holder.start()
+    assert started.wait(30)
+    t0 = time.monotonic()
+    try:
+        with pytest.raises(CacheError, match=r"shard\(s\) 1/2 stopped building"):
+            preprocess(job["config"], out=out, shard="0/2", workers=1, wait_timeout=300)
+    finally:
+        seen.set()
+        holder.join()
+    assert time.monotonic() - t0 < 60  # not the 300 s timeout
+    report = preprocess(job["config"], out=out, shard="1/2", workers=1)
+    assert report.built == 20 and report.finalized
+    assert tree_digest(out) == tree_digest(job["root"] / "reference")
+
+
 def test_a_lost_rank_times_out_the_others_then_runs_alone(job: dict) -> None:
     out = job["root"] / "lost"
     with pytest.raises(CacheError) as info:

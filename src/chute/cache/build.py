@@ -52,6 +52,7 @@ from chute.cache.layout import CACHE_FORMAT, FORMAT_VERSION, Layout, sweep_temps
 from chute.cache.schema import token_dtype
 from chute.cache.stages import ChunkStage, make_stages
 from chute.cache.workdir import (
+    ShardWatch,
     committed_records,
     establish,
     finish,
@@ -318,7 +319,10 @@ def preprocess(
             if callable(progress):
                 progress(bar.done, total)
 
+        watch = ShardWatch(layout, world)
+
         def on_done(k: int, record: dict[str, Any]) -> None:
+            watch.look()
             report.built += 1
             report.records_built += record["records"][1] - record["records"][0]
             budget.add(record, where=f" on shard {world.rank}/{world.world_size}")
@@ -335,8 +339,9 @@ def preprocess(
             tasks = LocalEngine(cfg.cache.workers) if layout.storage.remote else runner
             finishing = [stage.with_tasks(tasks) for stage in all_stages]
             keep_config(layout, cfg)
+            watch.look()
             report.manifest, report.finalized = finish(
-                layout, plan, world, cfg.cache.wait_timeout, finishing
+                layout, plan, world, cfg.cache.wait_timeout, finishing, watch.at_work
             )
             report.engine, report.engine_startup_seconds = runner.describe(), runner.startup_seconds
         report.seconds = time.perf_counter() - t0

@@ -163,8 +163,12 @@ def finish(
     world: World,
     wait_timeout: float,
     stages: Sequence[ChunkStage],
+    at_work: set[int] | None = None,
 ) -> tuple[dict[str, Any], bool]:
     """The manifest, written here or by another rank; ``(manifest, written_here)``.
+
+    ``at_work``: the ranks seen building while this one built (``ShardWatch``): one of them
+    that lets go of its lock with chunks missing has stopped, and this rank says so at once.
 
     Only chunks committed by this build count: a chunk of another build (committed while that
     build still thought it owned the directory) is refused when it is this rank's to build, and
@@ -174,7 +178,7 @@ def finish(
     deadline = time.monotonic() + wait_timeout
     first, all_seen_at = True, None
     foreign: list[int] = []  # chunks of another build: missing until their rank rebuilds them
-    at_work: set[int] = set()  # ranks seen building (their lock held)
+    at_work = set() if at_work is None else at_work  # ranks seen building (lock held)
     while True:
         recorded = layout.recorded()
         foreign = [k for k in foreign if _build_of(layout.read_json(layout.record(k))) != build]
@@ -234,6 +238,30 @@ def _drop_shard_locks(layout: Layout) -> None:
     for lock in layout.chunks.glob(".shard-*-of-*.building"):
         with contextlib.suppress(OSError):
             lock.unlink()
+
+
+class ShardWatch:
+    """Which other ranks this one has seen building (their ``shard_lock`` held).
+
+    ``look()`` as this rank's own chunks complete: the ranks run side by side, so one that
+    fails or is killed while this one still builds is seen at work first, and ``finish`` then
+    knows its free lock means it stopped (not that it has not started yet).
+    """
+
+    def __init__(self, layout: Layout, world: World):
+        self.layout, self.world = layout, world
+        self.at_work: set[int] = set()
+        self._last = 0.0
+
+    def look(self) -> None:
+        now = time.monotonic()
+        if now - self._last < _POLL_SECONDS:  # a chunk a millisecond: look twice a second
+            return
+        self._last = now
+        for rank in range(self.world.world_size):
+            lock = shard_lock(self.layout, rank, self.world.world_size)
+            if rank != self.world.rank and lock is not None and builder_state(lock) == "held":
+                self.at_work.add(rank)
 
 
 def _stopped_ranks(
