@@ -22,7 +22,7 @@ import functools
 import io
 import os
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +36,7 @@ from chute.cache.schema import integers
 from chute.cache.stages import ChunkStage
 from chute.errors import CacheError, RejectTally
 
-__all__ = ["finalize", "read_chunk", "tally_of"]
+__all__ = ["array_problem", "finalize", "npy_bytes", "read_chunk", "tally_of"]
 
 _JSON = orjson.OPT_SORT_KEYS | orjson.OPT_INDENT_2
 
@@ -58,7 +58,10 @@ def read_chunk(path: str | os.PathLike[str]) -> pa.RecordBatch:
         with pa.memory_map(os.fspath(path)) as source:
             batches = list(pa.ipc.open_stream(source))
     except (OSError, pa.ArrowInvalid) as exc:
-        raise CacheError(f"{path}: not a readable cache chunk ({exc})") from None
+        raise CacheError(
+            f"{path}: not a readable cache chunk ({exc}); chute validate on the cache names "
+            f"every damaged file and what rebuilds it"
+        ) from None
     if len(batches) != 1:
         raise CacheError(f"{path}: a cache chunk holds one record batch, this one {len(batches)}")
     return batches[0]
@@ -162,17 +165,45 @@ def _column(layout: Layout, k: int, record: dict[str, Any], name: str) -> np.nda
     return integers(_chunk(layout, k, record).column(name)).astype(np.int32, copy=False)
 
 
-def _write_npy(layout: Layout, path: Path, total: int, parts: Iterator[np.ndarray]) -> None:
-    """A ``.npy`` of ``total`` int32 values written part by part (never all in memory)."""
+def _npy_header(total: int) -> bytes:
     header = io.BytesIO()
     np.lib.format.write_array_header_1_0(
         header, {"descr": np.dtype(np.int32).str, "fortran_order": False, "shape": (total,)}
     )
+    return header.getvalue()
+
+
+def npy_bytes(total: int) -> int:
+    """The size of the ``.npy`` of ``total`` int32 values that ``finalize`` writes.
+
+    What a reader checks ``lengths.npy`` and ``image_tokens.npy`` against: a file cut short
+    (a full disk, a copy stopped midway) is named at open, not met as numpy's mmap error.
+    """
+    return len(_npy_header(total)) + 4 * total
+
+
+def array_problem(listed: Mapping[str, int], name: str, manifest: Mapping[str, Any]) -> str:
+    """What is wrong with ``lengths.npy`` or ``image_tokens.npy`` by its size, or ``""``.
+
+    ``listed``: a folder listing (name -> bytes). The size follows from the manifest's sample
+    count, so a file cut short is found without reading it.
+    """
+    size = listed.get(name)
+    if size is None:
+        return f"{name} is missing"
+    samples = manifest.get("samples")
+    if isinstance(samples, int) and size != npy_bytes(samples):
+        return f"{name} is {size} bytes, {samples} samples make {npy_bytes(samples)}"
+    return ""
+
+
+def _write_npy(layout: Layout, path: Path, total: int, parts: Iterator[np.ndarray]) -> None:
+    """A ``.npy`` of ``total`` int32 values written part by part (never all in memory)."""
     written = 0
 
     def chunks() -> Iterator[bytes]:
         nonlocal written
-        yield header.getvalue()
+        yield _npy_header(total)
         for part in parts:
             written += len(part)
             yield part.tobytes()

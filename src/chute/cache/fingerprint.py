@@ -147,6 +147,16 @@ def rebuild_command(root: str | os.PathLike[str], overrides: Sequence[str] = ())
     return f"chute preprocess {os.path.join(root, 'config.yaml')} --out {root} --overwrite{extra}"
 
 
+def resume_command(root: str | os.PathLike[str]) -> str:
+    """The command that completes the cache at ``root`` again from its stored config.
+
+    Without ``--overwrite``: what is committed and intact is kept; what is missing (a deleted
+    chunk record, a deleted ``lengths.npy``) is built again.
+    """
+    root = os.fspath(root)
+    return f"chute preprocess {os.path.join(root, 'config.yaml')} --out {root}"
+
+
 def mismatch(
     root: str | os.PathLike[str],
     headline: str,

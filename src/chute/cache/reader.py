@@ -41,8 +41,14 @@ import pyarrow as pa
 from chute._internal.files import atomic_file
 from chute._internal.remote import absolute, is_url
 from chute.cache.cacheset import is_cache_set, open_cache_set
-from chute.cache.finalize import read_chunk
-from chute.cache.fingerprint import differences, mismatch, rebuild_command, source_changes
+from chute.cache.finalize import array_problem, read_chunk
+from chute.cache.fingerprint import (
+    differences,
+    mismatch,
+    rebuild_command,
+    resume_command,
+    source_changes,
+)
 from chute.cache.layout import (
     CACHE_FORMAT,
     FORMAT_VERSION,
@@ -133,6 +139,12 @@ def _not_ready(layout: Layout) -> str:
     plan = layout.read_json(layout.plan)
     if isinstance(plan, dict) and "chunks" in plan:
         done = len(layout.recorded())
+        if layout.exists(layout.manifest):  # there, but not JSON: cut short or overwritten
+            return (
+                f"the cache at {layout.shown} is damaged: {layout.where(layout.manifest)} cannot "
+                f"be read ({done} of {plan['chunks']} chunks are committed). Run the same chute "
+                f"preprocess command again: it writes the manifest again from the chunks"
+            )
         return (
             f"the cache at {layout.shown} is not complete: {done} of {plan['chunks']} chunks are "
             f"committed and no manifest was written. Run the same chute preprocess command again "
@@ -207,8 +219,12 @@ def _check_files(layout: Layout, manifest: dict[str, Any]) -> None:
                 )
     top = layout.storage.listing(layout.root)
     for path in (layout.lengths, layout.image_tokens):
-        if path.name not in top:
-            raise CacheError(f"the cache at {layout.shown} is damaged: {path.name} is missing")
+        problem = array_problem(top, path.name, manifest)
+        if problem:
+            raise CacheError(
+                f"the cache at {layout.shown} is damaged: {problem}; run "
+                f"{resume_command(layout.shown)}: it writes the file again from the chunks"
+            )
     for path in layout.stage_files(manifest["fingerprint"]):
         if not layout.exists(path):
             name = path.relative_to(layout.root)
@@ -420,8 +436,24 @@ class Cache:
         """Tokens per sample (``int32``, memory-mapped, read-only): for length-aware plans."""
         self._here()
         if self._lengths is None:
-            self._lengths = np.load(self.layout.fetch(self.layout.lengths), mmap_mode="r")
+            self._lengths = self._array(self.layout.lengths)
         return self._lengths
+
+    def _array(self, path: Any) -> np.ndarray:
+        """A per-sample ``.npy`` of the cache, memory-mapped; a damaged one is a CacheError."""
+        try:
+            array = np.load(self.layout.fetch(path), mmap_mode="r")
+        except (OSError, ValueError) as exc:  # a damaged header, or a file cut short
+            problem = f"{path.name} cannot be read ({exc})"
+        else:
+            if array.ndim == 1 and len(array) == len(self):
+                return array
+            problem = f"{path.name} holds {array.shape} values for {len(self)} samples"
+        raise CacheError(
+            f"the cache at {self.layout.shown} is damaged: {problem}; delete "
+            f"{self.layout.where(path)} and run {resume_command(self.layout.shown)}: it writes "
+            f"the file again from the chunks"
+        )
 
     @property
     def longest(self) -> np.ndarray | None:
@@ -442,7 +474,7 @@ class Cache:
         """Image tokens per sample (``int32``, memory-mapped, read-only)."""
         self._here()
         if self._image_tokens is None:
-            self._image_tokens = np.load(self.layout.fetch(self.layout.image_tokens), mmap_mode="r")
+            self._image_tokens = self._array(self.layout.image_tokens)
         return self._image_tokens
 
     def chunk(self, k: int) -> pa.RecordBatch:

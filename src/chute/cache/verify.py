@@ -23,7 +23,7 @@ import numpy as np
 
 from chute._internal.remote import absolute
 from chute.cache.claim import build_digest, differing_parts
-from chute.cache.fingerprint import differences, rebuild_command
+from chute.cache.fingerprint import differences, rebuild_command, resume_command
 from chute.cache.layout import Layout
 from chute.cache.reader import Cache, open_cache
 from chute.errors import CacheError
@@ -84,7 +84,8 @@ def verify_cache(
         cache = None
     else:
         check.manifest = cache.manifest
-    for entry in (f for c in check.manifest["chunks"] for f in c["files"].values()):
+    chunks = check.manifest["chunks"]
+    for k, entry in ((k, f) for k, c in enumerate(chunks) for f in c["files"].values()):
         file = layout.chunks / entry["name"]
         try:
             digest, size = _hash(layout.fetch(file, entry["bytes"]))
@@ -93,9 +94,12 @@ def verify_cache(
             continue
         check.bytes_read += size
         if digest != entry["blake2b"]:
+            # Its size is right, so a run of preprocess takes it as committed: the record goes
+            record = layout.where(layout.record(k))
             check.problems.append(
-                f"{layout.where(file)}: its content changed since it was written (blake2b {digest}, the commit "
-                f"record says {entry['blake2b']}); run chute preprocess again to rebuild it"
+                f"{layout.where(file)}: its content changed since it was written (blake2b "
+                f"{digest}, the commit record says {entry['blake2b']}); delete its commit record "
+                f"{record} and run {resume_command(layout.shown)}: it rebuilds that chunk"
             )
         if progress is not None:
             progress(size)
@@ -164,7 +168,11 @@ def _hash(path: os.PathLike[str]) -> tuple[str, int]:
 
 
 def _check_arrays(cache: Cache, check: CacheCheck) -> None:
-    lengths, image_tokens = cache.lengths, cache.image_tokens
+    try:
+        lengths, image_tokens = cache.lengths, cache.image_tokens
+    except CacheError as exc:  # a header that numpy cannot read
+        check.problems.append(str(exc))
+        return
     if len(lengths) != len(cache) or len(image_tokens) != len(cache):
         check.problems.append(
             f"lengths.npy has {len(lengths)} and image_tokens.npy {len(image_tokens)} values for "
@@ -181,5 +189,10 @@ def _check_arrays(cache: Cache, check: CacheCheck) -> None:
         stop = start + batch.num_rows
         for name, array in (("length", lengths), ("num_image_tokens", image_tokens)):
             if not np.array_equal(batch.column(name).to_numpy(), array[start:stop]):
-                check.problems.append(f"chunk {k}: its {name} column differs from the .npy file")
+                npy = cache.layout.lengths if name == "length" else cache.layout.image_tokens
+                check.problems.append(
+                    f"chunk {k}: its {name} column differs from {npy.name}; delete "
+                    f"{cache.layout.where(npy)} and run {resume_command(cache.layout.shown)}: it "
+                    f"writes the file again from the chunks"
+                )
         start = stop

@@ -30,7 +30,7 @@ from chute._internal.owner import Owner
 from chute._internal.waiting import builder_state
 from chute.cache.claim import build_digest, claim, differing_parts, hold, plan_blob
 from chute.cache.config import PreprocessConfig
-from chute.cache.finalize import finalize
+from chute.cache.finalize import array_problem, finalize
 from chute.cache.layout import Layout
 from chute.cache.stages import ChunkStage
 from chute.cache.storage import Storage
@@ -337,7 +337,10 @@ def _foreign_message(
 def _complete(layout: Layout, manifest: Any, build: str) -> bool:
     if not isinstance(manifest, dict) or manifest.get("build_digest") != build:
         return False
-    files = [layout.lengths, layout.image_tokens, layout.rejects, layout.hf_state]
+    top = layout.storage.listing(layout.root)
+    if any(array_problem(top, p.name, manifest) for p in (layout.lengths, layout.image_tokens)):
+        return False  # cut short or gone: finalized again from the chunks
+    files = [layout.rejects, layout.hf_state]
     return all(layout.exists(p) for p in [*files, *layout.stage_files(manifest["fingerprint"])])
 
 
