@@ -208,3 +208,40 @@ def test_a_share_that_cannot_be_written_builds_each_ranks_own_plan(
             assert np.array_equal(plan.batch_bounds, alone.batch_bounds)
     assert "cannot write plans under" in caplog.text and "No space left" in caplog.text
     assert not list((tmp_path / "full").glob("*.claim"))
+
+
+@pytest.mark.parametrize("damage", ["ids cut short", "bounds past the ids", "plan.json"])
+def test_a_damaged_shared_plan_is_built_again_in_its_place(
+    damage: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A published plan damaged afterwards (a bad disk, a copy over it): numpy's errors from
+    inside, or worse a plan that reads, were what every rank met; now it is set aside and built
+    again, and the next rank maps the new one."""
+    import logging
+
+    lens = lengths()
+    alone = PackedPlanner(1024, batch_size=2, lengths=lens).build(len(lens), epoch=1, world_size=3)
+    share = PlanShare(tmp_path)
+    PackedPlanner(1024, batch_size=2, lengths=lens).with_share(share).build(
+        len(lens), epoch=1, world_size=3
+    )
+    (folder,) = tmp_path.glob("*-e1")
+    if damage == "ids cut short":
+        ids = folder / "ids.npy"
+        ids.write_bytes(ids.read_bytes()[:-64])
+    elif damage == "bounds past the ids":
+        np.save(folder / "ids.npy", np.arange(5, dtype=np.int32))
+    else:
+        (folder / "plan.json").write_text('{"format": 1, "world')
+    caplog.set_level(logging.WARNING)
+    for _ in range(2):  # the rank that finds it damaged, then one that maps the new one
+        plan = (
+            PackedPlanner(1024, batch_size=2, lengths=lens)
+            .with_share(share)
+            .build(len(lens), epoch=1, world_size=3)
+        )
+        assert np.array_equal(plan.ids, alone.ids)
+        assert np.array_equal(plan.batch_bounds, alone.batch_bounds)
+        assert np.array_equal(plan.row_bounds, alone.row_bounds)
+    assert caplog.text.count("is damaged") == 1, caplog.text
+    assert [p.name for p in tmp_path.iterdir() if not p.name.endswith(".claim")] == [folder.name]

@@ -251,19 +251,44 @@ def _publish(folder: Path, plan: TablePlan) -> None:
         raise
 
 
+def _set_aside(folder: Path, why: str) -> None:
+    """Move a damaged published plan out of the way: to its readers, as if none were there.
+
+    The plan is then built again, by this rank or the one that claims it, and published in its
+    place; a rank still mapping the old files keeps its pages. Renamed first (atomic, so ranks
+    that found it damaged at once do not trip over each other), then removed.
+    """
+    log.warning("the shared plan in %s is damaged (%s): building it again", folder, why)
+    aside = folder.with_name(f".{folder.name}.damaged.{os.getpid()}.{time.monotonic_ns()}")
+    with contextlib.suppress(OSError):
+        os.rename(folder, aside)
+        shutil.rmtree(aside, ignore_errors=True)
+
+
 def _load(folder: Path, order: Order, world_size: int) -> TablePlan | None:
     try:
         meta = json.loads((folder / "plan.json").read_text())
-    except (OSError, ValueError):
+    except OSError:
+        return None  # not published (yet)
+    except ValueError as exc:
+        _set_aside(folder, f"plan.json: {exc}")
         return None
     if meta.get("format") != FORMAT or meta.get("world_size") != world_size:
         return None
     arrays: dict[str, np.ndarray | None] = {}
-    for name in _ARRAYS:
-        path = folder / f"{name}.npy"
-        arrays[name] = np.load(path, mmap_mode="r") if path.is_file() else None
+    try:
+        for name in _ARRAYS:
+            path = folder / f"{name}.npy"
+            arrays[name] = np.load(path, mmap_mode="r") if path.is_file() else None
+    except (OSError, ValueError) as exc:  # cut short or overwritten after it was published
+        _set_aside(folder, f"{path.name}: {exc}")
+        return None
     ids, bounds = arrays["ids"], arrays["batch_bounds"]
     if ids is None or bounds is None:
+        _set_aside(folder, "ids.npy or batch_bounds.npy is missing")
+        return None
+    if ids.ndim != 1 or bounds.ndim != 1 or (len(bounds) and int(bounds[-1]) > len(ids)):
+        _set_aside(folder, f"ids of shape {ids.shape}, batch bounds of shape {bounds.shape}")
         return None
     start, end = arrays["span_start"], arrays["span_end"]
     return TablePlan(
