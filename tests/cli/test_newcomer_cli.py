@@ -47,6 +47,34 @@ def test_preprocess_into_a_folder_that_cannot_be_made_is_one_line(tmp_path: Path
     assert str(tmp_path / "a_file") in line and "check the path" in line
 
 
+@pytest.mark.parametrize("data", ["lines.jsonl", "one.jsonl", "records.json"])
+def test_a_data_file_given_as_the_config_shows_a_config_that_works(
+    tmp_path: Path, data: str
+) -> None:
+    """A newcomer's first ``chute preprocess data.jsonl`` met "is not valid YAML" (or a list,
+    or unknown keys); it says what the command takes, and the config it shows runs."""
+    import json
+
+    from chute.demo.data import write_demo_tokenizer
+
+    tok = write_demo_tokenizer(tmp_path / "tok") / "tokenizer.json"
+    records = [{"instruction": f"Say {i}.", "output": f"{i}."} for i in range(3)]
+    path = tmp_path / data
+    if data == "records.json":
+        path.write_text(json.dumps(records))
+    else:
+        rows = records[:1] if data == "one.jsonl" else records
+        path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    result = runner.invoke(app, ["preprocess", str(path), "--out", str(tmp_path / "c")])
+    line = _one_line_error(result)
+    assert f"{path} is a data file; this command takes a preprocessing config" in line
+    shown = result.output.split(line, 1)[1].split("saved as config.yaml")[0]
+    config = tmp_path / "config.yaml"
+    config.write_text(shown.replace("path/to/tokenizer", str(tok)))
+    result = runner.invoke(app, ["preprocess", str(config), "--out", str(tmp_path / "c")])
+    assert result.exit_code == 0, result.output
+
+
 def test_migrate_a_missing_xtuner_config_is_one_line(tmp_path: Path) -> None:
     result = runner.invoke(app, ["migrate", "xtuner", str(tmp_path / "missing.py")])
     line = _one_line_error(result)

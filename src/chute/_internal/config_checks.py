@@ -11,9 +11,11 @@ Example:
 from __future__ import annotations
 
 import difflib
+import os
 import typing
 from collections.abc import Mapping, Sequence
 from dataclasses import MISSING, asdict, dataclass, field, fields, is_dataclass
+from pathlib import Path
 from typing import Any
 
 import yaml
@@ -30,10 +32,51 @@ __all__ = [
     "kinds_of",
     "option",
     "raise_problems",
+    "read_config_file",
     "unknown_keys",
 ]
 
 Problems = list[tuple[str, str]]
+
+
+# Suffixes of data files: a command that takes a config and is handed one of these says so.
+DATA_SUFFIXES = (".jsonl", ".json", ".parquet", ".tar", ".txt", ".csv", ".gz", ".zst", ".bz2")
+
+
+def read_config_file(
+    path: str | os.PathLike[str], what: str, example: str, keys: Sequence[str] = ()
+) -> Any:
+    """The parsed YAML of a config file; a data file handed in its place says so.
+
+    ``what`` names the config (``a preprocessing config``), ``example`` shows its first
+    lines naming the data (``sources: [{data}]``) and ``keys`` are its top-level keys (a
+    one-record JSONL parses as a mapping of none of them): a newcomer's first ``chute
+    preprocess data.jsonl`` met "is not valid YAML", a list, or unknown keys.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"{path}: no such file ({what})", param="config")
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (yaml.YAMLError, UnicodeDecodeError) as exc:  # not YAML, not UTF-8
+        if path.suffix.lower() in DATA_SUFFIXES:
+            raise _data_not_config(path, what, example) from None
+        raise ConfigError(f"{path} is not valid YAML: {exc}", param="config") from None
+    if path.suffix.lower() in DATA_SUFFIXES and (
+        isinstance(data, list)  # a JSON data file
+        or (isinstance(data, Mapping) and keys and not set(data) & set(keys))  # one record
+    ):
+        raise _data_not_config(path, what, example)
+    return data
+
+
+def _data_not_config(path: Path, what: str, example: str) -> ConfigError:
+    first = example.format(data=path).replace("\n", "\n    ")
+    return ConfigError(
+        f"{path} is a data file; this command takes {what} (YAML) that names it, e.g.\n"
+        f"    {first}\nsaved as config.yaml and passed in its place",
+        param="config",
+    )
 
 
 def _is_int(v: Any) -> bool:

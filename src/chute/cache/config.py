@@ -45,6 +45,7 @@ from chute._internal.config_checks import (
     check_fields,
     choice,
     raise_problems,
+    read_config_file,
     unknown_keys,
 )
 from chute._internal.remote import absolute
@@ -276,6 +277,12 @@ def _top_problems(data: Mapping[str, Any]) -> Problems:
 
 # -- loading ----------------------------------------------------------------------------------
 
+# The smallest config, shown to one who passes a data file where the config belongs.
+PREPROCESS_EXAMPLE = (
+    "sources: [{data}]\n"
+    "recipe: {{tokenizer: path/to/tokenizer, template: chatml, max_length: 4096}}"
+)
+
 
 def load_config(
     config: PreprocessConfig | Mapping[str, Any] | str | os.PathLike[str],
@@ -292,12 +299,7 @@ def load_config(
         return PreprocessConfig.from_dict(config.to_dict(), overrides)
     if isinstance(config, str | os.PathLike):
         path = Path(config)
-        if not path.is_file():
-            raise ConfigError(f"{path}: no such file (a YAML preprocessing config)", param="config")
-        try:
-            data = yaml.safe_load(path.read_text(encoding="utf-8"))
-        except (yaml.YAMLError, UnicodeDecodeError) as exc:  # not YAML, not UTF-8
-            raise ConfigError(f"{path} is not valid YAML: {exc}", param="config") from None
+        data = read_config_file(path, "a preprocessing config", PREPROCESS_EXAMPLE, _TOP_KEYS)
         if data is None:
             raise ConfigError(f"{path} is empty; it needs sources and recipe", param="config")
         return PreprocessConfig.from_dict(data, overrides)

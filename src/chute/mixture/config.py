@@ -43,6 +43,7 @@ from typing import Any
 
 import yaml
 
+from chute._internal.config_checks import read_config_file
 from chute._internal.remote import absolute
 from chute.cache.config import CacheOptions, PreprocessConfig, RecipeConfig
 from chute.cache.config_checks import (
@@ -59,6 +60,11 @@ from chute.plan.mixture_planner import BATCHING
 __all__ = ["TOP_KEYS", "Mixture", "is_mixture_config"]
 
 TOP_KEYS = ("recipe", "datasets", "epoch_samples", "batching", "cache", "stages", "out")
+# The smallest mixture, shown to one who passes a data file where the YAML belongs.
+MIXTURE_EXAMPLE = (
+    "datasets: {{mine: {{sources: [{data}]}}}}\n"
+    "recipe: {{tokenizer: path/to/tokenizer, template: chatml, max_length: 4096}}"
+)
 
 
 def is_mixture_config(data: Any) -> bool:
@@ -195,13 +201,7 @@ class Mixture:
         if isinstance(config, Mixture):
             return config if not overrides else cls.from_dict(config.to_dict(), overrides)
         if isinstance(config, str | os.PathLike):
-            path = Path(config)
-            if not path.is_file():
-                raise ConfigError(f"{path}: no such file (a mixture YAML)", param="config")
-            try:
-                data = yaml.safe_load(path.read_text(encoding="utf-8"))
-            except (yaml.YAMLError, UnicodeDecodeError) as exc:  # not YAML, not UTF-8
-                raise ConfigError(f"{path} is not valid YAML: {exc}", param="config") from None
+            data = read_config_file(config, "a mixture YAML", MIXTURE_EXAMPLE, TOP_KEYS)
             return cls.from_dict(data or {}, overrides)
         return cls.from_dict(config, overrides)
 
