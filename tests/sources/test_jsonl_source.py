@@ -244,3 +244,30 @@ def test_unwritable_cache_falls_back_to_an_in_memory_index(tmp_path: Path) -> No
     p = write_jsonl(tmp_path / "d.jsonl", [{"id": i} for i in range(10)])
     src = JsonlSource(p, cache_dir=cache)
     assert src.files[0].sidecar is None and ids(src) == list(range(10))
+
+
+def test_a_file_is_closed_at_interpreter_exit_without_module_globals(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """At exit, an object kept alive by an exception's traceback is collected after modules'
+    globals became None: closing it printed "Exception ignored in _LocalBytes.__del__:
+    TypeError" after every failed run (a killed DataLoader worker, here simulated)."""
+    import contextlib
+
+    from chute.sources import jsonl
+
+    path = tmp_path / "d.jsonl"
+    path.write_text('{"a": 1}\n{"a": 2}\n')
+    source = JsonlSource(path)
+    assert source[1].data == {"a": 2}  # opens the file
+    io = source._readers[0].io
+    fd = io._fd
+    monkeypatch.setattr(jsonl, "os", None)
+    monkeypatch.setattr(jsonl, "contextlib", None, raising=False)
+    io.__del__()
+    monkeypatch.undo()
+    with pytest.raises(OSError):
+        os.fstat(fd)  # closed
+    with contextlib.suppress(OSError):
+        os.close(fd)
+    io._fd = None

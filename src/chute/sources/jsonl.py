@@ -19,7 +19,6 @@ Example:
 from __future__ import annotations
 
 import builtins
-import contextlib
 import os
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Protocol
@@ -219,10 +218,15 @@ class _LocalBytes:
             )
         return os.pread(self._fd, n, offset)
 
-    def __del__(self) -> None:
-        if self._fd is not None and self._pid == os.getpid():
-            with contextlib.suppress(OSError):
-                os.close(self._fd)
+    # os's functions bound here: at interpreter exit a module's globals may already be None
+    # when this runs (an object kept alive by an exception's traceback), which printed a
+    # TypeError after every failed run.
+    def __del__(self, _getpid: Any = os.getpid, _close: Any = os.close) -> None:
+        if self._fd is not None and self._pid == _getpid():
+            try:  # noqa: SIM105 - not contextlib.suppress: it may be gone at exit
+                _close(self._fd)
+            except OSError:
+                pass
 
 
 def _pread_all(io: _Bytes, n: int, offset: int) -> builtins.bytes:

@@ -297,6 +297,6 @@ class _Reader:
             self._groups.put((self.path, g), table)
         return table
 
-    def __del__(self) -> None:
-        if self._handle is not None and self._pid == os.getpid():
+    def __del__(self, _getpid: Any = os.getpid) -> None:  # bound: see _LocalBytes.__del__
+        if self._handle is not None and self._pid == _getpid():
             self._handle.close()
