@@ -92,8 +92,11 @@ def test_bench_pretokenized_records_need_no_tokenizer(tmp_path: Path) -> None:
 def test_bench_of_records_without_a_tokenizer_stops_and_says_to_pass_one(data: Path) -> None:
     result = runner.invoke(app, ["bench", str(data), "-b", "4", "--workers", "0", "--steps", "20"])
     assert result.exit_code == 2, result.output
-    assert "the 60 samples of epoch 0 were all bad: nothing to train on" in result.output
-    assert "The records are not tokenized: pass --tokenizer to build input_ids" in result.output
+    # at once, before a batch is built (it stopped after an epoch of placeholder batches)
+    assert "error: recipe: the records are not tokenized: pass --tokenizer to build input_ids" in (
+        result.output
+    )
+    assert "(the records hold 'instruction', 'output', no input_ids)" in result.output
 
 
 def test_bench_errors_are_one_line(data: Path, tok: Path) -> None:

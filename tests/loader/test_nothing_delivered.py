@@ -14,7 +14,7 @@ from typing import Any
 import orjson
 import pytest
 
-from chute import ErrorBudgetExceeded, Loader, SampleError, World
+from chute import ConfigError, ErrorBudgetExceeded, Loader, SampleError, World
 from chute.loader import delivery
 
 pytestmark = pytest.mark.filterwarnings("ignore:This DataLoader will create:UserWarning")
@@ -29,6 +29,17 @@ def raw_records(path: Path, n: int) -> Path:
     return path
 
 
+@pytest.fixture
+def unprobed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Raw records are the simplest data with nothing valid in it, but a Loader without a
+    recipe now refuses them before the first batch (``check_tokenized``, tested below). These
+    tests are about the budget, which stops what that probe of the first records cannot see
+    (records bad further in, a source it cannot probe): the probe is left out here."""
+    from chute.loader import core
+
+    monkeypatch.setattr(core, "check_tokenized", lambda source: None)
+
+
 def count_until_error(loader: Loader) -> tuple[int, ErrorBudgetExceeded | None]:
     yielded = 0
     try:
@@ -41,7 +52,7 @@ def count_until_error(loader: Loader) -> tuple[int, ErrorBudgetExceeded | None]:
 
 @pytest.mark.parametrize("num_workers", [0, 2])
 def test_untokenized_records_stop_after_the_first_100_samples_with_the_fix(
-    tmp_path: Path, num_workers: int
+    tmp_path: Path, num_workers: int, unprobed: None
 ) -> None:
     # 600 records: fewer than budget_min_samples and max_consecutive_bad
     loader = Loader(
@@ -64,11 +75,50 @@ def test_untokenized_records_stop_after_the_first_100_samples_with_the_fix(
     }
 
 
-def test_a_dataset_smaller_than_100_samples_stops_at_the_end_of_its_epoch(tmp_path: Path) -> None:
+def test_a_dataset_smaller_than_100_samples_stops_at_the_end_of_its_epoch(
+    tmp_path: Path, unprobed: None
+) -> None:
     loader = Loader(raw_records(tmp_path / "a.jsonl", 30), batch_size=4, world=World())
     yielded, error = count_until_error(loader)
     assert error is not None and yielded == 7  # the 8th and last batch of epoch 0 stops it
     assert "the 30 samples of epoch 0 were all bad" in str(error)
+
+
+@pytest.mark.parametrize("plan", ["random", "packed"])
+def test_records_without_a_recipe_and_without_input_ids_are_refused_at_once(
+    tmp_path: Path, plan: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Refused before the first batch, and before a lengths pass would read every record."""
+    from chute.loader import planning
+
+    def no_pass(*args: object, **kwargs: object) -> None:
+        raise AssertionError("the lengths pass ran")
+
+    monkeypatch.setattr(planning, "lengths_of", no_pass)
+    with pytest.raises(
+        ConfigError,
+        match=r"recipe: the records are not tokenized: pass a Recipe \(recipe=Recipe\(tokenizer="
+        r"\.\.\.\)\) to build input_ids and labels from them \(the records hold 'input', "
+        r"'instruction', 'output', no input_ids\)",
+    ):
+        Loader(
+            raw_records(tmp_path / "a.jsonl", 30),
+            batch_size=4,
+            world=World(),
+            plan=plan,
+            plan_options={"max_length": 64} if plan == "packed" else None,
+        )
+
+
+def test_records_with_input_ids_among_the_first_pass_the_probe(tmp_path: Path) -> None:
+    """Some tokenized records among the first (a few raw ones mixed in): the budget counts the
+    rest, as for any bad sample."""
+    path = tmp_path / "mixed.jsonl"
+    rows = [{"input_ids": [1, 2, 3]} if i % 2 else {"text": f"raw {i}"} for i in range(40)]
+    path.write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in rows))
+    loader = Loader(path, batch_size=4, world=World(), max_bad_fraction=0.6)
+    assert sum(len(b["sample_ids"]) for b in loader) >= 20
+    assert loader.summary()["rejected"] == 20
 
 
 def test_a_few_bad_records_at_the_start_do_not_stop_a_good_run(id_source) -> None:
@@ -126,7 +176,7 @@ def test_a_restored_loader_checks_its_first_samples_again(id_source) -> None:
 
 
 def test_the_lengths_pass_rejecting_every_record_stops_before_the_first_batch(
-    tmp_path: Path,
+    tmp_path: Path, unprobed: None
 ) -> None:
     with pytest.raises(
         ErrorBudgetExceeded,

@@ -33,6 +33,7 @@ from chute.loader.options import (
     PathLike,
     as_source,
     check_augment,
+    check_tokenized,
     fingerprint_of,
     lengths_recipe,
     media_guard,
@@ -191,7 +192,15 @@ class Loader:
         if self.num_samples == 0:
             raise ConfigError(f"the source {self.source!r} has no samples; nothing to load")
         self.recipe = recipe
+        error_budget = budget_of(budget, max_bad_fraction, max_consecutive_bad, budget_min_samples)
         check_recipe = getattr(self.source, "check_recipe", None)
+        if (
+            recipe is None
+            and not callable(check_recipe)
+            and error_budget.max_bad_fraction is not None
+        ):
+            # before a lengths pass reads them all; a cache holds samples, tokenized already
+            check_tokenized(self.source)
         if recipe is not None and callable(check_recipe):
             # A cache holds the recipe's samples already: check it is this recipe's, then read.
             check_recipe(recipe)
@@ -255,7 +264,7 @@ class Loader:
         check_augment(self.media, recipe)
         self.rejects_path = rejects_path_for(rejects, self.world) if rejects is not None else None
         self.books = Accounting(
-            budget_of(budget, max_bad_fraction, max_consecutive_bad, budget_min_samples),
+            error_budget,
             self.world.rank,
             self.rejects_path,
         )

@@ -20,6 +20,7 @@ from chute.world import World
 __all__ = [
     "as_source",
     "check_seconds",
+    "check_tokenized",
     "check_workers",
     "fingerprint_of",
     "media_guard",
@@ -53,6 +54,37 @@ def as_source(source: Any) -> Any:
             f"dataset with len() and [i]; got {type(source).__name__}"
         )
     return source
+
+
+def check_tokenized(source: Any) -> None:
+    """Refuse, before the first batch, records read as samples that hold no ``input_ids``.
+
+    Without a recipe the records are the samples. Raw records (text, conversations) used to
+    be skipped one by one as bad samples: placeholder batches reached the model until the error
+    budget stopped the run a hundred samples in. The first records of each file are probed;
+    where every one that parses is an object without ``input_ids``, the fix is named now. A
+    source with some tokenized records among the probed passes (the budget counts the rest).
+    """
+    from chute.recipe.outcome import probe_records
+    from chute.sample.budget import reject_hint
+
+    keys: list[str] | None = None
+    for record in probe_records(source, per_file=8, limit=64):
+        try:
+            data = getattr(record, "data", record)  # a Record parses here
+        except Exception:  # a bad record says nothing of the others (the budget counts it)
+            continue
+        if not isinstance(data, dict):
+            continue
+        if "input_ids" in data:
+            return
+        keys = keys or sorted(data)
+    if keys is not None:
+        raise ConfigError(
+            f"{reject_hint('missing_field', field='input_ids', recipe=False)} (the records "
+            f"hold {', '.join(map(repr, keys[:8]))}, no input_ids)",
+            param="recipe",
+        )
 
 
 def fingerprint_of(source: Any) -> Any:
