@@ -49,6 +49,10 @@ __all__ = [
 log = logging.getLogger("chute.cache")
 
 _POLL_SECONDS = 0.5
+# How often a rank looks at the other ranks' shard locks: each look is a lock request per rank
+# to a shared filesystem's server, and a stopped rank named within seconds (not the hour of
+# cache.wait_timeout) is soon enough.
+_LOCK_LOOK_SECONDS = 2.0
 # A waiting rank that sees every chunk committed gives the last rank this long to write the
 # manifest before it writes it itself (the last rank may have died right after its last chunk).
 _FINALIZE_GRACE = 30.0
@@ -179,11 +183,14 @@ def finish(
     first, all_seen_at = True, None
     foreign: list[int] = []  # chunks of another build: missing until their rank rebuilds them
     at_work = set() if at_work is None else at_work  # ranks seen building (lock held)
+    looked = -_LOCK_LOOK_SECONDS  # when the locks were last looked at: at once the first time
     while True:
         recorded = layout.recorded()
         foreign = [k for k in foreign if _build_of(layout.read_json(layout.record(k))) != build]
         missing = [k for k in range(plan["chunks"]) if k not in recorded or k in foreign]
-        stopped = _stopped_ranks(layout, missing, world, at_work) if missing else []
+        stopped = []
+        if missing and time.monotonic() - looked >= _LOCK_LOOK_SECONDS:
+            stopped, looked = _stopped_ranks(layout, missing, world, at_work), time.monotonic()
         if stopped:
             raise CacheError(_stopped_message(layout, missing, world, stopped))
         if not missing:
@@ -245,22 +252,26 @@ class ShardWatch:
 
     ``look()`` as this rank's own chunks complete: the ranks run side by side, so one that
     fails or is killed while this one still builds is seen at work first, and ``finish`` then
-    knows its free lock means it stopped (not that it has not started yet).
+    knows its free lock means it stopped (not that it has not started yet). Once seen, a rank
+    is not looked at again: with hundreds of ranks on a shared filesystem, each look is a
+    lock request to its server.
     """
 
     def __init__(self, layout: Layout, world: World):
         self.layout, self.world = layout, world
         self.at_work: set[int] = set()
-        self._last = 0.0
+        self._last = -_LOCK_LOOK_SECONDS  # the first look at once
 
     def look(self) -> None:
         now = time.monotonic()
-        if now - self._last < _POLL_SECONDS:  # a chunk a millisecond: look twice a second
+        if now - self._last < _LOCK_LOOK_SECONDS:  # a chunk a millisecond: not each time
             return
         self._last = now
         for rank in range(self.world.world_size):
+            if rank == self.world.rank or rank in self.at_work:
+                continue
             lock = shard_lock(self.layout, rank, self.world.world_size)
-            if rank != self.world.rank and lock is not None and builder_state(lock) == "held":
+            if lock is not None and builder_state(lock) == "held":
                 self.at_work.add(rank)
 
 
