@@ -38,3 +38,26 @@ def test_a_waiter_gets_the_result_or_stops_when_the_builder_lets_go(tmp_path: Pa
         builder.join()
         target.unlink(missing_ok=True)
     assert wait_for(read, target, timeout=0.2) is None  # no builder seen: the timeout
+
+
+def test_a_builder_that_wrote_its_result_leaves_no_lock_one_that_did_not_leaves_it_free(
+    tmp_path: Path,
+) -> None:
+    """A folder of results (one lengths pass per dataset and recipe) held a zero-byte lock per
+    result; the lock stays only where a waiter needs it to learn the builder stopped."""
+    from chute._internal.waiting import builder_state
+
+    done, failed, empty = tmp_path / "done", tmp_path / "failed", tmp_path / "empty"
+    with building(done):
+        done.write_text("built")
+    with pytest.raises(RuntimeError), building(failed):
+        raise RuntimeError("stopped")
+    with building(empty):
+        pass  # wrote nothing
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        ".empty.building",
+        ".failed.building",
+        "done",
+    ]
+    assert builder_state(failed) == builder_state(empty) == "free"
+    assert builder_state(done) == "unknown"  # no lock: a waiter reads the result

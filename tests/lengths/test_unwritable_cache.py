@@ -27,7 +27,7 @@ def _recipe(tmp_path: Path) -> Recipe:
 
 
 def _left(folder: Path) -> list[str]:
-    """The files in ``folder`` but the zero-byte locks that stay (``.building``)."""
+    """The files in ``folder`` but the locks of a failed computation (``.building``)."""
     return [p.name for p in folder.iterdir() if not p.name.endswith(".building")]
 
 

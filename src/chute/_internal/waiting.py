@@ -69,6 +69,10 @@ def building(target: str | os.PathLike[str]) -> Iterator[None]:
     The kernel lets go of the lock when its holder exits, killed or not, so a waiting process
     can tell a builder at work from one that is gone (``wait_for``). Where the lock cannot be
     had (a read-only folder, a filesystem without ``flock``), nothing is held.
+
+    A block that completes with ``target`` in place removes the lock file (a waiter that finds
+    no lock reads the result), so a folder of results holds no lock per result; one that
+    fails, is killed or wrote nothing leaves it, free, which is how its waiters learn it stopped.
     """
     fd = _lock_fd(target)
     if fd is None:
@@ -78,8 +82,13 @@ def building(target: str | os.PathLike[str]) -> Iterator[None]:
         with contextlib.suppress(OSError):
             fcntl.flock(fd, fcntl.LOCK_EX)
         yield
-    finally:
+    except BaseException:
         os.close(fd)
+        raise
+    if Path(target).exists():
+        with contextlib.suppress(OSError):
+            os.unlink(_lock_path(target))  # still held: no waiter takes it for a stopped builder
+    os.close(fd)
 
 
 def wait_for(
@@ -110,11 +119,16 @@ def wait_for(
     return poll(look, timeout)
 
 
+def _lock_path(target: str | os.PathLike[str]) -> Path:
+    path = Path(target)
+    return path.with_name(f".{path.name}.building")
+
+
 def _lock_fd(target: str | os.PathLike[str], create: bool = True) -> int | None:
     if fcntl is None:  # pragma: no cover
         return None
     path = Path(target)
-    lock = path.with_name(f".{path.name}.building")
+    lock = _lock_path(target)
     try:
         if not create:
             return os.open(lock, os.O_RDWR)
