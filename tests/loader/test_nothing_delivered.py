@@ -117,8 +117,28 @@ def test_records_with_input_ids_among_the_first_pass_the_probe(tmp_path: Path) -
     rows = [{"input_ids": [1, 2, 3]} if i % 2 else {"text": f"raw {i}"} for i in range(40)]
     path.write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in rows))
     loader = Loader(path, batch_size=4, world=World(), max_bad_fraction=0.6)
-    assert sum(len(b["sample_ids"]) for b in loader) >= 20
+    delivered = [int(i) for b in loader for i in b["sample_ids"] if i >= 0]
+    assert sorted(delivered) == list(range(1, 40, 2))  # the tokenized ones, once each
     assert loader.summary()["rejected"] == 20
+
+
+def test_a_source_that_raises_for_its_first_item_is_not_refused_by_the_probe() -> None:
+    """A map-style dataset whose item 0 is bad (it raises): the probe is inconclusive, and the
+    budget counts that sample as for any other."""
+
+    class FirstBad:
+        def __len__(self) -> int:
+            return 12
+
+        def __getitem__(self, i: int) -> dict[str, Any]:
+            if i == 0:
+                raise SampleError("image_missing", "no such file: 0.jpg", field="images")
+            return {"input_ids": [1, 2, i]}
+
+    loader = Loader(FirstBad(), batch_size=4, world=World(), shuffle=False)
+    delivered = [int(i) for b in loader for i in b["sample_ids"] if i >= 0]
+    assert sorted(delivered) == list(range(1, 12))  # every other sample, once
+    assert loader.summary()["rejected"] == 1
 
 
 def test_a_few_bad_records_at_the_start_do_not_stop_a_good_run(id_source) -> None:

@@ -69,7 +69,14 @@ def check_tokenized(source: Any) -> None:
     from chute.sample.budget import reject_hint
 
     keys: list[str] | None = None
-    for record in probe_records(source, per_file=8, limit=64):
+    records = probe_records(source, per_file=8, limit=64)
+    while True:
+        try:
+            record = next(records)
+        except StopIteration:
+            break
+        except Exception:  # a source that raises for an item: the budget judges its samples
+            return
         try:
             data = getattr(record, "data", record)  # a Record parses here
         except Exception:  # a bad record says nothing of the others (the budget counts it)
