@@ -17,6 +17,20 @@ TRANSFORM = DynamicResolution(min_pixels=28 * 28, max_pixels=112 * 112)
 BOXES = [(40, 30, 90, 70), (10, 10, 60, 50), (70, 20, 140, 90), (30, 40, 80, 95)]
 
 
+def qwen_options(
+    tokenizer: Path, transform: DynamicResolution = TRANSFORM, **extra: Any
+) -> dict[str, Any]:
+    """A Qwen2.5-VL recipe as a mapping (a mixture's or a preprocess config's ``recipe:``),
+    counting image tokens by ``transform``'s pixel bounds; ``extra`` adds or replaces keys."""
+    rule = {"min_pixels": transform.min_pixels, "max_pixels": transform.max_pixels}
+    return {
+        "tokenizer": str(tokenizer),
+        "template": "chatml",
+        "image_tokens": {**rule, "family": "qwen2.5-vl"},
+        **extra,
+    }
+
+
 def write_box_image(path: Path, box: tuple[int, ...]) -> None:
     """A 150x100 grey image with a red rectangle over ``box`` (x1, y1, x2, y2; ends exclusive)."""
     image = Image.new("RGB", (150, 100), (128, 128, 128))

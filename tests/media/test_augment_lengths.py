@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from augment_helpers import qwen_options
 from PIL import Image
 
 from chute import Loader, Recipe
@@ -159,16 +160,9 @@ def test_a_mixture_plans_each_dataset_at_its_widest_coordinates(
             for i in range(10)
         )
     )
-    rule = {"min_pixels": TRANSFORM.min_pixels, "max_pixels": TRANSFORM.max_pixels}
     mix = Mixture(
         [MixtureEntry("boxes", str(boxes), weight=1.0), MixtureEntry("text", str(text))],
-        recipe={
-            "tokenizer": str(TOKENIZER),
-            "template": "chatml",
-            "image_tokens": {**rule, "family": "qwen2.5-vl"},
-            "geometry": "qwen2.5-vl",
-            "max_length": 256,
-        },
+        recipe=qwen_options(TOKENIZER, TRANSFORM, geometry="qwen2.5-vl", max_length=256),
     )
     loader = Loader(mix, plan="packed", seed=1, media=MediaStage(TRANSFORM, augment=AUG))
     recipe = _recipe("qwen2.5-vl", max_length=256)

@@ -18,6 +18,7 @@ from augment_helpers import (
     encloses,
     first_box,
     images_of,
+    qwen_options,
     red_extent,
     write_box_image,
 )
@@ -177,14 +178,7 @@ def _mixture(tmp_path: Path, boxes: Path, **recipe_options):  # type: ignore[no-
         for i in range(6)
     ]
     text.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    rule = {"min_pixels": TRANSFORM.min_pixels, "max_pixels": TRANSFORM.max_pixels}
-    recipe = {
-        "tokenizer": str(TOKENIZER),
-        "template": "chatml",
-        "image_tokens": {**rule, "family": "qwen2.5-vl"},
-        "tokenizer_backend": "hf",
-        **recipe_options,
-    }
+    recipe = qwen_options(TOKENIZER, tokenizer_backend="hf", **recipe_options)
     entries = [MixtureEntry("boxes", str(boxes), weight=1.0), MixtureEntry("text", str(text))]
     return Mixture(entries, recipe=recipe)
 
@@ -290,15 +284,7 @@ def test_the_loader_over_the_source_equals_it_over_the_cache_with_boxes(
     from chute import open_cache, preprocess
 
     data = _data(tmp_path)
-    rule = {"min_pixels": TRANSFORM.min_pixels, "max_pixels": TRANSFORM.max_pixels}
-    options = {
-        "tokenizer": str(TOKENIZER),
-        "template": "chatml",
-        "image_tokens": {**rule, "family": "qwen2.5-vl"},
-        "geometry": "qwen2.5-vl",
-        "max_length": 512,
-        "overflow": overflow,
-    }
+    options = qwen_options(TOKENIZER, geometry="qwen2.5-vl", max_length=512, overflow=overflow)
     out = tmp_path / "cache"
     preprocess(sources=[str(data)], recipe=options, cache={"workers": 1}, out=str(out))
     media = MediaStage(TRANSFORM)

@@ -7,6 +7,7 @@ import ctypes
 import errno
 import functools
 import hashlib
+import logging
 import os
 import tempfile
 import time
@@ -25,6 +26,8 @@ __all__ = [
     "cache_root",
     "file_identity",
     "one_builder",
+    "warn_once",
+    "writable_folder",
 ]
 
 # Bytes hashed at each end of a file for its identity: enough to catch an in-place rewrite that
@@ -177,6 +180,21 @@ def _fallocate() -> Any:
 CANNOT_WRITE = frozenset(
     {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM, errno.ENOTDIR}
 )
+
+
+_WARNED: set[tuple[str, ...]] = set()
+
+
+def warn_once(log: logging.Logger, message: str, *args: Any) -> None:
+    """``log.warning(message, *args)``, once a process for the same message and arguments.
+
+    A folder that cannot be written is met by every file kept under it (each index, each
+    epoch's plan): one warning says it, and what is done instead.
+    """
+    key = (message, *map(str, args))
+    if key not in _WARNED:
+        _WARNED.add(key)
+        log.warning(message, *args)
 
 
 def writable_folder(directory: str | os.PathLike[str]) -> bool:

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import orjson
 
-from chute._internal.files import CANNOT_WRITE, writable_folder
+from chute._internal.files import CANNOT_WRITE, warn_once, writable_folder
 from chute._internal.progress import ProgressArg
 from chute._internal.progress import progress as progress_of
 from chute._internal.waiting import building, wait_for_local_rank_zero
@@ -187,22 +187,18 @@ def _per_record(
         ) from exc
 
 
-_WARNED: set[str] = set()
-
-
 def _can_keep(cache_dir: Any) -> bool:
     """Whether lengths can be kept under the cache folder; warns once where they cannot."""
     folder = cache_paths("probe", cache_dir)[0].parent
     if writable_folder(folder):
         return True
-    if str(folder) not in _WARNED:
-        _WARNED.add(str(folder))
-        log.warning(
-            "cannot write lengths under %s (read-only or not ours): every process computes "
-            "them and keeps them in memory; set CHUTE_CACHE_DIR to a writable folder to compute "
-            "them once per node",
-            folder,
-        )
+    warn_once(
+        log,
+        "cannot write lengths under %s (read-only or not ours): every process computes them "
+        "and keeps them in memory; set CHUTE_CACHE_DIR to a writable folder to compute them "
+        "once per node",
+        folder,
+    )
     return False
 
 

@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 import orjson
 
-from chute._internal.files import atomic_array, cache_root, writable_folder
+from chute._internal.files import atomic_array, cache_root, warn_once, writable_folder
 from chute._internal.pools import process_map
 from chute._internal.progress import ProgressArg
 from chute._internal.progress import progress as progress_of
@@ -103,7 +103,8 @@ def content_hashes(
             return hit
         if not writable_folder(path.parent):
             # read-only or not ours: every process hashes for itself, in memory
-            log.warning(
+            warn_once(
+                log,
                 "cannot write content hashes under %s (read-only or not ours): computing them "
                 "in memory; set CHUTE_CACHE_DIR to a writable folder to keep them",
                 path.parent,

@@ -50,7 +50,7 @@ from typing import Any
 
 import numpy as np
 
-from chute._internal.files import CANNOT_WRITE, writable_folder
+from chute._internal.files import CANNOT_WRITE, warn_once, writable_folder
 from chute._internal.owner import Owner
 from chute.plan.order import Order
 from chute.plan.table import TablePlan
@@ -187,17 +187,13 @@ class PlanShare:
                 shutil.rmtree(folder, ignore_errors=True)
 
 
-_WARNED: set[str] = set()
-
-
 def _warn_once(root: Path, message: str) -> None:
-    if str(root) not in _WARNED:
-        _WARNED.add(str(root))
-        log.warning(
-            message + ": each rank builds its own plan; set CHUTE_CACHE_DIR to a writable "
-            "folder with room to build it once per node",
-            root,
-        )
+    warn_once(
+        log,
+        message + ": each rank builds its own plan; set CHUTE_CACHE_DIR to a writable folder "
+        "with room to build it once per node",
+        root,
+    )
 
 
 def _claim(path: Path) -> bool:

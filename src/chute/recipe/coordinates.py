@@ -127,9 +127,9 @@ def objects_answer(
     A grounding record may hold its boxes as data rather than text: ``"objects": [{"bbox":
     [x1, y1, x2, y2], "label": "dog"}, ...]`` or a top-level ``"bbox"`` (with an optional
     ``"label"``), corners in pixels of the original image; an object may be a point instead,
-    ``{"point": [x, y]}`` (or ``"point_2d"``), written in ``qwen2.5-vl`` only. When the conversation ends with the
-    user's turn (the record has no answer), the answer is those objects written in the
-    ``geometry``'s convention, which the rewrite that follows then moves with the pixels, with
+    ``{"point": [x, y]}`` (or ``"point_2d"``), written in ``qwen2.5-vl`` only. When the
+    conversation ends with the user's turn (the record has no answer), the answer is those
+    objects written in the ``geometry``'s convention, which the rewrite that follows then moves with the pixels, with
     the sample's own draw::
 
         qwen2.5-vl  [{"bbox_2d": [x1, y1, x2, y2], "label": "dog"}]
@@ -186,8 +186,7 @@ def _render(convention: str, obj: Any, size: tuple[int, int] | None, k: int) -> 
     label = obj.get("label")
     x1, y1, x2, y2 = (float(v) for v in box)
     if convention == "qwen2.5-vl":
-        entry: dict[str, Any] = {"bbox_2d": [_num(v) for v in box]}
-        return json.dumps({**entry, **({"label": label} if label is not None else {})})
+        return _labelled({"bbox_2d": [_num(v) for v in box]}, label)
     w, h = size or (1, 1)
     if convention == "qwen2-vl":  # 0-1000 of the original, rounded outwards
         a, b = math.floor(x1 / w * 1000), math.floor(y1 / h * 1000)
@@ -202,7 +201,11 @@ def _render(convention: str, obj: Any, size: tuple[int, int] | None, k: int) -> 
         xs, ys = [x1 / w, x2 / w], [y1 / h, y2 / h]
     body = [math.floor(xs[0] * 1000) / 1000, math.floor(ys[0] * 1000) / 1000]
     body += [math.ceil(xs[1] * 1000) / 1000, math.ceil(ys[1] * 1000) / 1000]
-    entry = {"bbox": [round(v, 3) for v in body]}
+    return _labelled({"bbox": [round(v, 3) for v in body]}, label)
+
+
+def _labelled(entry: dict[str, Any], label: Any) -> str:
+    """An object's JSON: its coordinates, then its label where it has one."""
     return json.dumps({**entry, **({"label": label} if label is not None else {})})
 
 
@@ -227,9 +230,7 @@ def _render_point(convention: str, obj: dict[str, Any], k: int) -> str:
             f"objects[{k}].{key}: a point is written in qwen2.5-vl's convention only "
             f'("point_2d"), not {convention}\'s',
         )
-    label = obj.get("label")
-    entry: dict[str, Any] = {"point_2d": [_num(v) for v in point]}
-    return json.dumps({**entry, **({"label": label} if label is not None else {})})
+    return _labelled({"point_2d": [_num(v) for v in point]}, obj.get("label"))
 
 
 def _num(value: float) -> int | float:

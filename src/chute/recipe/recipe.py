@@ -452,8 +452,8 @@ class Recipe:
         """``(conversation, whether a flip is allowed)`` of a record, its coordinates placed.
 
         The record read, its boxes answered from its columns and moved (for the resize and the
-        draw), its times checked. Every sequence goes through it, a window of a split document too: the pixels are
-        resized (and cropped) whichever way the text was cut.
+        draw), its times checked. Every sequence goes through it, a window of a split document
+        too: the pixels are resized (and cropped) whichever way the text was cut.
         """
         conv = self._reader(data)
         flip_ok = True

@@ -46,6 +46,7 @@ from chute._internal.files import (
     atomic_file,
     cache_root,
     one_builder,
+    warn_once,
     writable_folder,
 )
 from chute._internal.objects import RemoteIdentity, object_identity, open_binary
@@ -268,9 +269,9 @@ def _build(
                 raise
             # a full disk (or a quota) under the cache: as a read-only one, below
             log.warning("cannot write the index of %s to %s: %s", path, sidecar, exc.strerror)
-    elif str(sidecar.parent) not in _WARNED:
-        _WARNED.add(str(sidecar.parent))  # once a process: each file's index is kept likewise
-        log.warning(
+    else:
+        warn_once(
+            log,
             "cannot write indexes under %s (read-only or not ours); keeping indexes in memory, "
             "in each process (set CHUTE_CACHE_DIR to a writable folder to keep them)",
             sidecar.parent,
@@ -281,9 +282,6 @@ def _build(
         header.update(counts)
         return _index_of(path, data_path, kind, identity, header, entries, t0, None, True)
     return _index_of(path, data_path, kind, identity, header, written, t0, sidecar, True)
-
-
-_WARNED: set[str] = set()
 
 
 def _written(
