@@ -124,7 +124,7 @@ def test_resume_over_a_mixtures_windows(mix: Mixture) -> None:
             world=world, num_workers=num_workers, seed=5,
         )  # fmt: skip
 
-    assert check_resume(make, epochs=2, every=3, num_workers=[2]) > 3
+    assert check_resume(make, epochs=2, every=3, num_workers=[2, 0]) > 3
     state = make().state_dict()
     kinds = [d["source"]["kind"] for d in state["source"]["datasets"]]
     assert kinds == ["pieces", "pieces"]

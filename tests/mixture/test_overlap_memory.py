@@ -149,8 +149,8 @@ def test_one_content_in_most_records_is_counted_in_blocks_the_same(
     "repeats", [1, 2, 0], ids=["distinct", "every-content-twice", "one-content-in-most"]
 )
 def test_the_check_allocates_no_more_than_max_memory(tmp_path: Path, repeats: int) -> None:
-    """100k records: their hashes (0.8 MB) and pairs (1.6 MB) exceed the 512 KB given."""
-    n = 100_000
+    """40k records: their hashes (320 KB) and pairs (640 KB) exceed the 256 KB given."""
+    n = 40_000
     if repeats:
         texts = [f"record {i // repeats} of the check" for i in range(n)]
     else:  # 70% one content: one partition holds most of the pairs
@@ -158,7 +158,7 @@ def test_the_check_allocates_no_more_than_max_memory(tmp_path: Path, repeats: in
     random.Random(3).shuffle(texts)
     source = JsonlSource(_write(tmp_path / "data.jsonl", texts))
     cache = tmp_path / "cache"
-    max_memory = 1 << 19
+    max_memory = 1 << 18
     tracemalloc.start()
     try:
         # the hashes are computed into their cache file: no 8 bytes per record held
