@@ -338,3 +338,24 @@ def test_builds_into_one_bucket_claiming_at_once_one_wins(
     assert cache.max_length == winner and verify_cache(out).ok
     want = open_cache(small["root"] / f"ref{winner}")
     assert cache.manifest["data_digest"] == want.manifest["data_digest"]
+
+
+def test_a_folder_of_changed_files_says_restore_them_not_run_its_config(tmp_path: Path) -> None:
+    """The folder's own config names the same files: running it would be refused too."""
+    from cache_helpers import config, write_alpaca, write_tokenizer
+
+    data = write_alpaca(tmp_path / "data.jsonl", 30)
+    tok = write_tokenizer(tmp_path / "tok")
+    out = tmp_path / "out"
+    preprocess(config(data, tok), out=out, progress=False)
+    with open(data, "a") as f:
+        f.write('{"instruction": "one more", "output": "record"}\n')
+    with pytest.raises(FingerprintMismatch, match=r"of these data files as they were") as info:
+        preprocess(config(data, tok), out=out, progress=False)
+    message = str(info.value)
+    assert "records differs: in" in message and "Restore the files" in message
+    assert "config.yaml" not in message
+    # another recipe over the same files: its stored config is the way back
+    with pytest.raises(FingerprintMismatch, match=r"built for another job") as info:
+        preprocess(config(data, tok, max_length=64), out=out, progress=False)
+    assert "run with the config in" in str(info.value)

@@ -7,6 +7,7 @@ exact-once is set equality) and real LLaVA / mllm_demo records with their images
 
 from __future__ import annotations
 
+import io
 import os
 import tarfile
 from pathlib import Path
@@ -15,12 +16,13 @@ import numpy as np
 import orjson
 import pytest
 
+from cache_helpers import write_tokenizer
 from chute import DynamicResolution, Loader, Recipe, SourceChanged, TarSource, World, open_source
-from chute.errors import SampleError
+from chute.errors import SampleError, SourceError
 from chute.media import ImageTransform, MediaStage
 from chute.media.images import DecodeOptions, decode_image
 from chute.media.sizes import image_size
-from chute.sources.tar_members import MemberRef
+from chute.sources.tar_members import MemberRef, read_member
 from chute.testing import check_resume
 from tar_helpers import id_samples, id_shards, write_shard
 
@@ -138,6 +140,58 @@ def test_caption_pairs_and_llava_json_bind_their_members(tmp_path: Path) -> None
     assert two["cls"] == 7
     assert "<img>tar:" in qwen["conversations"][0]["value"]
     assert src[1].location == "s.tar:llava" and src[1].line == 2
+
+
+@pytest.mark.parametrize("images", [["photo.jpg"], ["photo.jpg", "other.jpg"], None])
+def test_a_member_named_in_an_answer_stays_text(tmp_path: Path, images: list[str] | None) -> None:
+    """The answer reads the file's name: it is text, whatever binds the members (the JSON's
+    text for one named image, the record's walk for two, the media field when none is named)."""
+    record: dict[str, object] = {
+        "messages": [
+            {"role": "user", "content": "<image>What is this file called?"},
+            {"role": "assistant", "content": "photo.jpg"},
+        ],
+        "history": [["Which one?", "other.jpg"]],
+    }
+    if images is not None:
+        record["images"] = images
+    members = {"json": orjson.dumps(record), "jpg": b"a", "other.jpg": b"b"}
+    # the sample's key is "photo": its members are photo.jpg and photo.other.jpg
+    write_shard(tmp_path / "s.tar", [("photo", members)])
+    data = TarSource(tmp_path / "s.tar", cache_dir=tmp_path / "c")[0].data
+    assert data["messages"][1]["content"] == "photo.jpg"
+    assert data["history"] == [["Which one?", "other.jpg"]]
+    names = [MemberRef.parse(ref).name for ref in data["images"]]
+    want = {1: ["photo.jpg"], 2: ["photo.jpg", "photo.other.jpg"]}
+    assert names == want.get(len(images or []), ["photo.jpg", "photo.other.jpg"])
+
+
+def test_names_that_are_not_ascii_or_not_utf8_read_in_place(tmp_path: Path) -> None:
+    """PAX (Python's default) writes a name that is not ASCII as ``?`` in the member's own
+    header; a tar from a latin-1 system holds names that are not UTF-8 at all."""
+    pax = write_shard(tmp_path / "pax.tar", [("échantillon_1", {"txt": b"a caption", "png": b"p"})])
+    latin = tmp_path / "latin.tar"
+    with tarfile.open(latin, "w", format=tarfile.GNU_FORMAT, encoding="latin-1") as tar:
+        for name, body in [("caf\xe9.json", b"{bad"), ("caf\xe9.png", b"q"), ("ok.txt", b"x")]:
+            info = tarfile.TarInfo(name)
+            info.size = len(body)
+            tar.addfile(info, io.BytesIO(body))
+    record = TarSource(pax, cache_dir=tmp_path / "c")[0]
+    assert read_member(MemberRef.parse(record.data["images"][0])) == b"p"
+    src = TarSource(latin, cache_dir=tmp_path / "c")
+    assert src[0].location == "latin.tar:caf\\xe9"  # its bytes shown, printable
+    (_, _, text), *_ = src[0].media  # the reference the record carries, as a string
+    ref = MemberRef.parse(text)
+    assert ref.name == "caf\udce9.png" and read_member(ref) == b"q"
+    with pytest.raises(SampleError, match=r"bad_json: latin.tar:caf\\xe9.json"):
+        src[0].data
+    rejects = tmp_path / "rejects.jsonl"
+    recipe = Recipe(tokenizer=write_tokenizer(tmp_path / "tok"), format="text")
+    loader = Loader(src, recipe, batch_size=1, seed=0, max_bad_fraction=None, rejects=rejects)
+    assert [i for b in loader for i in b["sample_ids"].tolist() if i >= 0] == [1]
+    assert loader.tally.counts == {"bad_json": 1}
+    (line,) = rejects.read_bytes().splitlines()  # JSON cannot hold the name's bytes as they are
+    assert orjson.loads(line)["message"].startswith("latin.tar:caf\\xe9.json: ")
 
 
 def test_broken_samples_are_counted_with_shard_and_key(tmp_path: Path) -> None:
@@ -303,26 +357,56 @@ def test_audio_members_load_like_the_file(shared_data: Path, tmp_path: Path) -> 
     assert np.array_equal(np.asarray(values), np.asarray(clips(str(wav)).pixels))
 
 
-@pytest.mark.shared_data
-def test_truncated_shard_keeps_its_whole_samples(shared_data: Path, tmp_path: Path) -> None:
-    jpg = (shared_data / LF / "mllm_demo_data/1.jpg").read_bytes()
-    shard = write_shard(
-        tmp_path / "cut.tar",
-        [(f"k{i}", {"txt": f"caption {i}".encode(), "jpg": jpg}) for i in range(3)],
-    )
+def _broken_copies(shard: Path, folder: Path) -> dict[str, Path]:
+    """Copies of ``shard`` broken as shards break: cut at several places, one header damaged."""
+    data = shard.read_bytes()
     with tarfile.open(shard) as tar:
-        start = tar.getmember("k2.jpg").offset_data
-    shard.write_bytes(shard.read_bytes()[: start + len(jpg) // 2])  # cut inside the last image
-    src = TarSource(shard, cache_dir=tmp_path / "c")
-    assert len(src) == 3 and src[2].data["text"] == "caption 2"
-    assert decode_image(src[1].data["images"][0]).size == (300, 168)
-    with pytest.raises(
-        SampleError, match=r"image_corrupt: cut.tar:k2.jpg: the member is cut short"
-    ):
-        decode_image(src[2].data["images"][0])
-    cut_text = write_shard(tmp_path / "t.tar", [("a", {"jpg": jpg, "txt": b"x" * 3000})])
-    with tarfile.open(cut_text) as tar:
-        start = tar.getmember("a.txt").offset_data
-    cut_text.write_bytes(cut_text.read_bytes()[: start + 100])
-    with pytest.raises(SampleError, match=r"member_truncated: t.tar:a.txt: cut short"):
-        TarSource(cut_text, cache_dir=tmp_path / "c")[0].data
+        third, last = tar.getmembers()[2], tar.getmembers()[-1]
+    end = last.offset_data + -(-last.size // 512) * 512  # the end-of-archive marker starts here
+    damaged = bytearray(data)
+    damaged[third.offset + 148 : third.offset + 156] = b"0000000\0"  # its checksum: bit rot
+    cuts = {
+        "inside-the-last-member": data[: last.offset_data + last.size // 2],
+        "at-a-block-boundary": data[: third.offset],
+        "without-the-end-marker": data[:end],
+        "inside-a-header": data[: third.offset + 200],
+        "a-damaged-header": bytes(damaged),
+    }
+    folder.mkdir()
+    out = {}
+    for name, body in cuts.items():
+        out[name] = folder / f"{name}.tar"
+        out[name].write_bytes(body)
+    return out
+
+
+def test_a_broken_shard_is_refused_naming_where_it_breaks(tmp_path: Path) -> None:
+    """tarfile ends its walk quietly at a header it cannot read: the rest of the shard would
+    be gone without a count. Each way a shard breaks is an error at open, naming the place."""
+    shard = write_shard(tmp_path / "s.tar", id_samples(range(6)))
+    assert len(TarSource(shard, cache_dir=tmp_path / "c")) == 6
+    want = {
+        "inside-the-last-member": r"ends at byte [\d,]+, inside member '000005.json' \(\d+ of its",
+        "at-a-block-boundary": r"ends at byte [\d,]+ \(after member '000001.json'\) without "
+        r"tar's end-of-archive marker: it is truncated",
+        "without-the-end-marker": r"\(after member '000005.json'\) without tar's end-of-archive",
+        "inside-a-header": r"\(after member '000001.json'\) inside a header: it is truncated",
+        "a-damaged-header": r"a damaged tar header at byte [\d,]+ \(after member '000001.json'\)",
+    }
+    for name, path in _broken_copies(shard, tmp_path / "broken").items():
+        with pytest.raises(SourceError, match=f"{name}.tar: .*{want[name]}.*leave it out"):
+            TarSource(path, cache_dir=tmp_path / "c")
+    # a shard written by GNU tar's rules (two zero blocks, the record padded) reads whole
+    padded = tmp_path / "padded.tar"
+    padded.write_bytes(shard.read_bytes() + bytes(10240))
+    assert len(TarSource(padded, cache_dir=tmp_path / "c")) == 6
+
+
+def test_a_member_cut_short_after_indexing_is_a_counted_skip(tmp_path: Path) -> None:
+    """A reference kept (a token cache's row) to a shard cut after it was indexed: the member's
+    header still reads, its data does not; a counted skip of that sample, not a crash."""
+    shard = write_shard(tmp_path / "t.tar", [("a", {"png": b"p" * 5000, "txt": b"x" * 3000})])
+    ref = MemberRef.parse(TarSource(shard, cache_dir=tmp_path / "c")[0].data["images"][0])
+    shard.write_bytes(shard.read_bytes()[: ref.offset + 100])
+    with pytest.raises(SampleError, match=r"image_corrupt: t.tar:a.png: the member is cut short"):
+        read_member(ref)

@@ -200,6 +200,15 @@ def _claimed_message(layout: Layout, diffs: Any) -> str:
         if started
         else ""
     )
+    names = [str(name).removeprefix("fingerprint.") for name, _, _ in diffs]
+    if names and all(name.startswith(("sources", "records")) for name in names):
+        # the same config over files that changed: its stored config names the same files
+        return (
+            f"out: {layout.shown} holds a cache (complete or partial) of these data files as "
+            f"they were before they changed:\n{_lines(layout, diffs)}{note}\nRestore the files "
+            f"to resume or reuse it, or pass --overwrite to delete it and build it again from "
+            f"the files as they are now (or use another --out)"
+        )
     return (
         f"out: {layout.shown} holds a cache (complete or partial) built for another job:\n"
         f"{_lines(layout, diffs)}{note}\nUse another --out, or pass --overwrite to delete it "

@@ -4,10 +4,10 @@ Two records are the same sample when their conversations are the same after norm
 whatever format, file or position they come from: an alpaca record and a ShareGPT record holding
 the same exchange hash alike. The key covers, per message, the role, the text (Unicode NFC,
 whitespace runs collapsed, ends stripped), the media references in place (as written, with
-``\\`` as ``/`` and ``./`` removed), tool calls and the conversation's tool definitions. Recipe
-options (a system prompt the recipe adds, the template) are not part of it: they are not the
-record's content. A record no format can read hashes its raw bytes, so identical broken lines
-still match each other::
+``\\`` as ``/`` and ``./`` removed; a tar shard's member by its name, not by its shard and
+offset), tool calls and the conversation's tool definitions. Recipe options (a system prompt
+the recipe adds, the template) are not part of it: they are not the record's content. A record
+no format can read hashes its raw bytes, so identical broken lines still match each other::
 
     {"instruction": "Hi  there", "output": "Hello"}            ──┐
     {"conversations": [{"from": "human", "value": "Hi there"},  ──┴─► same content hash
@@ -35,11 +35,12 @@ from chute.errors import SampleError
 from chute.formats import FormatReader, FormatSpec
 from chute.sample.conversation import Conversation
 from chute.sources.record import Record
+from chute.sources.tar_members import MEMBER_PREFIX, MemberRef, is_member_ref
 
 __all__ = ["CONTENT_VERSION", "content_key", "normalize_text", "reader_for", "record_hash"]
 
 # Bump when the same record would hash differently (split membership and caches key on it).
-CONTENT_VERSION = 1
+CONTENT_VERSION = 2  # 2: a tar member by its name, not its shard and offset
 _SEP_MESSAGE, _SEP_FIELD = b"\x1e", b"\x1f"
 
 
@@ -56,6 +57,13 @@ def normalize_text(text: str) -> str:
 
 
 def _media_ref(value: str) -> str:
+    if is_member_ref(value):
+        # a tar member by its name: where it lies (the shard's path, the member's offset) is
+        # not the record's content, so moved or re-sharded shards keep their hold-outs
+        try:
+            return MEMBER_PREFIX + MemberRef.parse(value).name
+        except SampleError:
+            return value
     ref = value.replace("\\", "/")
     if "://" in ref or ref.startswith("data:"):
         return ref

@@ -17,6 +17,17 @@ __all__ = ["MAX_REJECT_RAW", "reject_entry"]
 MAX_REJECT_RAW = 1 << 20
 
 
+def _utf8(text: str) -> str:
+    r"""``text`` as JSON can hold it: a name that is not UTF-8 shows its bytes as ``\xe9``.
+
+    Such a name (a tar member's from a latin-1 system) holds its bytes as lone surrogates
+    (``surrogateescape``), which JSON cannot encode.
+    """
+    if text.isascii():
+        return text
+    return text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+
+
 def reject_entry(record: Record, error: SampleError) -> dict[str, Any]:
     """One line of a rejects file: where the record is, why it was rejected, and its text.
 
@@ -28,11 +39,11 @@ def reject_entry(record: Record, error: SampleError) -> dict[str, Any]:
     if size is None:
         size = len(record.raw)
     entry = {
-        "path": record.path,
+        "path": _utf8(record.path),
         "line": record.line,
         "index": record.index,
         "reason": error.kind,
-        "message": error.message,
+        "message": _utf8(error.message),
         "field": error.field,
         "raw": raw.decode("utf-8", errors="replace"),
     }

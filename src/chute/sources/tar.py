@@ -25,7 +25,8 @@ How members become a record:
 * Media members bind to the record: a string in the ``.json`` that names a member of the
   sample (``000005.jpg``; or, under a media key such as ``image``/``images``/``url`` and inside
   ``<img>...</img>`` tags, its extension ``jpg``, ``0.jpg``) is replaced by that member's
-  reference. When the ``.json`` names none of them, they replace
+  reference; a conversation's text (``content``, ``value``, ...) is not (an answer may name a
+  file). When the ``.json`` names none of them, they replace
   its ``image`` / ``images`` field in archive order (a LLaVA record keeps its original path
   there), or become ``images`` (``videos``, ``audios``).
 * Other members (``.npy``, ``.pth``, ...) are left out of the record.
@@ -73,7 +74,7 @@ from chute.sources.jsonl import _Bytes, _bytes_of, _pread_all
 from chute.sources.record import _UNPARSED, Record, parse_json
 from chute.sources.remote import CachedBytes, RemoteBytes, block_cache, file_cache
 from chute.sources.tar_index import TarIndex, open_tar_index
-from chute.sources.tar_members import MemberRef, serve_shard
+from chute.sources.tar_members import MemberRef, serve_shard, shown_name
 
 __all__ = ["MEDIA_EXTENSIONS", "TarRecord", "TarSource"]
 
@@ -95,8 +96,17 @@ _MEDIA_KEYS = frozenset(
     ("image", "images", "video", "videos", "audio", "audios", "url", "path", "image_url",
      "video_url", "audio_url")
 )  # fmt: skip
+# Keys whose strings are what a conversation says: a member's name there is text (an answer
+# that reads "000005.jpg"), never swapped for the member (``<img>`` tags aside).
+_TEXT_KEYS = frozenset(
+    ("content", "value", "text", "caption", "instruction", "input", "output", "prompt",
+     "response", "chosen", "rejected", "completion", "query", "question", "answer", "system",
+     "history")
+)  # fmt: skip
 # Names JSON writes as they are (no escapes), so the JSON text holds them verbatim.
 _PLAIN_JSON = re.compile(r"[A-Za-z0-9_.~ -]+")
+# The key a JSON string value stands under, read back from the text before it.
+_KEY_BEFORE = re.compile(rb'"([A-Za-z_]+)"\s*:\s*\[?\s*$')
 _IMG_TAG = re.compile(r"<img>(.*?)</img>", re.DOTALL)
 
 
@@ -261,7 +271,7 @@ class TarRecord(Record):
     @property
     def member(self) -> str:
         """``shard.tar:key``: how messages name this sample."""
-        return f"{self.path.rsplit('/', 1)[-1]}:{self.key}"
+        return f"{self.path.rsplit('/', 1)[-1]}:{shown_name(self.key)}"
 
     @property
     def location(self) -> str:
@@ -380,15 +390,31 @@ def _bind_in_bytes(raw: bytes, media: list[tuple[str, str, str]]) -> tuple[bytes
     walked instead (a bare extension that may sit under a media key, a name JSON would escape).
     """
     used: set[str] = set()
+    original = raw
     for name, ext, ref in media:
         base = name.rsplit("/", 1)[-1]
         if not _PLAIN_JSON.fullmatch(base) or f'"{ext}"'.encode() in raw or b"<img>" in raw:
-            return raw, None
+            return original, None
         quoted = f'"{base}"'.encode()
-        if quoted in raw:
-            raw = raw.replace(quoted, orjson.dumps(ref))
-            used.add(ref)
+        at = raw.find(quoted)
+        if at < 0:
+            continue
+        while at >= 0:  # only a media key's value: the name elsewhere (an answer) is text
+            if not _under_media_key(raw, at):
+                return original, None  # (or a second image of a list): walk the record
+            at = raw.find(quoted, at + 1)
+        raw = raw.replace(quoted, orjson.dumps(ref))
+        used.add(ref)
     return raw, used
+
+
+def _under_media_key(raw: bytes, at: int) -> bool:
+    """Whether the JSON string at ``raw[at]`` is a media key's value or its list's first item.
+
+    ``"image": "000005.jpg"`` and ``"images": ["000005.jpg", ...`` are.
+    """
+    m = _KEY_BEFORE.search(raw, max(0, at - 48), at)
+    return m is not None and m.group(1).decode() in _MEDIA_KEYS
 
 
 def _bind_members(
@@ -396,9 +422,11 @@ def _bind_members(
 ) -> None:
     """Point the record's references at its media members (see the module docstring).
 
-    A member's full name (``000005.jpg``) is matched in any string; its bare extension
-    (``jpg``, ``0.jpg``) only under a media key (``image``, ``images``, ``url``, ...) or inside
-    ``<img>`` tags, so an answer that happens to read ``png`` stays text.
+    A member's full name (``000005.jpg``) is matched in any string but a conversation's text
+    (``content``, ``value``, ``output``, ...: an answer may name a file); its bare extension
+    (``jpg``, ``0.jpg``) only under a media key (``image``, ``images``, ``url``, ...). Inside
+    ``<img>`` tags (Qwen-VL's, in the text) both are, so an answer that happens to read
+    ``png`` or ``000005.jpg`` stays text.
     """
     if bound is not None:  # the text was bound already (_bind_in_bytes): only the fallback
         _attach(data, media, bound)
@@ -419,8 +447,13 @@ def _bind_members(
         if isinstance(value, list):
             return [swap(v, names) for v in value]
         if isinstance(value, dict):
-            return {k: swap(v, short if k in _MEDIA_KEYS else names) for k, v in value.items()}
+            return {k: swap(v, names_under(k, names)) for k, v in value.items()}
         return value
+
+    def names_under(key: str, names: dict[str, str]) -> dict[str, str]:
+        if key in _MEDIA_KEYS:
+            return short
+        return {} if key in _TEXT_KEYS else names
 
     def swap_tag(inner: str) -> str:
         ref = short.get(inner.strip())
@@ -430,7 +463,7 @@ def _bind_members(
         return ref
 
     for k in list(data):
-        data[k] = swap(data[k], short if k in _MEDIA_KEYS else full)
+        data[k] = swap(data[k], names_under(k, full))
     _attach(data, media, used)
 
 

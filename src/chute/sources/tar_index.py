@@ -236,7 +236,9 @@ def _build(
     with progress_of(
         identity.size, f"index {shown.rsplit('/', 1)[-1]}", unit="B", enabled=progress
     ) as bar:
-        samples, members, names, skipped = _scan(shown, data_path, options, bar.update)
+        samples, members, names, skipped = _scan(
+            shown, data_path, options, bar.update, identity.size
+        )
     if object_identity(data_path, options).to_json() != identity.to_json():
         raise SourceError(f"{shown}: the shard changed while it was being indexed; try again")
     header = {
@@ -296,7 +298,7 @@ def _sidecar_path(data_path: str, cache_dir: str | os.PathLike[str] | None) -> P
 
 
 def _scan(
-    shown: str, data_path: str, options: RemoteOptions, progress: Any
+    shown: str, data_path: str, options: RemoteOptions, progress: Any, size: int
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
     """Walk the shard's headers (member data is skipped by seeking, never read)."""
     samples: list[tuple[int, int, int]] = []
@@ -316,14 +318,20 @@ def _scan(
         except tarfile.ReadError as exc:
             raise SourceError(f"{shown}: not a readable tar archive ({exc})") from None
         with tar:
+            last: tarfile.TarInfo | None = None
             while True:
                 try:
                     info = tar.next()
-                except tarfile.ReadError as exc:
-                    log.warning("%s: the archive ends in a damaged header (%s)", shown, exc)
-                    break
+                except tarfile.ReadError as exc:  # past the end, or a header that follows one
+                    _check_end(shown, f, tar.offset, size, last)  # a truncation, named as such
+                    raise SourceError(
+                        f"{shown}: a damaged tar header at byte {tar.offset:,}{_after(last)} "
+                        f"({exc}): {_LOST}"
+                    ) from None
                 if info is None:
+                    _check_end(shown, f, tar.offset, size, last)
                     break
+                last = info
                 tar.members.clear()  # type: ignore[attr-defined]  # tarfile keeps every header: O(n)
                 parts = split_name(info.name) if info.isfile() else None
                 if parts is None:
@@ -347,6 +355,46 @@ def _scan(
         np.frombuffer(bytes(names), dtype=np.uint8),
         skipped,
     )
+
+
+_LOST = (
+    "the members from there on cannot be found, so the shard is refused rather than read "
+    "as a shorter one; copy or write it again, or leave it out of the sources"
+)
+
+
+def _after(last: tarfile.TarInfo | None) -> str:
+    return f" (after member {last.name!r})" if last is not None else ""
+
+
+def _check_end(shown: str, f: Any, offset: int, size: int, last: tarfile.TarInfo | None) -> None:
+    """The walk stopped at ``offset``: that must be tar's end-of-archive marker.
+
+    ``tarfile`` ends its walk silently at a header it cannot read past the first one: a damaged
+    header, a shard cut at a block boundary or inside a member. Each would make the shard a
+    shorter dataset with nothing counted, so each is an error naming where the shard breaks.
+    """
+    block = b""
+    if offset < size:
+        f.seek(offset)
+        block = f.read(tarfile.BLOCKSIZE)
+    if block == tarfile.NUL * tarfile.BLOCKSIZE:
+        return  # the end-of-archive marker (tarfile, like GNU tar, stops at its first block)
+    if last is not None and not block:
+        end = last.offset_data + last.size
+        if size < end:
+            raise SourceError(
+                f"{shown}: the shard ends at byte {size:,}, inside member {last.name!r} "
+                f"({size - last.offset_data:,} of its {last.size:,} bytes): it is truncated "
+                f"(an interrupted copy or write); {_LOST}"
+            )
+    if len(block) < tarfile.BLOCKSIZE:
+        where = "inside a header" if block else "without tar's end-of-archive marker"
+        raise SourceError(
+            f"{shown}: the shard ends at byte {size:,}{_after(last)} {where}: it is "
+            f"truncated (an interrupted copy or write); {_LOST}"
+        )
+    raise SourceError(f"{shown}: a damaged tar header at byte {offset:,}{_after(last)}: {_LOST}")
 
 
 def _layout(header: dict[str, Any]) -> tuple[int, int, int]:

@@ -51,6 +51,7 @@ __all__ = [
     "open_member",
     "read_member",
     "serve_shard",
+    "shown_name",
 ]
 
 MEMBER_PREFIX = "tar:"
@@ -99,13 +100,16 @@ class MemberRef:
     size: int
 
     def __str__(self) -> str:
-        name = self.name if _PLAIN.fullmatch(self.name) else quote(self.name, safe="/")
+        # a name that is not UTF-8 (a tar from a latin-1 system) holds surrogates: its bytes
+        # are quoted, and parse() takes them back
+        plain = _PLAIN.fullmatch(self.name)
+        name = self.name if plain else quote(_name_bytes(self.name), safe="/")
         return f"{MEMBER_PREFIX}{self.offset}:{self.size}:{name}:{self.shard}"
 
     @property
     def shown(self) -> str:
         """``shard.tar:member`` for messages (the shard's file name, credentials masked)."""
-        return f"{redact(self.shard).rsplit('/', 1)[-1]}:{self.name}"
+        return f"{redact(self.shard).rsplit('/', 1)[-1]}:{shown_name(self.name)}"
 
     @classmethod
     def parse(cls, text: str, kind: str = "image") -> MemberRef:
@@ -118,7 +122,7 @@ class MemberRef:
         if len(fields) == 4 and fields[0].isdigit() and fields[1].isdigit() and fields[3]:
             offset, size = int(fields[0]), int(fields[1])
             if offset >= _BLOCK and offset % _BLOCK == 0:
-                return cls(fields[3], unquote(fields[2]), offset, size)
+                return cls(fields[3], unquote(fields[2], errors="surrogateescape"), offset, size)
         raise SampleError(
             f"{kind}_missing",
             f"{text[:80]!r} is not a tar member reference (tar:<offset>:<size>:<name>:<shard>)",
@@ -201,11 +205,42 @@ def _pread(ref: MemberRef, offset: int, n: int, options: RemoteOptions) -> bytes
             os.close(fd)
 
 
+def _name_bytes(name: str) -> bytes:
+    return name.encode("utf-8", "surrogateescape")
+
+
+def shown_name(name: str) -> str:
+    r"""A member name as messages print it: bytes that are not UTF-8 as ``\xe9``.
+
+    Example:
+        >>> shown_name("caf\udce9.jpg"), shown_name("été.jpg")
+        ('caf\\xe9.jpg', 'été.jpg')
+    """
+    if name.isascii():
+        return name
+    return _name_bytes(name).decode("utf-8", "backslashreplace")
+
+
+def _same_name(in_header: str, indexed: str) -> bool:
+    """Whether a member header's own name field names the member the index found there.
+
+    The field holds 100 bytes: a longer name (GNU's long-name or PAX's extended header before
+    it holds the whole) is cut; and under PAX (Python's and WebDataset's default) a name that
+    is not ASCII stands there with each other character (or byte, for other writers) as ``?``.
+    """
+    stand_ins = (
+        indexed,
+        "".join(c if c.isascii() else "?" for c in indexed),
+        _name_bytes(indexed).decode("ascii", "replace").replace("\ufffd", "?"),
+    )
+    return bool(in_header) and any(name.startswith(in_header) for name in stand_ins)
+
+
 def _check_header(ref: MemberRef, block: bytes) -> None:
     """The 512 bytes before the member's data are its header: same name, same size."""
     try:
         info = tarfile.TarInfo.frombuf(block, "utf-8", "surrogateescape")
-        ok = info.size == ref.size and (info.name == ref.name or ref.name.startswith(info.name))
+        ok = info.size == ref.size and _same_name(info.name, ref.name)
     except tarfile.HeaderError:
         ok = False
     if not ok:
