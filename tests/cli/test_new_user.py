@@ -193,6 +193,24 @@ def test_help_lists_every_command_and_version_prints() -> None:
     assert result.exit_code == 0 and result.output.startswith("chute ")
 
 
+def test_python_dash_m_chute_is_the_program(tmp_path: Path) -> None:
+    """Where the ``chute`` script is not on ``PATH`` (a venv not activated, a notebook)."""
+    data = tmp_path / "d.jsonl"
+    data.write_text('{"a": 1}\n' * 10)
+    run = subprocess.run(
+        [sys.executable, "-m", "chute", "index", str(data), "--quiet"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert run.returncode == 0, run.stderr
+    assert "10 records" in run.stdout
+    usage = subprocess.run(
+        [sys.executable, "-m", "chute", "--help"], capture_output=True, text=True, timeout=120
+    )
+    assert "Usage: python -m chute [OPTIONS] COMMAND" in usage.stdout
+
+
 def test_index_prints_a_rate_with_sensible_precision(tmp_path: Path) -> None:
     data = tmp_path / "d.jsonl"
     data.write_text('{"a": 1}\n' * 1000)

@@ -152,8 +152,8 @@ def _main(
     """
 
 
-def main() -> None:
-    """Entry point of the ``chute`` console script.
+def main(prog_name: str | None = None) -> None:
+    """Entry point of the ``chute`` console script (and of ``python -m chute``).
 
     Run as the ``chute`` program, it ends the process as soon as the command is done: exit
     handlers run and output is flushed as in a normal exit, but the interpreter does not tear
@@ -163,7 +163,7 @@ def main() -> None:
     exits as ``typer`` does, with ``SystemExit``.
     """
     try:
-        app()
+        app(prog_name=prog_name)
     except SystemExit as done:
         if _as_program() and (done.code is None or isinstance(done.code, int)):
             _leave(done.code or 0)
