@@ -39,7 +39,8 @@ LAYERS: list[tuple[str, ...]] = [
     ("stats", "testing"),  # padding statistics; resume/exact-once helpers for users' tests
     ("bench", "integrations", "demo"),  # diagnosis, Trainer glue, the demo
     ("cli",),  # the command line
-    ("__init__", "demo_data", "collate_packed"),  # the public facade and deprecated aliases
+    # the public facade, deprecated aliases, and `python -m chute` (the command line's)
+    ("__init__", "__main__", "demo_data", "collate_packed"),
 ]
 RANK = {name: i for i, names in enumerate(LAYERS) for name in names}
 
@@ -156,6 +157,7 @@ def test_the_package_root_holds_only_entry_points():
     loose = sorted(p.name for p in PACKAGE.glob("*.py"))
     assert loose == [
         "__init__.py",  # the public API
+        "__main__.py",  # python -m chute: the chute program
         "_spelling.py",  # parameter names in each front end's syntax, used by errors.py
         "collate_packed.py",  # deprecated alias of chute.collate.packed (docs showed it)
         "demo_data.py",  # deprecated alias of chute.demo.data (docs showed it)

@@ -194,6 +194,8 @@ SAMPLE_ERROR_KINDS: dict[str, str] = {
     "no_trainable_tokens": "no token is left to train on (no assistant turn, or truncation cut them)",
     "too_long": "the sample has more tokens than max_length and the overflow policy is 'drop'",
     "too_short": "the sample has fewer tokens than min_length",
+    "media_too_long_for_row": "a sample with media has more tokens than a packed row holds "
+    "(a row cannot be cut through media)",
     # Recipe: media references
     "image_placeholder_mismatch": "the number of <image>/<video>/<audio> placeholders differs from "
     "the number of media the record lists",

@@ -186,13 +186,20 @@ class PackedCollate:
         return batch
 
     def _fit(self, lens: np.ndarray, row_of: np.ndarray, num_rows: int) -> np.ndarray:
-        """Cut samples so no row holds more than ``max_length`` tokens (a plan never needs it)."""
+        """Cut samples so no row holds more than ``max_length`` tokens.
+
+        A plan gives a sample longer than a row a row of its own, to be cut here (its
+        ``overflow="truncate"``); a row of several samples that overflows means the plan's
+        lengths were not the samples' (warned once).
+        """
         room = self.room(lens)
         ends = np.cumsum(room)
-        first = np.concatenate([[0], np.cumsum(np.bincount(row_of, minlength=num_rows))[:-1]])
+        per_row = np.bincount(row_of, minlength=num_rows)
+        first = np.concatenate([[0], np.cumsum(per_row)[:-1]])
         start_in_row = ends - room - (ends - room)[first][row_of]  # each sample's first column
         fitted = np.clip(np.minimum(lens, self.max_length - start_in_row), 0, None)
-        if (fitted < lens).any() and not self._warned:
+        unplanned = (fitted < lens) & (per_row[row_of] > 1)
+        if unplanned.any() and not self._warned:
             self._warned = True
             log.warning(
                 "a packed row held more than max_length=%d tokens (samples longer than the plan's "

@@ -26,6 +26,7 @@ import numpy as np
 
 from chute._internal.lazy_torch import require_torch
 from chute.collate.packed import row_sample_ids
+from chute.collate.slices import packed_inside
 from chute.errors import ConfigError, SampleError, as_sample_error
 from chute.loader.transport import share_one_storage
 from chute.loader.watchdog import SampleTimeout, Watchdog
@@ -103,6 +104,28 @@ class BatchReport:
         return (BatchReport, (*fields, self.topped_up, self.seconds))
 
 
+def refuse_media_longer_than_a_row(sample: dict[str, Any], row: int) -> None:
+    """Reject a sample with media that a packed row of ``row`` tokens would have to cut.
+
+    The packed collate cuts a sample longer than its row (the plan gives it a row of its own);
+    through an image's tokens that cut leaves more pixels than tokens for them, and the model
+    stops ("Image features and image tokens do not match"). The recipe's own truncation stops
+    before an image instead, which is what the fix names.
+    """
+    n = len(sample["input_ids"])
+    if n <= row:
+        return
+    kinds = [k for k in ("images", "videos", "audios") if sample.get(k)]
+    if kinds:
+        raise SampleError(
+            "media_too_long_for_row",
+            f"{n} tokens with its {' and '.join(kinds)}, more than a packed row's "
+            f"max_length={row}: a row cannot be cut through media, so the sample is left out; "
+            f"raise plan_options max_length, or set the recipe's max_length to {row} (its "
+            f"truncation stops before an image)",
+        )
+
+
 def refuse_media_without_stage(sample: dict[str, Any]) -> None:
     """Raise ``ConfigError`` for a sample with media when the loader has no media stage."""
     kinds = [key for key in ("images", "videos", "audios") if sample.get(key)]
@@ -158,6 +181,8 @@ class BatchBuilder:
         self.media_guard = media_guard
         self.seed = seed
         self.augment = getattr(media, "augment", None)
+        packed = packed_inside(collate)
+        self.row = None if packed is None else packed.max_length
         # coordinates in the text follow the draw only through a recipe that knows them (a
         # mixture's recipe hands it to each dataset's)
         self._recipe_draws = self.augment is not None and (
@@ -211,6 +236,8 @@ class BatchBuilder:
                             refuse_media_without_stage(sample)
                         if spans is not None:
                             sample = piece_of(sample, spans[2 * j], spans[2 * j + 1])
+                        if self.row is not None:
+                            refuse_media_longer_than_a_row(sample, self.row)
                 except SampleTimeout:
                     rejected.append((j, self._timed_out(item, index), item))
                 except Exception as exc:  # a ChuteError (a changed file) is re-raised here

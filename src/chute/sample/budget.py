@@ -262,6 +262,11 @@ def reject_hint(kind: str, *, field: str | None = None, recipe: bool = True) -> 
             f"the samples are longer than {spell('max_length')}: raise it, or keep them with "
             f"{spell_set('overflow', 'truncate')} or {spell_set('overflow', 'split')}"
         )
+    if kind == "media_too_long_for_row":
+        return (
+            f"the samples with media are longer than a packed row: raise the plan's "
+            f"{spell('max_length')}, or the recipe's truncation to it keeps images whole"
+        )
     if kind == "no_trainable_tokens":
         return (
             f"no token is left to train on: check {spell('train_on')} and the template's roles, "
