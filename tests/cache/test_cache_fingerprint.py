@@ -230,3 +230,24 @@ def test_a_directory_of_another_job_is_refused_then_overwritten(built: dict, tmp
     assert (
         report.built == 4 and open_cache(out).manifest["fingerprint"]["recipe"]["max_length"] == 128
     )
+
+
+def test_the_rebuild_command_for_a_recipe_object_builds_what_the_recipe_makes(
+    built: dict, tmp_path: Path
+) -> None:
+    """A ``Recipe`` keeps no config: its plain differences become the command's overrides,
+    so running the command gives a cache the recipe opens (not the same cache again)."""
+    import shlex
+
+    changed = {**built["recipe"], "max_length": 128, "train_on": "all"}
+    with pytest.raises(FingerprintMismatch) as info:
+        open_cache(built["cache"], recipe=Recipe(**changed))
+    command = str(info.value).split("Rebuild it: ", 1)[1].split(" (or --out", 1)[0]
+    overrides = [a for a in shlex.split(command) if a.startswith("recipe.")]
+    assert sorted(overrides) == ["recipe.max_length=128", "recipe.train_on=all"]
+    out = tmp_path / "rebuilt"  # the command, into another folder than the shared fixture's
+    preprocess(built["cache"] / "config.yaml", out=out, overrides=overrides, progress=False)
+    assert len(open_cache(out, recipe=Recipe(**changed))) == 200
+    # a difference no option spells one to one: edit the config first, the message says where
+    with pytest.raises(FingerprintMismatch, match=r"set your recipe's options in .*config.yaml"):
+        open_cache(built["cache"], recipe=Recipe(**{**built["recipe"], "columns": {"prompt": "q"}}))

@@ -186,8 +186,11 @@ def test_plan_settings_that_cannot_work_are_refused(id_source) -> None:
         Loader(source, plan="random", plan_options={"max_length": 8})
     with pytest.raises(ConfigError, match="set the options on the Planner instance"):
         Loader(source, plan=RandomPlanner(2), plan_options={"group_size": 2})
-    with pytest.raises(ConfigError, match="plan='packed' needs max_length"):
+    with pytest.raises(ConfigError, match=r"plan='packed' needs max_length .*plan_options="):
         Loader(source, plan="packed")
+    for name in ("shuffle", "drop_last", "wrap"):  # a config's "no" is a true string
+        with pytest.raises(ConfigError, match=f"{name} must be True or False, got 'no'"):
+            Loader(source, **{name: "no"})
     with pytest.raises(ConfigError, match="but Collate takes no rows argument"):
         Loader(source, plan="packed", plan_options={"max_length": 8}, collate=Collate())
 

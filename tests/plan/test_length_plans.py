@@ -296,5 +296,11 @@ def test_options_are_checked_with_messages_naming_them() -> None:
         GroupedPlanner(4).build(10, epoch=0, world_size=1)
     with pytest.raises(ConfigError, match="has lengths for 3 samples but the source has 4"):
         GroupedPlanner(4, lengths=[1, 2, 3]).build(4, epoch=0, world_size=1)
-    with pytest.raises(ConfigError, match=r"plan='packed' does not take these options"):
+    with pytest.raises(
+        ConfigError,
+        match=r"plan_options: plan='packed' has no option 'group_size'; its options: align, "
+        r"balance, cost, max_length, overflow, split, window$",
+    ):
         make_planner("packed", batch_size=2, max_length=8, group_size=3)
+    with pytest.raises(ConfigError, match=r"'max_len' \(did you mean 'max_length'\?\)"):
+        make_planner("packed", batch_size=2, max_len=8)

@@ -406,11 +406,20 @@ class Cache:
             )
         diffs = sources + differences(built["recipe"], made)
         if diffs:
+            fix = None
+            if contract is not None and not overrides and not sources:
+                overrides, fix = _overrides_of(diffs, self.layout.where(self.layout.config))
             raise mismatch(
-                self.root, "was built for a different recipe", diffs, "recipe", overrides=overrides
+                self.root,
+                "was built for a different recipe",
+                diffs,
+                "recipe",
+                overrides=overrides,
+                fix=fix,
             )
 
     def _overrides(self, wanted: Any) -> list[str]:
+        """The ``recipe.NAME=VALUE`` overrides that make the stored config ``wanted``."""
         import yaml
 
         try:
@@ -534,3 +543,27 @@ class Cache:
 
     def __repr__(self) -> str:
         return f"Cache({self.root!r}, samples={len(self)}, chunks={self.num_chunks})"
+
+
+def _overrides_of(diffs: Any, config: str) -> tuple[list[str], str | None]:
+    """Overrides for a ``Recipe`` object's differences, and a fix where some have none.
+
+    A ``Recipe`` keeps no config to compare field by field; its fingerprint's top-level fields
+    that are options (``max_length``, ``template``, ...) with plain values map one to one, so
+    the rebuild command builds what the recipe makes instead of the cache again.
+    """
+    import dataclasses
+
+    import yaml
+
+    from chute.recipe.config import RecipeConfig
+
+    fields = {f.name for f in dataclasses.fields(RecipeConfig)}
+    out: list[str] = []
+    for name, _, value in diffs:
+        plain = value is None or isinstance(value, bool | int | float | str)
+        if name not in fields or not plain:
+            return [], f"set your recipe's options in {config} first (its recipe: section)"
+        text = yaml.safe_dump(value, default_flow_style=True).strip().removesuffix("\n...").strip()
+        out.append(shlex.quote(f"recipe.{name}={text}"))
+    return out, None

@@ -182,6 +182,9 @@ class Loader:
         self.world = world if world is not None else World.detect()
         if not isinstance(self.world, World):
             raise ConfigError(f"world must be a chute.World, got {type(world).__name__}")
+        for name, flag in (("shuffle", shuffle), ("drop_last", drop_last), ("wrap", wrap)):
+            if not isinstance(flag, bool | np.bool_):  # "no" or "false" from a config is truthy
+                raise ConfigError(f"{name} must be True or False, got {flag!r}", param=name)
         # one dataset is a mixture of one: its source and recipe as given, its plan unchanged
         self.mixture = bind_mixture(source, recipe, mixture, split, self.world)
         source, recipe = self.mixture.source, self.mixture.recipe

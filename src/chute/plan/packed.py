@@ -157,7 +157,8 @@ class PackedPlanner(LengthPlanner):
             )
         if max_length is None:
             raise ConfigError(
-                "plan='packed' needs max_length (tokens per row), e.g. max_length=4096; the "
+                "plan='packed' needs max_length (tokens per row): pass the Loader "
+                "plan_options={'max_length': 4096} (or PackedPlanner(max_length=4096)); the "
                 "Loader takes it from the recipe's max_length when the recipe has one"
             )
         if overflow not in OVERFLOW:

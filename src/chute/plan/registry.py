@@ -72,4 +72,30 @@ def make_planner(
             **options,
         )
     except TypeError as exc:
-        raise ConfigError(f"plan={plan!r} does not take these options: {exc}") from None
+        import inspect
+
+        known = [
+            name
+            for name, p in inspect.signature(cls).parameters.items()
+            if p.kind is p.KEYWORD_ONLY or p.kind is p.POSITIONAL_OR_KEYWORD
+        ]
+        known = [name for name in known if name not in _LOADER_ARGS]
+        given = [name for name in options if name not in known]
+        if not given:  # not an unknown name: the planner's own TypeError
+            raise ConfigError(f"plan={plan!r} does not take these options: {exc}") from None
+        hints = "; ".join(f"{name!r}{_did_you_mean(name, known)}" for name in given)
+        raise ConfigError(
+            f"plan={plan!r} has no option {hints}; its options: {', '.join(sorted(known))}",
+            param="plan_options",
+        ) from None
+
+
+# what every planner takes from the Loader's own arguments, not from plan_options
+_LOADER_ARGS = ("batch_size", "shuffle", "seed", "drop_last", "wrap", "lengths")
+
+
+def _did_you_mean(name: str, known: list[str]) -> str:
+    import difflib
+
+    close = difflib.get_close_matches(name, known, n=1)
+    return f" (did you mean {close[0]!r}?)" if close else ""
