@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import copy
 import inspect
+import logging
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -81,6 +82,8 @@ from chute.sources.record import MAX_RECORD_BYTES, Record, check_size
 from chute.templates import RenderContext, Rendered, get_template
 from chute.tokenize import Tokenizer, load_tokenizer
 from chute.tokenize.prefix import MIN_PREFIX_CHARS
+
+log = logging.getLogger("chute.recipe")
 
 __all__ = [
     "MAX_RECORD_BYTES",
@@ -339,7 +342,10 @@ class Recipe:
                 except SampleError as exc:
                     out.append(exc.with_traceback(None))  # see below
             return out
-        pending: list[tuple[int, Conversation, Rendered, list[MediaSlot] | None, _Where]] = []
+        pending: list[
+            tuple[int, Conversation, Rendered, list[MediaSlot] | None, _Where, str | None]
+        ] = []
+        sft = self.strategy.name == "sft"
         for record in records:
             where: _Where
             if isinstance(record, Record):
@@ -350,6 +356,9 @@ class Recipe:
                 if isinstance(record, Record):
                     self._check_size(record)
                 data = record.data if isinstance(record, Record) else record
+                meant = _pair_task(data) if sft else None
+                if meant is not None:
+                    _say_pairs_read_as_sft(meant, where[0])
                 conv = self._reader(data)
                 if self.geometry is not None:
                     conv = objects_answer(conv, data, self.geometry, self.media, where[0])
@@ -363,7 +372,7 @@ class Recipe:
                 exc = exc.with_traceback(None)
                 out.append(exc.with_location(where[0], where[1]) if where[0] else exc)
                 continue
-            pending.append((len(out), conv, rendered, slots, where))
+            pending.append((len(out), conv, rendered, slots, where, meant))
             out.append(None)
         tok = self.tokenizer
         fast = tok.supports_offsets
@@ -373,9 +382,9 @@ class Recipe:
             tok.encode_spans_array(r.text, r.spans)
             if fast and not r.media and len(r.text) < MIN_PREFIX_CHARS
             else None
-            for _, _, r, _, _ in pending
+            for _, _, r, _, _, _ in pending
         ]
-        for (k, conv, rendered, slots, where), pre in zip(pending, encoded, strict=True):
+        for (k, conv, rendered, slots, where, meant), pre in zip(pending, encoded, strict=True):
             path, line, index, window = where
             try:
                 enc = encode(rendered, tok, media.tokens, slots, media.guard, pre, need)
@@ -383,7 +392,7 @@ class Recipe:
                 self._check_min_length(sample["length"])  # a window's: its whole document's
                 out[k] = sample if window is None else self._window(sample, window)
             except SampleError as exc:
-                exc = exc.with_traceback(None)
+                exc = _with_pairs_hint(exc.with_traceback(None), meant)
                 out[k] = exc.with_location(path, line) if path else exc
         return out
 
@@ -442,8 +451,16 @@ class Recipe:
         self, data: Any, path: str | None, line: int | None, index: int | None, draw: Any
     ) -> dict[str, Any]:
         """One sequence (``SftTask``): coordinates and times follow the draw, then encode."""
-        conv, flip_ok = self._placed(data, path, draw)
-        sample = self._finish(self._fit(conv, self._encode(conv, path), path), path, line, index)
+        meant = _pair_task(data)
+        if meant is not None:
+            _say_pairs_read_as_sft(meant, path)
+        try:
+            conv, flip_ok = self._placed(data, path, draw)
+            sample = self._finish(
+                self._fit(conv, self._encode(conv, path), path), path, line, index
+            )
+        except SampleError as exc:
+            raise _with_pairs_hint(exc, meant) from None
         if not flip_ok:
             sample["no_flip"] = True  # the text says left or right: the stage does not flip
         return sample
@@ -737,3 +754,48 @@ def _jsonable(value: Any) -> Any:
     if isinstance(value, dict):
         return {str(k): _jsonable(v) for k, v in value.items()}
     return repr(value)
+
+
+def _pair_task(data: Any) -> str | None:
+    """The task a record is written for when it is not SFT: DPO pairs or KTO labels."""
+    if not isinstance(data, dict):
+        return None
+    if "chosen" in data and "rejected" in data:
+        return "preference"
+    if isinstance(data.get("label"), bool) and ("messages" in data or "completion" in data):
+        return "kto"
+    return None
+
+
+def _pairs_hint(task: str) -> str:
+    what = "preference pairs (chosen and rejected)" if task == "preference" else "KTO samples"
+    return (
+        f"the records are {what}, which {spell_set('task', 'sft')} trains as plain SFT on "
+        f"their conversation alone: pass {spell_set('task', task)}"
+    )
+
+
+def _with_pairs_hint(exc: SampleError, meant: str | None) -> SampleError:
+    """``no_trainable_tokens`` of a pair or KTO record read as SFT: say which task it is."""
+    if meant is None or exc.kind != "no_trainable_tokens":
+        return exc
+    why = exc.message.split("; ", 1)[0]  # the SFT fix after it (roles, train_on) is not it
+    return SampleError(
+        exc.kind,
+        f"{why}: {_pairs_hint(meant)}",
+        path=exc.path,
+        line=exc.line,
+        field=exc.field,
+    )
+
+
+_PAIRS_SAID: set[str] = set()
+
+
+def _say_pairs_read_as_sft(task: str, path: str | None) -> None:
+    """Warn once per process and file: the records' pairs or labels are not trained."""
+    key = f"{task}:{path}"
+    if key in _PAIRS_SAID:
+        return
+    _PAIRS_SAID.add(key)
+    log.warning("%s: %s", path or "records", _pairs_hint(task))

@@ -1,0 +1,77 @@
+"""Preference pairs and KTO samples read with the default task: said once, and in each reject.
+
+A DPO record's ``chosen`` and ``rejected`` (and a KTO record's ``label``) mean nothing to SFT:
+the recipe trains the conversation alone. That is almost never meant, so the recipe warns once
+per file, and a record rejected for having nothing to train names the task to pass instead of
+advising ``train_on="all"`` (which would train on the prompts).
+"""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+
+from chute import Recipe
+from chute.errors import SampleError
+from recipe_helpers import tiny_tokenizer
+
+PAIR = {
+    "conversations": [{"from": "human", "value": "Which is better?"}],
+    "chosen": {"from": "gpt", "value": "This one."},
+    "rejected": {"from": "gpt", "value": "That one."},
+}
+KTO = {
+    "messages": [
+        {"role": "user", "content": "Hello?"},
+        {"role": "assistant", "content": "Go away."},
+    ],
+    "label": False,
+}
+
+
+@pytest.fixture
+def recipe() -> Recipe:
+    return Recipe(tokenizer=tiny_tokenizer(), template="chatml")
+
+
+def test_a_pair_read_as_sft_names_the_preference_task(
+    recipe: Recipe, caplog: pytest.LogCaptureFixture
+) -> None:
+    with caplog.at_level(logging.WARNING, logger="chute.recipe"):
+        with pytest.raises(
+            SampleError,
+            match=r"no_trainable_tokens: no token is trained .*: "
+            r"the records are preference pairs .*pass task='preference'$",
+        ):
+            recipe.process(PAIR, path="pairs-one.jsonl")
+        (out,) = recipe.batch([PAIR])
+        assert isinstance(out, SampleError) and "pass task='preference'" in out.message
+        assert "train_on" not in out.message
+    said = [r for r in caplog.records if "preference pairs" in r.getMessage()]
+    assert len(said) == 2  # once for the file, once for records of no file (the batch)
+    assert said[0].getMessage().startswith("pairs-one.jsonl: the records are preference pairs")
+    # the right task trains them
+    sample = Recipe(tokenizer=tiny_tokenizer(), template="chatml", task="preference").process(PAIR)
+    assert sample["chosen_length"] > 0
+
+
+def test_kto_samples_read_as_sft_are_trained_but_said(
+    recipe: Recipe, caplog: pytest.LogCaptureFixture
+) -> None:
+    with caplog.at_level(logging.WARNING, logger="chute.recipe"):
+        for _ in range(3):
+            assert recipe.process(KTO, path="kto-one.jsonl")["length"] > 0
+    said = [r.getMessage() for r in caplog.records if "KTO samples" in r.getMessage()]
+    assert said == [
+        "kto-one.jsonl: the records are KTO samples, which task='sft' trains as plain SFT on "
+        "their conversation alone: pass task='kto'"
+    ]
+
+
+def test_plain_sft_records_say_nothing(recipe: Recipe, caplog: pytest.LogCaptureFixture) -> None:
+    plain = {"messages": KTO["messages"], "label": "a class name, not a KTO label"}
+    with caplog.at_level(logging.WARNING, logger="chute.recipe"):
+        recipe.process(plain, path="plain.jsonl")
+        recipe.batch([{"instruction": "Hi", "output": "Hello", "chosen": "yes"}])
+    assert not caplog.records
