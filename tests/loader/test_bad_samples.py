@@ -84,6 +84,38 @@ def test_rejects_are_written_once_even_over_several_epochs(id_source, tmp_path) 
     assert loader.stats == {"bad_json": 3, "missing_field": 3}
 
 
+@pytest.mark.parametrize("plan", ["grouped", "packed"])
+def test_records_a_length_aware_plan_leaves_out_are_in_the_rejects_file(
+    id_source, tmp_path, plan: str
+) -> None:
+    """They are excluded before any rank sees them: rank 0's file lists them, once a run."""
+    broken = [3, 17, 30]
+    options = {"max_length": 8} if plan == "packed" else {}
+    source = id_source(50, broken=broken)
+
+    def make(rank: int = 0) -> Loader:
+        return Loader(
+            source,
+            batch_size=5,
+            world=World(rank, 2),
+            plan=plan,
+            plan_options=options,
+            rejects=tmp_path / "r.jsonl",
+        )
+
+    loaders = [make(0), make(1)]
+    for loader in loaders:
+        run(loader)
+    entries = [orjson.loads(x) for x in (tmp_path / "r.rank0.jsonl").read_bytes().splitlines()]
+    assert sorted(e["index"] for e in entries) == broken
+    assert {e["reason"] for e in entries} == {"bad_json", "missing_field", "wrong_type"}
+    assert all(e["line"] == e["index"] + 1 and e["raw"] for e in entries)
+    assert not (tmp_path / "r.rank1.jsonl").exists()
+    assert loaders[0].summary()["excluded"] == 3 and loaders[0].summary()["rejected"] == 0
+    make(0)  # a resumed run (the file has lines): nothing written twice
+    assert len((tmp_path / "r.rank0.jsonl").read_bytes().splitlines()) == 3
+
+
 def test_sixty_percent_broken_stops_early_with_a_summary_by_reason(id_source) -> None:
     n = 400
     rng = np.random.default_rng(0)

@@ -18,6 +18,7 @@ Example:
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -93,6 +94,21 @@ class Accounting:
         self.rejects_path.parent.mkdir(parents=True, exist_ok=True)
         with open(self.rejects_path, "ab") as out:
             for entry in fresh:
+                out.write(orjson.dumps(entry) + b"\n")
+                self._written.add(int(entry["index"]))
+
+    def write_excluded(self, entries: Iterable[dict[str, Any]]) -> None:
+        """Append the records the lengths pass left out of the plan, unless the file has lines.
+
+        A file with lines is a resumed run's (or an earlier one's): the excluded records are
+        the same every time, written by the run that started it.
+        """
+        path = self.rejects_path
+        if path is None or (path.exists() and path.stat().st_size):
+            return
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(path, "ab") as out:
+            for entry in entries:
                 out.write(orjson.dumps(entry) + b"\n")
                 self._written.add(int(entry["index"]))
 

@@ -45,6 +45,7 @@ from chute.loader.options import (
 from chute.loader.planning import (
     check_collate,
     check_excluded,
+    excluded_entries,
     check_packed_collate,
     resolve_plan,
     slice_collate,
@@ -274,6 +275,10 @@ class Loader:
         self._delivery = DeliveryCheck(self.books, self.world, recipe=self.recipe is not None)
         self._delivery.check_lengths(setup.lengths)  # every record rejected by the lengths pass
         check_excluded(setup, self.books.budget)
+        lengths = setup.lengths
+        if lengths is not None and lengths.num_rejected:
+            if self.world.rank == 0:  # excluded from every rank's plan: one file lists them
+                self.books.write_excluded(excluded_entries(self.source, recipe, lengths))
         self._builder = BatchBuilder(
             self.source,
             recipe,

@@ -19,21 +19,26 @@ from __future__ import annotations
 
 import inspect
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
+
+import numpy as np
 
 from chute._internal.files import cache_root
 from chute.collate import Collate, KTOCollate, PackedPreferenceCollate, PreferenceCollate
 from chute.collate.packed import PackedCollate
-from chute.errors import ConfigError, ErrorBudgetExceeded
+from chute.errors import ConfigError, ErrorBudgetExceeded, SampleError
 from chute.lengths import Lengths, Pieces, lengths_of
+from chute.lengths.base import STATUS_REJECTED
 from chute.media.positions import MRopePositions, positions_rule
 from chute.plan import PLANNERS, LengthPlanner, PackedPlanner, Planner, make_planner
 from chute.plan.shards import ShardPlanner
 from chute.plan.shared import PlanShare
 from chute.recipe.contract import RecipeContract
+from chute.recipe.outcome import sample_of
 from chute.sample.budget import ErrorBudget
+from chute.sample.rejects import item_reject_entry
 from chute.world import World
 
 __all__ = [
@@ -290,6 +295,25 @@ def check_packed_collate(setup: PlanSetup, collate: Any) -> None:
             f"{type(collate).__name__} takes no rows argument; use chute.PackedCollate (the "
             f"default for packed plans) or accept rows="
         )
+
+
+def excluded_entries(source: Any, recipe: Any, lengths: Lengths) -> Iterator[dict[str, Any]]:
+    """Rejects-file entries of the samples the lengths pass left out of the plan.
+
+    Each record is judged again by the recipe for its message (the lengths store keeps its
+    kind only); one the recipe now accepts (its media were judged too) keeps the stored kind.
+    """
+    status = lengths.status
+    for index in np.flatnonzero(lengths.length < 0).tolist():
+        item = source[index]
+        try:
+            sample_of(recipe, item)
+            code = int(status[index]) - STATUS_REJECTED if status is not None else -1
+            kind = lengths.kinds[code] if 0 <= code < len(lengths.kinds) else "rejected"
+            error = SampleError(kind, "left out of the plan by the lengths pass")
+        except SampleError as exc:
+            error = exc
+        yield item_reject_entry(item, index, error)
 
 
 def check_excluded(setup: PlanSetup, budget: ErrorBudget) -> None:

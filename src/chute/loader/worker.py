@@ -33,9 +33,8 @@ from chute.loader.watchdog import SampleTimeout, Watchdog
 from chute.media.augment import SampleDraw
 from chute.recipe.outcome import sample_of
 from chute.recipe.recipe import Recipe
-from chute.sample.contract import bad_values, check_sample, describe_item, location_of
-from chute.sample.rejects import reject_entry
-from chute.sources.record import Record
+from chute.sample.contract import bad_values, check_sample, location_of
+from chute.sample.rejects import item_reject_entry
 
 __all__ = ["BatchBuilder", "BatchReport", "BatchTask", "piece_of"]
 
@@ -306,14 +305,4 @@ class BatchBuilder:
         return error
 
     def _entry(self, item: Any, index: int, error: SampleError) -> dict[str, Any]:
-        if isinstance(item, Record):
-            return reject_entry(item, error)
-        return {
-            "path": error.path,
-            "line": error.line,
-            "index": index,
-            "reason": error.kind,
-            "message": error.message,
-            "field": error.field,
-            "raw": None if item is None else describe_item(item),
-        }
+        return item_reject_entry(item, index, error)

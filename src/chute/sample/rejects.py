@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from chute.errors import SampleError
+from chute.sample.contract import describe_item
 from chute.sources.record import Record
 
 __all__ = ["MAX_REJECT_RAW", "reject_entry"]
@@ -54,3 +55,18 @@ def reject_entry(record: Record, error: SampleError) -> dict[str, Any]:
     if size > MAX_REJECT_RAW:
         entry["raw_truncated_from"] = size
     return entry
+
+
+def item_reject_entry(item: Any, index: int, error: SampleError) -> dict[str, Any]:
+    """``reject_entry`` of any source's item: a ``Record``, or an in-memory one (a dict)."""
+    if isinstance(item, Record):
+        return reject_entry(item, error)
+    return {
+        "path": error.path,
+        "line": error.line,
+        "index": index,
+        "reason": error.kind,
+        "message": _utf8(error.message),
+        "field": error.field,
+        "raw": None if item is None else describe_item(item),
+    }
