@@ -45,8 +45,8 @@ from chute.loader.options import (
 from chute.loader.planning import (
     check_collate,
     check_excluded,
-    excluded_entries,
     check_packed_collate,
+    excluded_entries,
     resolve_plan,
     slice_collate,
     slice_options,
@@ -276,9 +276,9 @@ class Loader:
         self._delivery.check_lengths(setup.lengths)  # every record rejected by the lengths pass
         check_excluded(setup, self.books.budget)
         lengths = setup.lengths
-        if lengths is not None and lengths.num_rejected:
-            if self.world.rank == 0:  # excluded from every rank's plan: one file lists them
-                self.books.write_excluded(excluded_entries(self.source, recipe, lengths))
+        # excluded from every rank's plan: rank 0's file lists them
+        if lengths is not None and lengths.num_rejected and self.world.rank == 0:
+            self.books.write_excluded(excluded_entries(self.source, recipe, lengths))
         self._builder = BatchBuilder(
             self.source,
             recipe,
