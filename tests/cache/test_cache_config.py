@@ -114,3 +114,22 @@ def test_paths_resolved_and_media_rules_from_mappings(tmp_path: Path, monkeypatc
         PreprocessConfig.from_dict(
             {"sources": ["a"], "recipe": {"tokenizer": "nope"}}
         ).recipe.build()
+
+
+def test_a_source_beside_the_config_but_not_here_says_where_it_is(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    folder = tmp_path / "job"
+    folder.mkdir()
+    (folder / "train.jsonl").write_text('{"text": "x"}\n')
+    config = folder / "c.yaml"
+    config.write_text("sources: [train.jsonl, '*.jsonl']\nrecipe: {tokenizer: tok}\n")
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(
+        ConfigError,
+        match=r"sources\[0\]: 'train.jsonl' is not in the working directory .* beside the "
+        r"config, in .*/job; run chute from there, or write the path as '.*/job/train.jsonl'",
+    ):
+        load_config(config)
+    monkeypatch.chdir(folder)  # run from there: read as written
+    assert load_config(config).sources == ["train.jsonl", "*.jsonl"]

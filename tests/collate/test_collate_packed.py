@@ -109,3 +109,11 @@ def test_bad_settings_are_refused() -> None:
         PackedCollate(8, pad_id=-1)
     with pytest.raises(ConfigError, match=r"rows must give the number of samples in each row"):
         PackedCollate(8)([sample([1]), sample([2])], rows=[1])
+
+
+def test_hf_packed_inputs_of_a_padded_batch_says_what_it_takes() -> None:
+    from chute import Collate
+
+    padded = Collate()([{"input_ids": np.array([1, 2, 3])}, {"input_ids": np.array([4])}])
+    with pytest.raises(ConfigError, match=r"takes a packed batch .*a padded batch goes to the"):
+        hf_packed_inputs(padded)

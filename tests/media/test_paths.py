@@ -80,6 +80,20 @@ def test_urls_refused_unless_allowed_and_data_urls_pass() -> None:
     assert MediaPaths().resolve("data:image/png;base64,AAAA", None).startswith("data:")
 
 
+def test_the_url_message_names_what_the_front_end_has() -> None:
+    """``allow_urls`` is a Python option: the command line has no flag to name for it."""
+    from chute._spelling import spelling
+    from chute.cli._options import FLAGS
+
+    with pytest.raises(SampleError, match=r"set media_root to .*or pass allow_urls=True with"):
+        MediaPaths().resolve("https://x/y.jpg", None)
+    with spelling(FLAGS), pytest.raises(SampleError) as info:
+        MediaPaths().resolve("https://x/y.jpg", None)
+    assert "(--media-root s3://bucket/images," in info.value.message
+    assert "set --media-root to the URL's folder" in info.value.message
+    assert "allow_urls" not in info.value.message
+
+
 def test_media_root_per_source(tree: Path, tmp_path: Path) -> None:
     other = tmp_path / "other"
     other.mkdir()

@@ -110,8 +110,14 @@ def test_a_50mb_line_and_a_file_truncated_mid_line(tmp_path: Path) -> None:
 def test_missing_directory_empty_and_unmatched_glob(tmp_path: Path) -> None:
     with pytest.raises(SourceError, match="no such file"):
         JsonlSource(tmp_path / "nope.jsonl")
-    with pytest.raises(SourceError, match="is a directory"):
+    with pytest.raises(SourceError, match=r"is a directory; .* glob such as '.*/\*\.jsonl'"):
         JsonlSource(tmp_path)
+    # the glob it suggests is where the data files are, as they end (Hugging Face's layout)
+    (tmp_path / "hub" / "data").mkdir(parents=True)
+    for name in ("train-0.parquet", "train-1.parquet", "README.md"):
+        (tmp_path / "hub" / "data" / name).touch()
+    with pytest.raises(SourceError, match=r"glob such as '.*/hub/data/\*\.parquet'$"):
+        JsonlSource(f"{tmp_path}/hub/")
     with pytest.raises(SourceError, match="matches no files"):
         JsonlSource(tmp_path / "*.jsonl")
     (tmp_path / "empty.jsonl").write_bytes(b"")

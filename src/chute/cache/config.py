@@ -302,5 +302,32 @@ def load_config(
         data = read_config_file(path, "a preprocessing config", PREPROCESS_EXAMPLE, _TOP_KEYS)
         if data is None:
             raise ConfigError(f"{path} is empty; it needs sources and recipe", param="config")
+        _check_relative_sources(data, path)
         return PreprocessConfig.from_dict(data, overrides)
     return PreprocessConfig.from_dict(config, overrides)
+
+
+def _check_relative_sources(data: Any, config: Path) -> None:
+    """A relative source missing from the working directory but beside the config: say so.
+
+    Paths in a config are relative to the working directory (as on the command line), so a
+    config run from another folder misses its data with only "no such file".
+    """
+    sources = data.get("sources") if isinstance(data, Mapping) else None
+    if isinstance(sources, str):
+        sources = [sources]
+    if not isinstance(sources, list):
+        return
+    here = config.resolve().parent
+    for i, source in enumerate(sources):
+        if not isinstance(source, str) or os.path.isabs(source) or "://" in source:
+            continue
+        if any(c in source for c in "*?[{") or Path(source).exists():
+            continue
+        if (here / source).exists():
+            raise ConfigError(
+                f"{source!r} is not in the working directory ({os.getcwd()}): paths in a config "
+                f"are relative to where chute runs, and it is beside the config, in {here}; run "
+                f"chute from there, or write the path as {str(here / source)!r}",
+                param=f"sources[{i}]",
+            )

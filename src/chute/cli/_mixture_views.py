@@ -114,8 +114,9 @@ def validate_mixture(
 
     ``print_report`` prints a ``ValidationReport`` as ``chute validate`` does for data files.
     """
+    from chute._spelling import spelling
     from chute.media.check import MediaCheck
-    from chute.mixture.opened import build_recipes
+    from chute.mixture.opened import build_recipes, dataset_spelling
     from chute.recipe.outcome import SampleCheck
     from chute.recipe.validate import ValidationReport, check_json_object, validate_source
     from chute.sample.budget import ErrorBudget
@@ -137,13 +138,16 @@ def validate_mixture(
                 check = SampleCheck(recipes[d])
                 if decode:
                     check = MediaCheck(check)
-            reports[dataset.name] = validate_source(
-                _source(dataset, cache_dir),
-                check,
-                workers=workers,
-                rejects=None if parts is None else parts / f"{d:04d}.jsonl",
-                progress=shown(progress),
-            )
+            # a message's fix names the dataset's key (datasets.NAME.media_root), not a flag
+            # the mixture refuses
+            with spelling(dataset_spelling(dataset.name)):
+                reports[dataset.name] = validate_source(
+                    _source(dataset, cache_dir),
+                    check,
+                    workers=workers,
+                    rejects=None if parts is None else parts / f"{d:04d}.jsonl",
+                    progress=shown(progress),
+                )
         if rejects is not None and parts is not None:
             _concatenate(sorted(parts.iterdir()), rejects)
     finally:

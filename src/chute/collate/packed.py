@@ -391,6 +391,12 @@ def hf_packed_inputs(batch: Mapping[str, Any]) -> dict[str, Any]:
     Example:
         >>> out = model(**hf_packed_inputs(batch))  # doctest: +SKIP
     """
+    if "cu_seqlens" not in batch or "max_seqlen" not in batch:
+        raise ConfigError(
+            "hf_packed_inputs takes a packed batch (plan='packed': rows with cu_seqlens and "
+            "max_seqlen); a padded batch goes to the model as it is (model(**batch), without "
+            "sample_ids)"
+        )
     max_seqlen = int(batch["max_seqlen"])
     cu = batch.get("cu_seqlens_padded", batch["cu_seqlens"])  # offsets into the flattened rows
     out = flatten_packed({k: v for k, v in batch.items() if k in _PACKED_INPUTS})

@@ -51,7 +51,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from chute._internal.remote import check_url, is_url, join_url, parent_url
-from chute._internal.spelling import spell
+from chute._internal.spelling import PYTHON, current_spelling, spell, spell_set
 from chute.errors import ConfigError, SampleError
 from chute.sources.tar_members import MemberRef, is_member_ref
 
@@ -145,12 +145,18 @@ class MediaPaths:
                 return normal
             if self.allow_urls:
                 return source
+            spelled = current_spelling()
+            keep = (
+                f", or pass {spell_set('allow_urls', True)} with a media stage that has fetch=..."
+                if spelled is PYTHON or "allow_urls" in spelled.names
+                else ""  # a Python-only option: no flag or key to name
+            )
             raise SampleError(
                 "url_not_allowed",
                 f"{source} is a URL; chute fetches only under a remote media root "
-                f"(media_root='s3://bucket/images', or a remote data file's own folder): set "
-                f"media_root=, download the file and reference the local copy, or pass "
-                f"allow_urls=True with a media stage that has fetch=...",
+                f"({spell_set('media_root', 's3://bucket/images')}, or a remote data file's own "
+                f"folder): set {spell('media_root')} to the URL's folder, or download the file "
+                f"and reference the local copy{keep}",
             )
         if source.startswith("file://"):
             source = source[len("file://") :]

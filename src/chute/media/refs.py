@@ -178,10 +178,15 @@ class MediaPlan:
                     count, found = rule.count_tokens(local)
                     extra.update(found)
                 if count is None:
+                    how = f"tokens per {part.kind}, e.g. {spell_set(f'{part.kind}_tokens', 64)}"
+                    if part.kind == "video":  # what Qwen-VL does: frames sampled at a rate
+                        how = (
+                            f"{spell_set('video_tokens', 'fps')} to sample frames at a rate as "
+                            f"Qwen2/2.5/3-VL do, or a count of {how}"
+                        )
                     raise ConfigError(
                         f"the data has {part.kind}s ({part.value}) but no token count per "
-                        f"{part.kind} is set; pass {spell(f'{part.kind}_tokens')} (tokens per "
-                        f"{part.kind}, e.g. {spell_set(f'{part.kind}_tokens', 64)})",
+                        f"{part.kind} is set; pass {spell(f'{part.kind}_tokens')} ({how})",
                         param=f"{part.kind}_tokens",
                     )
                 token_id = self._token_id(part.kind, None, None)

@@ -100,6 +100,43 @@ def is_parquet(path: str) -> bool:
     return name.lower().endswith((".parquet", ".pq"))
 
 
+# Data files by how their names end, the longest endings first (".jsonl.gz" before ".gz").
+_DATA_ENDINGS = (
+    ".jsonl.gz", ".jsonl.zst", ".json.gz", ".json.zst", ".jsonl", ".json", ".parquet", ".pq",
+    ".tar",
+)  # fmt: skip
+
+
+def folder_glob(folder: str) -> str:
+    """A glob of the data files in ``folder`` (or one level below), for a message's fix.
+
+    The most common data file ending wins: ``mllm_example_dataset/`` of Hugging Face's layout
+    gives ``mllm_example_dataset/data/*.parquet``.
+
+    Example:
+        >>> import tempfile, pathlib
+        >>> d = pathlib.Path(tempfile.mkdtemp()); (d / "data").mkdir()
+        >>> for n in ("a.parquet", "b.parquet"): (d / "data" / n).touch()
+        >>> folder_glob(str(d) + "/").endswith("/data/*.parquet")
+        True
+    """
+    root = folder.rstrip("/") or folder
+    counts: dict[tuple[str, str], int] = {}
+    for here, dirs, files in os.walk(root):
+        rel = os.path.relpath(here, root)
+        # the folder and its subfolders (not theirs) are enough to guess from
+        dirs[:] = sorted(d for d in dirs if not d.startswith("."))[:32] if rel == "." else []
+        for name in files:
+            ending = next((e for e in _DATA_ENDINGS if name.lower().endswith(e)), None)
+            if ending is not None and not name.startswith("."):
+                key = ("" if rel == "." else rel, ending)
+                counts[key] = counts.get(key, 0) + 1
+    if not counts:
+        return f"{root}/*.jsonl"
+    (rel, ending), _ = max(counts.items(), key=lambda kv: kv[1])
+    return os.path.join(root, rel, f"*{ending}")
+
+
 _BRACE = re.compile(r"\{(\d+)\.\.(\d+)\}|\{([^{}]*,[^{}]*)\}")
 
 

@@ -55,6 +55,7 @@ from chute._internal.progress import progress as progress_of
 from chute._internal.remote import DEFAULT_OPTIONS, check_url, is_url
 from chute.errors import SourceChanged, SourceError
 from chute.remote_options import RemoteOptions
+from chute.sources.base import folder_glob
 from chute.sources.decompress import COMPRESSED_SUFFIXES, decompressed_copy
 from chute.sources.remote import remote_pread, spooled_array
 from chute.sources.scan_array import ArrayScan, scan_array
@@ -181,7 +182,7 @@ def _data_path(path: str, cache_dir: str | os.PathLike[str] | None, options: Rem
     p = Path(path)
     if p.is_dir():
         raise SourceError(
-            f"{path}: is a directory; pass its data files or a glob such as '{path}/*.jsonl'"
+            f"{path}: is a directory; pass its data files or a glob such as '{folder_glob(path)}'"
         )
     if not p.exists():
         raise SourceError(f"{path}: no such file")
