@@ -172,3 +172,37 @@ def test_something_else_than_a_loader_state_is_refused(id_source) -> None:
         ConfigError, match="99 batches of epoch 0 were consumed, but that epoch has 10"
     ):
         loader.load_state_dict(state)
+
+
+def test_a_state_of_another_recipe_resumes_the_random_plan_with_a_warning(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The random plan's ids do not depend on the recipe, so the run goes on, saying so; a
+    length-aware plan's lengths do, and its state is refused (the plan's lengths differ)."""
+    import logging
+
+    from cache_helpers import write_alpaca, write_tokenizer
+    from chute import Recipe
+
+    data = write_alpaca(tmp_path / "d.jsonl", 40)
+    tok = write_tokenizer(tmp_path / "tok")
+
+    def make(max_length: int, plan: str = "random") -> Loader:
+        recipe = Recipe(tokenizer=tok, template="chatml", max_length=max_length)
+        return Loader(data, recipe, batch_size=4, plan=plan, world=World())
+
+    first = make(256)
+    take(first, 2)
+    state = orjson.loads(orjson.dumps(first.state_dict()))
+    with caplog.at_level(logging.WARNING, logger="chute.loader"):
+        make(256).load_state_dict(state)
+        assert not caplog.records
+        later = make(32)
+        later.load_state_dict(state)
+    (said,) = [r.getMessage() for r in caplog.records]
+    assert "saved with another recipe (recipe.max_length 256 -> 32)" in said
+    assert later.state_dict()["batches"] == 2
+    grouped = make(256, "grouped")
+    take(grouped, 1)
+    with pytest.raises(StateMismatch, match=r"plan.lengths.hash"):
+        make(32, "grouped").load_state_dict(grouped.state_dict())

@@ -209,8 +209,8 @@ def test_todays_state_keeps_every_key_and_value_of_the_old_one(case: str, tmp_pa
             assert mine == files and state[key]["records"] == value["records"]
             continue
         assert state[key] == value, key
-    # added: the per-dataset counts of the one dataset ("data")
-    assert set(state) - set(old) == {"datasets"}
+    # added: the per-dataset counts of the one dataset ("data"), the recipe's fingerprint
+    assert set(state) - set(old) == {"datasets", "recipe"}
     assert state["datasets"]["names"] == ["data"]
     assert state["datasets"]["samples"] == [old["counters"]["samples"]]
 

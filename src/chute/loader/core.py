@@ -10,6 +10,7 @@ it yields, which is all a resume needs.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Iterator, Mapping
 from functools import partial
 from typing import Any
@@ -53,7 +54,14 @@ from chute.loader.planning import (
     split_source,
     task_of,
 )
-from chute.loader.state import STATE_FORMAT, STATE_VERSION, check_compatible, read_position
+from chute.loader.state import (
+    STATE_FORMAT,
+    STATE_VERSION,
+    check_compatible,
+    read_position,
+    recipe_changes,
+    recipe_fingerprint,
+)
 from chute.loader.worker import BatchBuilder, BatchReport
 from chute.loader.workers import WorkerOptions
 from chute.plan import Plan, Planner, continue_epoch
@@ -62,6 +70,8 @@ from chute.sample.budget import ErrorBudget
 from chute.world import World
 
 __all__ = ["Loader"]
+
+log = logging.getLogger("chute.loader")
 
 
 class Loader:
@@ -291,6 +301,7 @@ class Loader:
             seed=seed,
         )
         self._fingerprint = fingerprint_of(self.source)
+        self._recipe_fingerprint = recipe_fingerprint(self.recipe)
         self._epoch, self._consumed = 0, 0
         self._segments: list[tuple[int, int]] = []
         self._plan_key: tuple[Any, ...] | None = None
@@ -492,6 +503,7 @@ class Loader:
             **_layout_of(self.world),
             "plan": self.planner.params(),
             "source": self._fingerprint,
+            "recipe": self._recipe_fingerprint,
             **self.books.state_dict(),
             **mixture_state(self.planner, self._epoch),
             "datasets": self.datasets.state_dict(),
@@ -520,6 +532,13 @@ class Loader:
         if previous is not None:  # the amounts may differ; everything else must not
             expected = {**expected, "mixture": state["plan"]["mixture"]}
         check_compatible(state, {"plan": expected, "source": self._fingerprint})
+        changed = recipe_changes(state, self._recipe_fingerprint)
+        if changed is not None:
+            log.warning(
+                "the loader state was saved with another recipe (%s): the run goes on from the "
+                "saved position, its samples made by this recipe",
+                changed,
+            )
         self._generation += 1  # an iterator still running belongs to the old position
         self._delivery.restart()
         self.planner, self._plan_cache, self._plan_key = planner, None, None

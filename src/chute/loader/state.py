@@ -14,6 +14,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+import orjson
+
 from chute._internal.fields import diff_fields
 from chute._internal.objects import ETAG_NOTE
 from chute.errors import ConfigError, StateMismatch
@@ -98,3 +100,29 @@ def read_position(state: Mapping[str, Any]) -> tuple[int, int, int, list[tuple[i
             f"world_size={world_size}, segments={segments}"
         )
     return epoch, batches, world_size, segments
+
+
+def recipe_fingerprint(recipe: Any) -> Any:
+    """The recipe's fingerprint as JSON data (``None``: no recipe, or one without one)."""
+    fingerprint = getattr(recipe, "fingerprint", None)
+    if not callable(fingerprint):
+        return None
+    try:
+        return orjson.loads(orjson.dumps(fingerprint(), option=orjson.OPT_SERIALIZE_NUMPY))
+    except (TypeError, orjson.JSONEncodeError):
+        return None
+
+
+def recipe_changes(state: Mapping[str, Any], now: Any) -> str | None:
+    """How the recipe differs from the one a state was saved with, or ``None``.
+
+    A length-aware plan's lengths change with the recipe, so such a state is refused by the
+    plan's comparison; the random plan's ids do not, so its rest is read with this recipe.
+    """
+    saved = state.get("recipe")
+    if saved is None or now is None or saved == now:
+        return None
+    diffs = diff_fields(saved, now, "recipe")
+    shown = ", ".join(f"{path} {a!r} -> {b!r}" for path, a, b in diffs[:3])
+    more = f" and {len(diffs) - 3} more" if len(diffs) > 3 else ""
+    return shown + more
