@@ -75,7 +75,10 @@ def test_demo_cli_on_your_own_data(tmp_path: Path) -> None:
     assert "identical to what the uninterrupted run saw" in result.output
     # it ends with what to run next, on the same data
     assert "Next, on your own data" in result.output
-    assert f"chute validate {data} --tokenizer {tok / 'tokenizer.json'}" in result.output
+    # with the recipe flags and the row length it ran with: each gives what the demo showed
+    recipe = f"--tokenizer {tok / 'tokenizer.json'} --template chatml"
+    assert f"chute validate {data} {recipe} --max-length 128\n" in result.output
+    assert f"chute stats {data} {recipe} --max-length 128 --batch-size 8" in result.output
 
 
 def test_next_steps_say_how_to_reach_chute(monkeypatch: pytest.MonkeyPatch) -> None:

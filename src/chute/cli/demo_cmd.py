@@ -83,19 +83,39 @@ def demo(
     if not ok:
         typer.secho("a demo claim did not hold (see above)", fg=typer.colors.RED, err=True)
         raise typer.Exit(1)
-    typer.echo(next_steps(data, recipe.tokenizer))
+    flags = _flags(recipe.given(ignore=("max_length",))) if data is not None else ""
+    typer.echo(next_steps(data, recipe.tokenizer, flags, max_length if data is not None else None))
 
 
-def next_steps(data: Path | None, tokenizer: str | None) -> str:
+def _flags(given: dict[str, Any]) -> str:
+    """The recipe flags as they were typed, to repeat them in the next commands."""
+    import shlex
+
+    parts = []
+    for flag, value in given.items():
+        for one in value if isinstance(value, list | tuple) else [value]:
+            parts.append(flag if one is True else f"{flag} {shlex.quote(str(one))}")
+    return "".join(f" {p}" for p in parts)
+
+
+def next_steps(
+    data: Path | None,
+    tokenizer: str | None,
+    flags: str = "",
+    max_length: int | None = None,
+) -> str:
     """What to run next: the commands of the demo's steps on the user's own data.
 
-    With ``--data`` they name it; where ``chute`` is not on the ``PATH`` (``make demo`` installs
-    it in ``.venv``), a line says how to reach it.
+    With ``--data`` they name it and repeat the recipe flags the demo ran with (``flags``,
+    already spelled) and its ``--max-length``, so each gives what the demo showed; where
+    ``chute`` is not on the ``PATH`` (``make demo`` installs it in ``.venv``), a line says how
+    to reach it.
     """
     import shutil
 
     where = str(data) if data is not None else "data.jsonl"
-    tok = tokenizer or "TOKENIZER"  # a tokenizer.json, a folder holding one, or a tiktoken file
+    tok = (tokenizer or "TOKENIZER") + flags  # TOKENIZER: a tokenizer.json, its folder, ...
+    length = f" --max-length {max_length}" if max_length else ""
     lines = ["", "Next, on your own data (TOKENIZER: a tokenizer.json or the folder holding it):"]
     if shutil.which("chute") is None:
         lines.append(
@@ -103,14 +123,15 @@ def next_steps(data: Path | None, tokenizer: str | None) -> str:
             "it as .venv/bin/chute)"
         )
     rows = [
-        ("every bad record", f"chute validate {where} --tokenizer {tok}"),
-        ("one as the model sees it", f"chute inspect {where} --tokenizer {tok} -i 0"),
+        ("every bad record", f"chute validate {where} --tokenizer {tok}{length}"),
+        ("one as the model sees it", f"chute inspect {where} --tokenizer {tok}{length} -i 0"),
         (
             "padding of every plan",
-            f"chute stats {where} --tokenizer {tok} --max-length 4096 --batch-size 8",
+            f"chute stats {where} --tokenizer {tok} --max-length {max_length or 4096} "
+            f"--batch-size 8",
         ),
         ("the token cache", "chute preprocess config.yaml --out cache/  (docs/cache.md)"),
-        ("this demo on it", f"chute demo --data {where} --tokenizer {tok}"),
+        ("this demo on it", f"chute demo --data {where} --tokenizer {tok}{length}"),
     ]
     width = max(len(why) for why, _ in rows) + 1
     lines += [f"  {why + ':':<{width}}  {cmd}" for why, cmd in rows]

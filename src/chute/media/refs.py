@@ -14,10 +14,12 @@ Example:
 
 from __future__ import annotations
 
+import logging
 import os
 from dataclasses import dataclass, field
 from typing import Any
 
+from chute._internal.files import warn_once
 from chute._internal.spelling import spell, spell_set, spell_value
 from chute.errors import ConfigError, SampleError
 from chute.media.images import DEFAULT_MAX_PIXELS
@@ -30,6 +32,8 @@ from chute.media.video_layout import qwen3_video_ids, video_layout
 from chute.media.video_spec import video_tokens_rule
 from chute.sample.conversation import Part
 from chute.tokenize.base import Tokenizer
+
+log = logging.getLogger("chute.media")
 
 __all__ = ["MediaPlan", "MediaSlot"]
 
@@ -120,6 +124,15 @@ class MediaPlan:
             # share Qwen's vocabulary, Qwen3 among them); a Qwen-VL run names its family
             qwen = self.tokens["image"] == "<|image_pad|>"
             image_tokens = DynamicImageTokens() if qwen else "llava-1.5"
+            if self.tokens["image"] == "<|image|>":  # Llama 3.2's vocabulary
+                warn_once(
+                    log,
+                    "image_tokens='auto' counts LLaVA-1.5's 576 tokens per image; the "
+                    "tokenizer's image token <|image|> is Llama 3.2 Vision's, which takes one "
+                    "<|image|> per image (its pixels are cross-attended): for that model pass "
+                    "%s",
+                    spell_set("image_tokens", 1),
+                )
         self.image_rule = image_tokens_rule(image_tokens)
         family = getattr(self.image_rule, "family", None)
         # a short form (fps=2) or fields resolve with the family's preset (chute.media.video)

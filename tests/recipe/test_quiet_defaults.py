@@ -1,9 +1,10 @@
-"""Preference pairs and KTO samples read with the default task: said once, and in each reject.
+"""Defaults that would train the wrong thing quietly: each is said once, with the option.
 
-A DPO record's ``chosen`` and ``rejected`` (and a KTO record's ``label``) mean nothing to SFT:
-the recipe trains the conversation alone. That is almost never meant, so the recipe warns once
-per file, and a record rejected for having nothing to train names the task to pass instead of
-advising ``train_on="all"`` (which would train on the prompts).
+Preference pairs and KTO samples read with the default task: a DPO record's ``chosen`` and
+``rejected`` (and a KTO record's ``label``) mean nothing to SFT, so the recipe warns once per
+file, and a record rejected for having nothing to train names the task to pass instead of
+advising ``train_on="all"`` (which would train on the prompts). And ``image_tokens="auto"`` on
+Llama 3.2's vocabulary counts LLaVA's 576 tokens where Llama 3.2 Vision writes one.
 """
 
 from __future__ import annotations
@@ -75,3 +76,22 @@ def test_plain_sft_records_say_nothing(recipe: Recipe, caplog: pytest.LogCapture
         recipe.process(plain, path="plain.jsonl")
         recipe.batch([{"instruction": "Hi", "output": "Hello", "chosen": "yes"}])
     assert not caplog.records
+
+
+@pytest.mark.shared_data
+def test_auto_image_tokens_on_llama_32s_vocabulary_names_its_one_token(
+    shared_data, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """576 (LLaVA-1.5's count) is what ``auto`` gives; Llama 3.2 Vision writes one token."""
+    import chute._internal.files as files
+
+    monkeypatch.setattr(files, "_WARNED", set())  # as in a fresh process
+    tokenizer = shared_data / "tokenizers" / "llama3.2"
+    with caplog.at_level(logging.WARNING, logger="chute.media"):
+        Recipe(tokenizer=tokenizer, template="llama3", image_tokens=1)
+        assert not caplog.records
+        recipe = Recipe(tokenizer=tokenizer, template="llama3")
+        Recipe(tokenizer=tokenizer, template="llama3")  # said once a process
+    assert recipe.media.tokens["image"] == "<|image|>"
+    (said,) = [r.getMessage() for r in caplog.records]
+    assert "counts LLaVA-1.5's 576 tokens" in said and said.endswith("pass image_tokens=1")
