@@ -247,3 +247,20 @@ def test_demo_takes_the_recipe_options_of_the_other_commands() -> None:
     assert template.default is None  # the tokenizer's chat template, as everywhere
     result = runner.invoke(app, ["demo", "--image-tokens", "qwen2-vl"])
     assert result.exit_code == 2 and "apply to --data" in result.output
+
+
+def test_stats_says_which_figures_are_before_max_length(tmp_path: Path) -> None:
+    """The total counts what the plans feed (after max_length), the lengths line the samples
+    as long as they are: each says which, where truncation makes them differ."""
+    from cache_helpers import write_alpaca, write_tokenizer
+
+    data = write_alpaca(tmp_path / "d.jsonl", 60)
+    tok = write_tokenizer(tmp_path / "tok")
+    args = ["stats", str(data), "--tokenizer", str(tok), "--template", "chatml", "--quiet"]
+    cut = runner.invoke(app, [*args, "--max-length", "60", "--batch-size", "4"])
+    assert cut.exit_code == 0, cut.output
+    lines = cut.output.splitlines()
+    assert "tokens (after max_length 60)" in lines[0]
+    assert lines[2].startswith("lengths before max_length 60: min ")
+    whole = runner.invoke(app, [*args, "--max-length", "4096", "--batch-size", "4"]).output
+    assert whole.splitlines()[2].startswith("lengths: min ")

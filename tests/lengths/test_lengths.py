@@ -224,3 +224,22 @@ def test_counts_over_slices_equal_the_whole_array(monkeypatch: pytest.MonkeyPatc
     assert lens.num_valid == int(np.count_nonzero(length >= 0))
     assert lens.tokens == int(length[length >= 0].sum(dtype=np.int64))
     assert lens.num_rejected == int(np.count_nonzero(length < 0))
+
+
+def test_a_caches_lengths_carry_its_image_tokens(tmp_path: Path) -> None:
+    """Plans balance image patches and ``chute stats`` shows them: from a cache too, as from
+    its data read with the recipe (the cache's lengths dropped them)."""
+    from cache_helpers import write_image_records, write_tokenizer
+    from chute import open_cache, preprocess
+
+    data = write_image_records(tmp_path, 12)
+    with open(data, "a") as f:
+        f.write('{"instruction": "text only", "output": "no image"}\n')
+    recipe = {"tokenizer": str(write_tokenizer(tmp_path / "tok")), "template": "chatml"}
+    recipe["image_tokens"] = 16
+    preprocess({"sources": [str(data)], "recipe": recipe}, out=tmp_path / "c", progress=False)
+    cached = lengths_of(open_cache(tmp_path / "c"))
+    direct = lengths_of(JsonlSource(data), Recipe(**recipe), cache=False, workers=1)
+    assert direct.image_tokens is not None
+    assert cached.image_tokens is not None
+    assert cached.image_tokens.tolist() == direct.image_tokens.tolist() == [16] * 12 + [0]

@@ -280,9 +280,12 @@ def _imbalance(report: dict[str, Any], dim: str) -> str:
 def _print(result: dict[str, Any]) -> None:
     rejected = result["rejected"]
     why = ", ".join(f"{k} {n}" for k, n in sorted(rejected.items(), key=lambda kv: -kv[1]))
+    # the tokens the plans feed are counted after max_length; the lengths below, before it
+    cut = bool(result["truncated"] or result["dropped"])
+    after = f" (after max_length {result['max_length']})" if cut else ""
     typer.echo(
         f"{result['records']:,} records: {result['samples']:,} samples, {result['tokens']:,} "
-        f"tokens" + (f"; rejected: {why}" if why else "")
+        f"tokens{after}" + (f"; rejected: {why}" if why else "")
     )
     typer.echo(
         f"over max_length {result['max_length']}: {result['truncated']:,} truncated, "
@@ -290,7 +293,10 @@ def _print(result: dict[str, Any]) -> None:
         + (f", {result['split']:,} split into windows" if result.get("split") else "")
     )
     lens = result["lengths"]
-    typer.echo("lengths: " + ", ".join(f"{k} {v}" for k, v in lens.items() if v is not None) + "\n")
+    label = f"lengths before max_length {result['max_length']}" if cut else "lengths"
+    typer.echo(
+        f"{label}: " + ", ".join(f"{k} {v}" for k, v in lens.items() if v is not None) + "\n"
+    )
     hist = result["histogram"]
     top = max(hist["counts"] or [1]) or 1
     for lo, hi, count in zip(hist["edges"][:-1], hist["edges"][1:], hist["counts"], strict=True):

@@ -109,6 +109,10 @@ def lengths_of(
         longest = getattr(source, "longest", None)  # a cache of preference pairs
         if longest is not None and lens.longest is None:
             lens = dataclasses.replace(lens, longest=np.asarray(longest), sequences=2)
+        # a cache's image tokens per sample: what plans balance as patches and stats show
+        image = getattr(source, "image_tokens", None) if lens.image_tokens is None else None
+        if isinstance(image, np.ndarray) and len(image) == len(lens) and image.any():
+            lens = dataclasses.replace(lens, image_tokens=image)
         return lens
     contract = as_recipe(recipe)
     lens = _per_record(
