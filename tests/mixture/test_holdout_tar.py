@@ -60,3 +60,38 @@ def test_moved_and_resharded_shards_hold_out_the_same_samples(
         progress=False,
     )
     assert report.between["train|copy"]["contents"] == N
+
+
+def test_shards_chute_wrote_hold_out_and_repeat_as_their_source(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``chute shard`` names each record's media by its key (``000000004.0.png``); the
+    ``.refs`` member keeps what it replaced, so a sample hashes as its source record: the
+    same hold-out, exact copies (one image in three records) on one side, and the loose file
+    and its shards sharing every content."""
+    from cache_helpers import write_image_records
+    from chute import JsonlSource
+    from chute.recipe.shards import write_shards
+
+    monkeypatch.setenv("CHUTE_CACHE_DIR", str(tmp_path / "cache"))
+    tok = write_tokenizer(tmp_path / "tok")
+    lines = write_image_records(tmp_path, 8).read_bytes().splitlines(keepends=True)
+    loose = tmp_path / "copies.jsonl"
+    loose.write_bytes(b"".join(line for line in lines for _ in range(3)))  # each thrice
+    write_shards(JsonlSource(loose), tmp_path / "shards", shard_size=2000)
+    shards = str(tmp_path / "shards" / "train-*.tar")
+    assert len(TarSource(shards).files) > 1
+
+    def val_ids(path: str) -> list[int]:
+        recipe = {"tokenizer": str(tok), "template": "chatml", "image_tokens": 4}
+        mix = Mixture([MixtureEntry("d", path, val=0.5)], recipe=recipe)
+        (ids,) = open_mixture(mix).pools("val")
+        assert ids is not None
+        return sorted(ids.tolist())
+
+    val = val_ids(str(loose))
+    assert 0 < len(val) < 24 and val == val_ids(shards)
+    assert all(len([i for i in val if i // 3 == g]) in (0, 3) for g in range(8))  # whole groups
+    report = find_duplicates({"loose": str(loose), "shards": shards}, workers=1, progress=False)
+    assert report.between["loose|shards"]["contents"] == 8
+    assert report.within == {"loose": 16, "shards": 16}

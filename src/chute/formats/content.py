@@ -103,7 +103,10 @@ def _hash64(data: bytes) -> int:
 def record_hash(reader: FormatReader, record: Record | Any) -> int:
     """The content hash of a record (a ``Record`` or parsed data) under ``reader``'s format."""
     try:
-        data = record.data if isinstance(record, Record) else record
+        if isinstance(record, Record):  # a tar sample names its media as its source did
+            data = getattr(record, "content_data", record.data)
+        else:
+            data = record
         return _hash64(content_key(reader(data)))
     except SampleError:
         if isinstance(record, Record):

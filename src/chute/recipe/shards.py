@@ -3,10 +3,13 @@ r"""``write_shards``: records and the media they reference into WebDataset tar s
 Each record becomes one sample: its JSON as ``<key>.json`` and each media file it references
 (found by the record's format adapter and resolved by the recipe's rules: ``MediaPaths``,
 the same media root) as ``<key>.<n>.<ext>``; the reference inside the JSON is rewritten to the
-member's extension (``0.jpg``), which ``TarSource`` binds back to the member::
+member's name, which ``TarSource`` binds back to the member, and ``<key>.refs`` keeps what each
+member replaced, so the sample's content hash (validation hold-outs, duplicate checks) is the
+source record's::
 
     train.jsonl:3  {"image": "coco/1.jpg", "conversations": [...]}
-        ──► train-000000.tar   000000002.json   {"image": "0.jpg", "conversations": [...]}
+        ──► train-000000.tar   000000002.json   {"image": "000000002.0.jpg", "conversations": ...}
+                               000000002.refs   {"0.jpg": "coco/1.jpg"}
                                000000002.0.jpg  (the bytes of <media root>/coco/1.jpg)
 
 Keys are the record's global index (9 digits): with no record skipped, sample ids read back
@@ -53,7 +56,7 @@ from chute.media.paths import INLINE, MediaPaths, is_remote
 from chute.media.remote import RemoteMedia
 from chute.remote_options import RemoteOptions
 from chute.remote_options import parse_size as parse_remote_size
-from chute.sources.tar import MEDIA_EXTENSIONS
+from chute.sources.tar import MEDIA_EXTENSIONS, REFS_EXTENSION
 from chute.sources.tar_members import MemberRef, is_member_ref, read_member
 
 __all__ = ["ShardReport", "parse_size", "write_shards"]
@@ -161,7 +164,7 @@ def write_shards(
             else:
                 writer.add(key, members)
                 report.samples += 1
-                report.media += len(members) - 1
+                report.media += sum(1 for ext, _ in members if ext not in ("json", REFS_EXTENSION))
             if progress is not None:
                 progress(1)
     return report
@@ -181,6 +184,7 @@ def _sample(
     media = conversation.media() if callable(getattr(conversation, "media", None)) else []
     names: dict[str, str] = {}  # reference as the record holds it -> member extension
     members: list[tuple[str, bytes]] = []
+    originals: dict[str, str] = {}  # member extension -> the reference it replaced
     for part in media:
         if part.value is None or part.value in names:
             continue
@@ -188,12 +192,16 @@ def _sample(
         ext = f"{len(members)}.{_extension(part.value, part.kind)}"
         names[part.value] = f"{key}.{ext}"  # the member's full name: unambiguous in any field
         members.append((ext, body))
+        if not part.value.startswith(INLINE):  # bytes in the record have no name to keep
+            originals[ext] = part.value
     rewritten = _rewrite(data, names)
     try:
         document = orjson.dumps(rewritten)
     except TypeError as exc:
         raise SampleError("wrong_type", f"the record cannot be written as JSON ({exc})") from None
-    return [("json", document), *members]
+    # what the record named: its content hash (hold-outs, duplicates) is the source record's
+    refs = [(REFS_EXTENSION, orjson.dumps(originals))] if originals else []
+    return [("json", document), *refs, *members]
 
 
 def _media_bytes(

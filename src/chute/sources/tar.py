@@ -76,7 +76,7 @@ from chute.sources.remote import CachedBytes, RemoteBytes, block_cache, file_cac
 from chute.sources.tar_index import TarIndex, open_tar_index
 from chute.sources.tar_members import MemberRef, serve_shard, shown_name
 
-__all__ = ["MEDIA_EXTENSIONS", "TarRecord", "TarSource"]
+__all__ = ["MEDIA_EXTENSIONS", "REFS_EXTENSION", "TarRecord", "TarSource"]
 
 PathLike = str | os.PathLike[str]
 
@@ -87,6 +87,8 @@ MEDIA_EXTENSIONS: dict[str, str] = {
     **dict.fromkeys(("wav", "mp3", "flac", "ogg", "m4a", "opus"), "audio"),
 }
 _TEXT_EXTENSIONS = ("txt", "text", "caption")
+# ``chute shard``'s record of what each media member replaced: {"0.jpg": "coco/1.jpg"}
+REFS_EXTENSION = "refs"
 _CLASS_EXTENSIONS = ("cls", "cls2", "label")
 # Members read with the record: small by nature; a larger one is a broken sample, not a read.
 _MAX_TEXT_MEMBER = 64 << 20
@@ -204,7 +206,9 @@ class TarSource(FileSource):
             last = ext.rsplit(".", 1)[-1].lower()
             if last in MEDIA_EXTENSIONS:
                 media.append((name, ext, str(MemberRef(shard, name, offset, size))))
-            elif last == "json" or last in _TEXT_EXTENSIONS or last in _CLASS_EXTENSIONS:
+            elif ext == REFS_EXTENSION or (
+                last == "json" or last in _TEXT_EXTENSIONS or last in _CLASS_EXTENSIONS
+            ):
                 if size > _MAX_TEXT_MEMBER:
                     parts[last] = b""
                     parts["!" + last] = f"{size:,} bytes".encode()
@@ -343,6 +347,28 @@ class TarRecord(Record):
         return SampleError(kind, message, path=self.path, line=self.line)
 
     @property
+    def content_data(self) -> Any:
+        """``data`` with each media member named as the record named it (content hashing).
+
+        A shard ``chute shard`` wrote keeps what each member replaced (``<key>.refs``): the
+        sample then hashes as its source record did, whatever its key, shard or offset. Other
+        members stay references, which the content hash takes by member name.
+        """
+        refs = self.parts.get(REFS_EXTENSION)
+        if not refs:
+            return self.data
+        try:
+            named = orjson.loads(refs)
+        except orjson.JSONDecodeError:
+            return self.data
+        if not isinstance(named, dict):
+            return self.data
+        originals = {
+            ref: named[ext] for _, ext, ref in self.media if isinstance(named.get(ext), str)
+        }
+        return _renamed(self.data, originals) if originals else self.data
+
+    @property
     def raw(self) -> bytes:
         raw = self._raw
         if isinstance(raw, bytes) and raw:
@@ -478,3 +504,18 @@ def _attach(data: dict[str, Any], media: list[tuple[str, str, str]], used: set[s
         field = single if single in data else plural
         old = data.get(field)
         data[field] = refs[0] if isinstance(old, str) and len(refs) == 1 else refs
+
+
+def _renamed(value: Any, names: dict[str, str]) -> Any:
+    """``value`` with each string in ``names`` (and each inside ``<img>`` tags) replaced."""
+    if isinstance(value, str):
+        if value in names:
+            return names[value]
+        if "<img>" in value:
+            return _IMG_TAG.sub(lambda m: f"<img>{names.get(m.group(1), m.group(1))}</img>", value)
+        return value
+    if isinstance(value, list):
+        return [_renamed(v, names) for v in value]
+    if isinstance(value, dict):
+        return {k: _renamed(v, names) for k, v in value.items()}
+    return value
