@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import logging
+import os
+import signal
 import time
 
 import numpy as np
@@ -288,3 +290,24 @@ def test_a_new_loader_is_not_timed_from_an_earlier_loader_s_sample() -> None:
                 pass
         with later:
             time.sleep(0.6)  # sample 3, within the limit (the thread looks in meanwhile)
+
+
+def bus_error_on_nine(record):  # type: ignore[no-untyped-def]
+    """A recipe whose read of record 9 dies as a read of a mapped file cut short does."""
+    if record.data["input_ids"][0] == 9:
+        os.kill(os.getpid(), signal.SIGBUS)
+    return record.data
+
+
+def test_a_worker_killed_by_a_bus_error_says_a_mapped_file_was_cut(id_source) -> None:
+    """torch reports a worker's SIGBUS as shared memory or a reset connection; the cause is
+    almost always a memory-mapped file (a cache chunk) truncated under the run."""
+    loader = Loader(
+        id_source(20), bus_error_on_nine, batch_size=4, shuffle=False, world=World(), num_workers=1
+    )
+    with pytest.raises(
+        SourceChanged,
+        match=r"rank 0: a DataLoader worker was killed by SIGBUS .* batch \d of epoch 0: a file "
+        r"it had memory-mapped was cut short under the run .*chute validate CACHE",
+    ):
+        run(loader)

@@ -10,6 +10,7 @@ import os
 import random
 import shutil
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import orjson
@@ -124,6 +125,26 @@ def test_changed_file_and_mixed_kinds(tmp_path: Path) -> None:
     (tmp_path / "bad.parquet").write_bytes(b"not parquet at all")
     with pytest.raises(Exception, match="not a readable Parquet file"):
         ParquetSource(tmp_path / "bad.parquet")
+
+
+def test_a_file_rewritten_in_place_while_a_group_is_read_is_a_changed_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Rewritten between the check and the read (another process copying over it), the read
+    fails as pyarrow meets the new bytes: that is the file changing, not a broken file."""
+    p = tmp_path / "t.parquet"
+    pq.write_table(pa.table({"text": [f"row {i}" for i in range(10)]}), p, row_group_size=3)
+    src = ParquetSource(p)
+    assert src[0].data == {"text": "row 0"}
+    reader = src._readers[0]
+
+    def rewritten_mid_read(self: Any, g: int, *args: Any, **kwargs: Any) -> Any:
+        p.write_bytes(b"PAR1" + b"\0" * 64)  # the copy lands mid-read: pyarrow's next read
+        raise OSError("File too short: expected to be able to read 72263 bytes, got 0")
+
+    monkeypatch.setattr(type(reader.file()), "read_row_group", rewritten_mid_read)
+    with pytest.raises(SourceChanged, match="changed after it was opened"):
+        src[7]
 
 
 def test_pickles_without_tables(tmp_path: Path) -> None:

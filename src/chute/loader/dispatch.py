@@ -8,11 +8,13 @@ workers round-robin and returned in task order (``in_order=True``).
 
 from __future__ import annotations
 
+import signal
+
 from collections.abc import Iterator
 from typing import Any
 
 from chute._internal.lazy_torch import require_torch
-from chute.errors import LoaderTimeout
+from chute.errors import LoaderTimeout, SourceChanged
 from chute.loader.worker import BatchReport, BatchTask
 from chute.plan import Plan, TablePlan
 
@@ -98,8 +100,17 @@ def next_batch(
     """Batch ``k`` from the DataLoader iterator; a worker timeout becomes ``LoaderTimeout``."""
     try:
         batch, report = next(it)
-    except RuntimeError as exc:
-        if "timed out" not in str(exc):
+    except (RuntimeError, ConnectionError, EOFError) as exc:
+        if _bus_error(it, exc):
+            shutdown_workers(it, kill=True)
+            raise SourceChanged(
+                f"rank {rank}: a DataLoader worker was killed by SIGBUS (a bus error) while "
+                f"reading batch {k} of epoch {epoch}: a file it had memory-mapped was cut short "
+                f"under the run (a cache chunk, an index or lengths file rewritten or truncated "
+                f"while the run read it), or /dev/shm is full; check a cache with `chute "
+                f"validate CACHE` and re-open the source"
+            ) from exc
+        if not isinstance(exc, RuntimeError) or "timed out" not in str(exc):
             raise
         shutdown_workers(it, kill=True)
         ids = plan.batch(rank, k).tolist()
@@ -116,6 +127,17 @@ def next_batch(
             f"epoch {report.epoch}"
         )
     return batch, report
+
+
+def _bus_error(it: Any, exc: BaseException) -> bool:
+    """Whether a worker of ``it`` died of SIGBUS (torch names it, or its exit code says so)."""
+    if "Bus error" in str(exc):
+        return True
+    # is_alive() reaps a dead worker, which sets its exit code
+    return any(
+        not worker.is_alive() and worker.exitcode == -signal.SIGBUS
+        for worker in getattr(it, "_workers", ())
+    )
 
 
 def shutdown_workers(it: Any, kill: bool = False) -> None:

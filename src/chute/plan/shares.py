@@ -99,7 +99,9 @@ def counts_of(
     """Samples each dataset gives per epoch (see the module docstring).
 
     ``epoch_samples``: the total of every dataset; the weighted ones share what the others
-    leave. Default: the weighted datasets give as many samples as their pools hold together.
+    leave. Default: the weighted datasets give as many samples as their pools hold together
+    (a dataset of weight 0 gives none, and its pool is not counted: the others are not
+    repeated to fill it).
 
     Example:
         >>> counts_of([Share("a", 9, weight=2), Share("b", 9, weight=1),
@@ -126,8 +128,8 @@ def counts_of(
                 + (", and no dataset has a weight to take the rest" if budget > 0 else "")
                 + "; raise epoch_samples or leave it out"
             )
-    else:
-        budget = int(sizes[weighted].sum()) if weighted else 0
+    else:  # a weight of 0 turns a dataset off: its pool does not count either
+        budget = int(sum(int(sizes[d]) for d in weighted if (shares[d].weight or 0.0) > 0))
     if weighted:
         w = np.array([float(shares[d].weight or 0.0) for d in weighted])
         if w.sum() <= 0:
@@ -140,8 +142,9 @@ def counts_of(
         if counts[d] and not sizes[d]:
             raise ConfigError(
                 f"dataset {share.name!r} has no sample left to draw from ({share.records} "
-                f"records, none in its pool: held out for validation, rejected or capped) but "
-                f"{share.rule} asks for {counts[d]} per epoch; lower its val or fix its records"
+                f"records, none in its pool: held out for validation, rejected or capped by "
+                f"max_samples) but {share.rule} asks for {counts[d]} per epoch; lower its val, "
+                f"raise its max_samples or fix its records"
             )
     return counts
 

@@ -286,11 +286,13 @@ class _Reader:
         f = self.file()
         table = self._groups.get((self.path, g))
         if table is None:
+            self._check()  # one fstat a row group read: a file rewritten in place is not read
             try:
                 table = f.read_row_group(g)
             except (SourceError, SourceChanged):
                 raise
             except Exception as exc:
+                self._check()  # a file rewritten between the check and the read changed
                 raise SourceError(
                     f"{self.path}: row group {g} cannot be read ({type(exc).__name__}: {exc})"
                 ) from None
