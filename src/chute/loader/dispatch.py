@@ -9,7 +9,6 @@ workers round-robin and returned in task order (``in_order=True``).
 from __future__ import annotations
 
 import signal
-
 from collections.abc import Iterator
 from typing import Any
 
