@@ -8,7 +8,9 @@ workers round-robin and returned in task order (``in_order=True``).
 
 from __future__ import annotations
 
+import contextlib
 import signal
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -101,7 +103,8 @@ def next_batch(
         batch, report = next(it)
     except (RuntimeError, ConnectionError, EOFError) as exc:
         if _bus_error(it, exc):
-            shutdown_workers(it, kill=True)
+            with contextlib.suppress(RuntimeError):  # torch's report of the same death
+                shutdown_workers(it, kill=True)
             raise SourceChanged(
                 f"rank {rank}: a DataLoader worker was killed by SIGBUS (a bus error) while "
                 f"reading batch {k} of epoch {epoch}: a file it had memory-mapped was cut short "
@@ -129,14 +132,23 @@ def next_batch(
 
 
 def _bus_error(it: Any, exc: BaseException) -> bool:
-    """Whether a worker of ``it`` died of SIGBUS (torch names it, or its exit code says so)."""
+    """Whether a worker of ``it`` died of SIGBUS (torch names it, or its exit code says so).
+
+    A lost connection (``ConnectionError``, ``EOFError``) is the main process meeting a worker
+    that is dying: its exit code comes a moment later, so it is waited for (at most 2 s).
+    """
     if "Bus error" in str(exc):
         return True
-    # is_alive() reaps a dead worker, which sets its exit code
-    return any(
-        not worker.is_alive() and worker.exitcode == -signal.SIGBUS
-        for worker in getattr(it, "_workers", ())
-    )
+    workers = list(getattr(it, "_workers", ()))
+    try:
+        if isinstance(exc, ConnectionError | EOFError):
+            deadline = time.monotonic() + 2.0
+            while time.monotonic() < deadline and all(w.is_alive() for w in workers):
+                time.sleep(0.02)
+        # is_alive() reaps a dead worker, which sets its exit code
+        return any(not w.is_alive() and w.exitcode == -signal.SIGBUS for w in workers)
+    except RuntimeError as late:  # torch's SIGCHLD handler raises where the main thread is
+        return "Bus error" in str(late)
 
 
 def shutdown_workers(it: Any, kill: bool = False) -> None:
