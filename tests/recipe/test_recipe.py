@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import pickle
 from pathlib import Path
 
@@ -337,6 +338,14 @@ def test_a_missing_image_found_above_the_data_files_folder_names_the_media_root(
     # nowhere above: the plain advice
     with pytest.raises(SampleError, match="set media_root if they are relative to another"):
         recipe.process(mm_record("img/none.png"), path=str(pics / "demo" / "data.jsonl"))
+    # there, but not a file: said so, not "no such file"
+    os.mkfifo(pics / "demo" / "pipe.png")
+    (pics / "demo" / "folder.png").mkdir()
+    where = str(pics / "demo" / "data.jsonl")
+    with pytest.raises(SampleError, match=r"image_unsupported: .*pipe.png: not a regular file"):
+        recipe.process(mm_record("pipe.png"), path=where)
+    with pytest.raises(SampleError, match=r"image_missing: .*folder.png: a directory, not an"):
+        recipe.process(mm_record("folder.png"), path=where)
 
 
 def test_media_root_and_absolute_paths(pics: Path) -> None:

@@ -259,6 +259,12 @@ class MediaPlan:
             and (self.check_images or dynamic)
             and not os.path.isfile(resolved)
         ):
+            if os.path.exists(resolved):  # a folder, a FIFO, a device: there, but not a file
+                what = "a directory" if os.path.isdir(resolved) else "not a regular file"
+                raise SampleError(
+                    "image_missing" if what == "a directory" else "image_unsupported",
+                    f"{resolved}: {what}, not an image file",
+                )
             where = self.paths.describe_root(data_path)
             above = self.paths.root_above(resolved, data_path)
             fix = (
