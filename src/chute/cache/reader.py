@@ -420,19 +420,15 @@ class Cache:
 
     def _overrides(self, wanted: Any) -> list[str]:
         """The ``recipe.NAME=VALUE`` overrides that make the stored config ``wanted``."""
-        import yaml
-
         try:
             stored = self.recipe_config().recipe
         except (ConfigError, OSError):
             return []
-        out = []
-        for name, value in vars(wanted).items():
-            if getattr(stored, name, None) != value:
-                text = yaml.safe_dump(value, default_flow_style=True).strip()
-                text = text.removesuffix("\n...").strip()
-                out.append(shlex.quote(f"recipe.{name}={text}"))
-        return out
+        return [
+            _override(name, value)
+            for name, value in vars(wanted).items()
+            if getattr(stored, name, None) != value
+        ]
 
     # -- arrays ------------------------------------------------------------------------------
 
@@ -554,8 +550,6 @@ def _overrides_of(diffs: Any, config: str) -> tuple[list[str], str | None]:
     """
     import dataclasses
 
-    import yaml
-
     from chute.recipe.config import RecipeConfig
 
     fields = {f.name for f in dataclasses.fields(RecipeConfig)}
@@ -564,6 +558,13 @@ def _overrides_of(diffs: Any, config: str) -> tuple[list[str], str | None]:
         plain = value is None or isinstance(value, bool | int | float | str)
         if name not in fields or not plain:
             return [], f"set your recipe's options in {config} first (its recipe: section)"
-        text = yaml.safe_dump(value, default_flow_style=True).strip().removesuffix("\n...").strip()
-        out.append(shlex.quote(f"recipe.{name}={text}"))
+        out.append(_override(name, value))
     return out, None
+
+
+def _override(name: str, value: Any) -> str:
+    """``recipe.NAME=VALUE`` as a shell word, the value written as YAML reads it back."""
+    import yaml
+
+    text = yaml.safe_dump(value, default_flow_style=True).strip().removesuffix("\n...").strip()
+    return shlex.quote(f"recipe.{name}={text}")

@@ -110,9 +110,14 @@ def lengths_of(
         if longest is not None and lens.longest is None:
             lens = dataclasses.replace(lens, longest=np.asarray(longest), sequences=2)
         # a cache's image tokens per sample: what plans balance as patches and stats show
-        image = getattr(source, "image_tokens", None) if lens.image_tokens is None else None
-        if isinstance(image, np.ndarray) and len(image) == len(lens) and image.any():
-            lens = dataclasses.replace(lens, image_tokens=image)
+        # (its manifest's total says whether there are any, without a pass over the array)
+        manifest = getattr(source, "manifest", None)
+        if (
+            lens.image_tokens is None
+            and isinstance(manifest, dict)
+            and manifest.get("image_tokens")
+        ):
+            lens = dataclasses.replace(lens, image_tokens=np.asarray(source.image_tokens))
         return lens
     contract = as_recipe(recipe)
     lens = _per_record(

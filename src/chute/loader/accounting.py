@@ -89,13 +89,8 @@ class Accounting:
 
     def _write(self, entries: list[dict[str, Any]]) -> None:
         fresh = [e for e in entries if e["index"] not in self._written]
-        if not fresh or self.rejects_path is None:
-            return
-        self.rejects_path.parent.mkdir(parents=True, exist_ok=True)
-        with open(self.rejects_path, "ab") as out:
-            for entry in fresh:
-                out.write(orjson.dumps(entry) + b"\n")
-                self._written.add(int(entry["index"]))
+        if fresh:
+            self._append(fresh)
 
     def write_excluded(self, entries: Iterable[dict[str, Any]]) -> None:
         """Append the records the lengths pass left out of the plan, unless the file has lines.
@@ -104,10 +99,15 @@ class Accounting:
         the same every time, written by the run that started it.
         """
         path = self.rejects_path
-        if path is None or (path.exists() and path.stat().st_size):
+        if path is not None and not (path.exists() and path.stat().st_size):
+            self._append(entries)
+
+    def _append(self, entries: Iterable[dict[str, Any]]) -> None:
+        """Append ``entries`` to the rejects file (if any), each index noted as written."""
+        if self.rejects_path is None:
             return
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with open(path, "ab") as out:
+        self.rejects_path.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.rejects_path, "ab") as out:
             for entry in entries:
                 out.write(orjson.dumps(entry) + b"\n")
                 self._written.add(int(entry["index"]))

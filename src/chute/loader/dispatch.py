@@ -9,8 +9,8 @@ workers round-robin and returned in task order (``in_order=True``).
 from __future__ import annotations
 
 import contextlib
+import multiprocessing.connection
 import signal
-import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -135,16 +135,14 @@ def _bus_error(it: Any, exc: BaseException) -> bool:
     """Whether a worker of ``it`` died of SIGBUS (torch names it, or its exit code says so).
 
     A lost connection (``ConnectionError``, ``EOFError``) is the main process meeting a worker
-    that is dying: its exit code comes a moment later, so it is waited for (at most 2 s).
+    that is dying: its exit is waited for (the first of them, at most 2 s).
     """
     if "Bus error" in str(exc):
         return True
     workers = list(getattr(it, "_workers", ()))
     try:
-        if isinstance(exc, ConnectionError | EOFError):
-            deadline = time.monotonic() + 2.0
-            while time.monotonic() < deadline and all(w.is_alive() for w in workers):
-                time.sleep(0.02)
+        if isinstance(exc, ConnectionError | EOFError) and workers:
+            multiprocessing.connection.wait([w.sentinel for w in workers], timeout=2.0)
         # is_alive() reaps a dead worker, which sets its exit code
         return any(not w.is_alive() and w.exitcode == -signal.SIGBUS for w in workers)
     except RuntimeError as late:  # torch's SIGCHLD handler raises where the main thread is

@@ -259,11 +259,11 @@ class MediaPlan:
             and (self.check_images or dynamic)
             and not os.path.isfile(resolved)
         ):
-            if os.path.exists(resolved):  # a folder, a FIFO, a device: there, but not a file
-                what = "a directory" if os.path.isdir(resolved) else "not a regular file"
+            if os.path.isdir(resolved):  # there, but not a file: said so, not "no such file"
+                raise SampleError("image_missing", f"{resolved}: a directory, not an image file")
+            if os.path.exists(resolved):  # a FIFO, a socket, a device
                 raise SampleError(
-                    "image_missing" if what == "a directory" else "image_unsupported",
-                    f"{resolved}: {what}, not an image file",
+                    "image_unsupported", f"{resolved}: not a regular file, not an image file"
                 )
             where = self.paths.describe_root(data_path)
             above = self.paths.root_above(resolved, data_path)

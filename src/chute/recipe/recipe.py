@@ -44,6 +44,7 @@ from typing import Any
 
 import numpy as np
 
+from chute._internal.files import warn_once
 from chute._internal.spelling import spell, spell_set, spell_value
 from chute.errors import ConfigError, SampleError
 from chute.formats import FormatReader, FormatSpec
@@ -789,13 +790,6 @@ def _with_pairs_hint(exc: SampleError, meant: str | None) -> SampleError:
     )
 
 
-_PAIRS_SAID: set[str] = set()
-
-
 def _say_pairs_read_as_sft(task: str, path: str | None) -> None:
     """Warn once per process and file: the records' pairs or labels are not trained."""
-    key = f"{task}:{path}"
-    if key in _PAIRS_SAID:
-        return
-    _PAIRS_SAID.add(key)
-    log.warning("%s: %s", path or "records", _pairs_hint(task))
+    warn_once(log, "%s: %s", path or "records", _pairs_hint(task))
