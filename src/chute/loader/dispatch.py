@@ -135,14 +135,18 @@ def _bus_error(it: Any, exc: BaseException) -> bool:
     """Whether a worker of ``it`` died of SIGBUS (torch names it, or its exit code says so).
 
     A lost connection (``ConnectionError``, ``EOFError``) is the main process meeting a worker
-    that is dying: its exit is waited for (the first of them, at most 2 s).
+    that is dying: its exit is waited for (the first of them, at most 2 s), and the worker
+    reaped, since its sentinel closes a moment before its exit code can be read.
     """
     if "Bus error" in str(exc):
         return True
     workers = list(getattr(it, "_workers", ()))
     try:
         if isinstance(exc, ConnectionError | EOFError) and workers:
-            multiprocessing.connection.wait([w.sentinel for w in workers], timeout=2.0)
+            ready = multiprocessing.connection.wait([w.sentinel for w in workers], timeout=2.0)
+            for w in workers:  # its sentinel closes as it exits; join() reaps it (exit code)
+                if w.sentinel in ready:
+                    w.join(timeout=2.0)
         # is_alive() reaps a dead worker, which sets its exit code
         return any(not w.is_alive() and w.exitcode == -signal.SIGBUS for w in workers)
     except RuntimeError as late:  # torch's SIGCHLD handler raises where the main thread is
