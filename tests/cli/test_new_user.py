@@ -224,9 +224,9 @@ def test_bench_says_what_the_lengths_pass_excluded_once(
     tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     pytest.importorskip("torch")
-    from chute.loader import planning
+    from chute._internal import files
 
-    monkeypatch.setattr(planning, "_WARNED", set())  # as in a fresh `chute bench` process
+    monkeypatch.setattr(files, "_WARNED", set())  # as in a fresh `chute bench` process
     data = tmp_path / "d.jsonl"
     rows = ['{"input_ids": [1, 2, 3]}'] * 40 + ['{"input_ids": "broken"}']
     data.write_text("\n".join(rows) + "\n")

@@ -187,7 +187,7 @@ def test_a_file_larger_than_the_limit_is_read_with_ranged_requests(
 def test_a_full_shuffle_over_files_far_larger_than_the_limit_warns_once(
     s3: Bucket, tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr("chute.loader.planning._WARNED", set())  # earlier tests' warnings
+    monkeypatch.setattr("chute._internal.files._WARNED", set())  # earlier tests' warnings
     urls = write_shards(s3, tmp_path)
     source = JsonlSource(urls, remote=RemoteOptions(cache_limit=2 * file_size(s3)))
     with caplog.at_level("WARNING", logger="chute"):

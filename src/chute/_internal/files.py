@@ -185,15 +185,26 @@ CANNOT_WRITE = frozenset(
 _WARNED: set[tuple[str, ...]] = set()
 
 
+def first_in_process(*key: Any) -> bool:
+    """Whether ``key`` is met here for the first time in this process (then remembered).
+
+    >>> first_in_process("doc-example", 1), first_in_process("doc-example", 1)
+    (True, False)
+    """
+    seen = tuple(map(str, key))
+    if seen in _WARNED:
+        return False
+    _WARNED.add(seen)
+    return True
+
+
 def warn_once(log: logging.Logger, message: str, *args: Any) -> None:
     """``log.warning(message, *args)``, once a process for the same message and arguments.
 
     A folder that cannot be written is met by every file kept under it (each index, each
     epoch's plan): one warning says it, and what is done instead.
     """
-    key = (message, *map(str, args))
-    if key not in _WARNED:
-        _WARNED.add(key)
+    if first_in_process(message, *args):
         log.warning(message, *args)
 
 

@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from chute._internal.files import cache_root
+from chute._internal.files import cache_root, first_in_process
 from chute.collate import Collate, KTOCollate, PackedPreferenceCollate, PreferenceCollate
 from chute.collate.packed import PackedCollate
 from chute.errors import ConfigError, ErrorBudgetExceeded, SampleError
@@ -59,7 +59,6 @@ __all__ = [
 
 log = logging.getLogger("chute.loader")
 SLICES = ("cp", "sp")
-_WARNED: set[str] = set()  # lengths whose exclusions were logged in this process
 
 
 @dataclass
@@ -162,9 +161,8 @@ def warn_if_thrashing(source: Any, planner: Planner) -> None:
     remote = [f for f in files if getattr(f, "remote", False)]
     total = sum(int(getattr(f, "bytes", 0) or getattr(f.identity, "size", 0)) for f in remote)
     # once per process for these files and limit (not per object: an id is reused after GC)
-    key = f"thrash:{limit}:" + "|".join(str(getattr(f, "path", "")) for f in remote)
-    if total > 2 * limit and key not in _WARNED:
-        _WARNED.add(key)
+    key = "|".join(str(getattr(f, "path", "")) for f in remote)
+    if total > 2 * limit and first_in_process("thrash", limit, key):
         log.warning(
             "a shuffled plan over %d remote files (%d bytes) with cache_limit=%d bytes downloads "
             "most files many times (each read needs a whole file, and most do not fit); use "
@@ -325,8 +323,7 @@ def check_excluded(setup: PlanSetup, budget: ErrorBudget) -> None:
     seen = lengths.fingerprint()["hash"]
     # Several loaders over the same lengths (chute bench, one per worker count; a resumed run)
     # say it once per process.
-    level = logging.DEBUG if seen in _WARNED else logging.WARNING
-    _WARNED.add(seen)
+    level = logging.WARNING if first_in_process("excluded", seen) else logging.DEBUG
     log.log(
         level,
         "%d of %d samples were rejected by the recipe while computing lengths and are left out "
