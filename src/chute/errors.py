@@ -225,7 +225,9 @@ SAMPLE_ERROR_KINDS: dict[str, str] = {
     "video_token_mismatch": "the video tokens in input_ids differ from the features the "
     "sampled frames give",
     "audio_missing": "an audio file does not exist (or is a directory)",
-    "audio_corrupt": "an audio file cannot be opened or decoded",
+    "audio_corrupt": "an audio file is empty, or cannot be opened or decoded",
+    "audio_unsupported": "an audio file in a container soundfile cannot read (MP4/M4A, WebM, "
+    "AMR, raw AAC), or a path that is not a regular file (a FIFO, a device)",
     "audio_too_large": "an audio clip is longer than the configured limit",
     "audio_token_mismatch": "the audio tokens in input_ids differ from the clip's token count",
     # Augmentation and geometry (issue 33)

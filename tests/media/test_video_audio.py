@@ -131,3 +131,25 @@ def test_audio_resample_count_and_load(tmp_path: Path) -> None:
     sample["audios"][0]["span"] = [1, 34]
     with pytest.raises(SampleError, match="audio_token_mismatch"):
         stage(sample)
+
+
+@pytest.mark.parametrize(
+    ("content", "match"),
+    [
+        (b"", r"audio_corrupt.*empty file \(0 bytes\)"),
+        (b"\x00\x00\x00\x20ftypM4A \x00" + b"\x00" * 64, r"audio_unsupported.*MP4/M4A.*ffmpeg"),
+        (b"\x1a\x45\xdf\xa3" + b"\x00" * 64, r"audio_unsupported.*WebM"),
+        (b"\xff\xf1\x50\x80" + b"\x00" * 64, r"audio_unsupported.*raw AAC"),
+        (b"not audio at all" * 8, r"audio_corrupt.*cannot read as audio"),
+    ],
+)
+def test_audio_that_soundfile_cannot_read_says_why(
+    tmp_path: Path, content: bytes, match: str
+) -> None:
+    pytest.importorskip("soundfile")
+    from chute.media.audio import AudioClips
+
+    path = tmp_path / "clip.m4a"
+    path.write_bytes(content)
+    with pytest.raises(SampleError, match=match):
+        AudioClips().count_tokens(str(path))

@@ -49,6 +49,9 @@ __all__ = [
 log = logging.getLogger("chute.cache")
 
 _POLL_SECONDS = 0.5
+# A rank that has waited long looks less often (each look lists `chunks/`, a request to a
+# shared filesystem's server from every waiting rank): at most a tenth of the wait so far late.
+_POLL_MAX_SECONDS = 5.0
 # How often a rank looks at the other ranks' shard locks: each look is a lock request per rank
 # to a shared filesystem's server, and a stopped rank named within seconds (not the hour of
 # cache.wait_timeout) is soon enough.
@@ -179,7 +182,8 @@ def finish(
     waited for as a missing chunk when it is another rank's (which rebuilds it when it starts).
     """
     build = build_digest(plan)
-    deadline = time.monotonic() + wait_timeout
+    started = time.monotonic()
+    deadline = started + wait_timeout
     first, all_seen_at = True, None
     foreign: list[int] = []  # chunks of another build: missing until their rank rebuilds them
     at_work = set() if at_work is None else at_work  # ranks seen building (lock held)
@@ -225,7 +229,16 @@ def finish(
                 raise CacheError(_foreign_message(layout, plan, records, foreign))
             raise CacheError(_waited_message(layout, missing, world, wait_timeout))
         first = False
-        time.sleep(_POLL_SECONDS)
+        time.sleep(poll_interval(time.monotonic() - started))
+
+
+def poll_interval(waited: float) -> float:
+    """Seconds until a waiting rank looks again, after ``waited`` seconds of waiting.
+
+    >>> poll_interval(1.0), poll_interval(20.0), poll_interval(600.0)
+    (0.5, 2.0, 5.0)
+    """
+    return min(_POLL_MAX_SECONDS, max(_POLL_SECONDS, waited / 10))
 
 
 def shard_lock(layout: Layout, rank: int, world_size: int) -> Path | None:

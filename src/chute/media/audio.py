@@ -62,20 +62,53 @@ def _check_file(path: str) -> None:
     if os.path.isdir(path):
         raise SampleError("audio_missing", f"{path}: is a directory, not audio")
     if not os.path.isfile(path):
-        raise SampleError("audio_corrupt", f"{path}: not a regular file")
+        raise SampleError("audio_unsupported", f"{path}: not a regular file (a FIFO or device)")
+    if os.path.getsize(path) == 0:
+        raise SampleError("audio_corrupt", f"{path}: empty file (0 bytes)")
+
+
+# Containers libsndfile does not read, told by their first bytes: a clear "unsupported" with
+# the conversion instead of libsndfile's "Format not recognised".
+_UNREAD_CONTAINERS = (
+    (4, b"ftyp", "an MP4/M4A container (AAC or ALAC audio)"),
+    (0, b"\x1a\x45\xdf\xa3", "a Matroska/WebM container"),
+    (0, b"#!AMR", "AMR audio"),
+    (0, b"\xff\xf1", "raw AAC (ADTS)"),
+    (0, b"\xff\xf9", "raw AAC (ADTS)"),
+)
+
+
+def _container_of(path: str) -> str | None:
+    """What ``path`` is, when its first bytes name a container libsndfile cannot read."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(16)
+    except OSError:
+        return None
+    for offset, magic, name in _UNREAD_CONTAINERS:
+        if head[offset : offset + len(magic)] == magic:
+            return name
+    return None
 
 
 def probe_audio(path: str) -> AudioInfo:
     """``AudioInfo`` from the header (no sample is decoded).
 
     Raises:
-        SampleError: ``audio_missing``, ``audio_corrupt``.
+        SampleError: ``audio_missing``, ``audio_corrupt``, ``audio_unsupported``.
     """
     _check_file(path)
     sf = _sf()
     try:
         info = sf.info(path)
     except Exception as exc:
+        container = _container_of(path)
+        if container is not None:
+            raise SampleError(
+                "audio_unsupported",
+                f"{path}: {container}, which soundfile cannot read (it reads WAV, FLAC, OGG "
+                f"and MP3); convert it, e.g. `ffmpeg -i IN -ac 1 OUT.flac`",
+            ) from None
         raise SampleError(
             "audio_corrupt", f"{path}: cannot read as audio ({type(exc).__name__}: {exc})"
         ) from None
