@@ -9,6 +9,7 @@ import functools
 import hashlib
 import logging
 import os
+import secrets
 import tempfile
 import time
 from collections.abc import Iterator
@@ -25,7 +26,10 @@ __all__ = [
     "atomic_file",
     "cache_root",
     "file_identity",
+    "first_in_process",
     "one_builder",
+    "sweep_dead_writers",
+    "temp_beside",
     "warn_once",
     "writable_folder",
 ]
@@ -229,16 +233,14 @@ def writable_folder(directory: str | os.PathLike[str]) -> bool:
 def _replaced(path: str | os.PathLike[str]) -> Iterator[str]:
     """A temporary file beside ``path``: renamed onto it if the block ends, else removed.
 
-    Its name says which process writes it (``.NAME.WRITER.RANDOM.tmp``), so the temporaries a
-    killed writer left (a lengths pass of 100M records: 2 GB, allocated) are removed by the
-    next process that writes in the folder (``_sweep``).
+    Its name says which process writes it (``temp_beside``), so the temporaries a killed
+    writer left (a lengths pass of 100M records: 2 GB, allocated) are removed by the next
+    process that writes in the folder (``_sweep``).
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     _sweep(path.parent)
-    prefix = f".{path.name}.{_writer_tag()}."
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=prefix, suffix=".tmp")
-    os.close(fd)
+    tmp = temp_beside(path)
     try:
         yield tmp
         os.replace(tmp, path)
@@ -246,6 +248,25 @@ def _replaced(path: str | os.PathLike[str]) -> Iterator[str]:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
+
+
+def temp_beside(path: str | os.PathLike[str]) -> str:
+    """A new, empty temporary file beside ``path``, named for the process writing it.
+
+    ``.NAME.WRITER.RANDOM.tmp``, WRITER being the machine (host, boot, pid namespace), the pid
+    and the process's start time: ``sweep_dead_writers`` removes it only once that process is
+    provably gone. A pid alone is not enough: two containers sharing a host name (host
+    networking) and a folder have pids of their own, and one would take the other's live
+    writer for a dead one.
+    """
+    path = Path(path)
+    while True:
+        tmp = str(path.with_name(f".{path.name}.{_writer_tag()}.{secrets.token_hex(4)}.tmp"))
+        try:  # 0o644 less the umask, as the published file should be (mkstemp would give 0o600)
+            os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644))
+        except FileExistsError:
+            continue
+        return tmp
 
 
 _SWEPT: set[str] = set()
@@ -265,20 +286,27 @@ def _writer_tag() -> str:
 
 
 def _sweep(folder: Path) -> None:
-    """Remove the temporaries in ``folder`` whose writers are provably gone (once a process).
-
-    Only a writer of this machine can be judged (``Owner.gone``): a temporary of another host
-    sharing the folder, of an older chute (no writer in its name) or of a live process stays.
-    """
+    """``sweep_dead_writers(folder)``, once a process for each folder."""
     if str(folder) in _SWEPT:
         return
     _SWEPT.add(str(folder))
+    sweep_dead_writers(folder)
+
+
+def sweep_dead_writers(folder: str | os.PathLike[str]) -> int:
+    """Remove the temporaries in ``folder`` whose writers are provably gone; how many.
+
+    Only a writer of this machine can be judged (``Owner.gone``): a temporary of another host
+    or pid namespace sharing the folder, of an older chute (no writer in its name) or of a
+    live process stays.
+    """
     me = Owner.here()
     place = _writer_tag().split("-", 1)[0]
     try:
         entries = list(os.scandir(folder))
     except OSError:
-        return
+        return 0
+    removed = 0
     for entry in entries:
         parts = entry.name.split(".")
         # "", NAME (may hold dots), WRITER, RANDOM, "tmp"
@@ -291,6 +319,8 @@ def _sweep(folder: Path) -> None:
         if Owner(me.host, me.boot, me.pidns, int(writer[1]), start).gone():
             with contextlib.suppress(OSError):
                 os.unlink(entry.path)
+                removed += 1
+    return removed
 
 
 @contextlib.contextmanager

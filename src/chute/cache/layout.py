@@ -15,10 +15,10 @@ r"""Where a cache keeps its files, and how a file is committed: all or nothing, 
       state.json, dataset_info.json   so that datasets.load_from_disk(DIR) works
       manifest.json          written last: the cache is complete once this exists
 
-``publish`` writes a file under a temporary name that carries this host and process id,
-fsyncs it, renames it into place and fsyncs the folder, so a reader (or a resumed run) sees
-the old file or the whole new one. ``sweep_temps`` removes temporary files left by killed
-processes of this host.
+``publish`` writes a file under a temporary name that names its writer (machine, pid namespace,
+pid, start time), fsyncs it, renames it into place and fsyncs the folder, so a reader (or a
+resumed run) sees the old file or the whole new one. ``sweep_temps`` removes temporary files
+left by killed processes of this machine.
 
 A cache may live in object storage (``DIR`` = ``s3://bucket/caches/run1``): the layout's paths
 are then those of a local mirror, and every read and write goes through its ``Storage``
@@ -35,7 +35,6 @@ Example:
 
 from __future__ import annotations
 
-import contextlib
 import os
 import re
 from pathlib import Path
@@ -43,7 +42,7 @@ from typing import Any
 
 import orjson
 
-from chute.cache.storage import HOST as _HOST
+from chute._internal.files import sweep_dead_writers
 from chute.cache.storage import publish, publish_parts, storage_for
 
 __all__ = [
@@ -65,7 +64,9 @@ FORMAT_VERSION = 2
 # Versions this chute reads (a version 1 cache has no video timing; its samples lack the keys).
 READABLE_VERSIONS = (1, 2)
 
-_TEMP = re.compile(r"^\.(?P<name>.+)\.(?P<host>[A-Za-z0-9_-]+)\.(?P<pid>\d+)\.tmp$")
+# A publish's temporary: ".NAME.WRITER.RANDOM.tmp" (``temp_beside``); an older chute's
+# ".NAME.HOST.PID.tmp" matches too.
+_TEMP = re.compile(r"^\..+\.[A-Za-z0-9_-]+\.[0-9a-z]+\.tmp$")
 _RECORD = re.compile(r"^(\d{6,})\.json$")
 
 
@@ -191,37 +192,9 @@ def read_json(path: str | os.PathLike[str]) -> Any:
 
 
 def sweep_temps(folder: str | os.PathLike[str]) -> int:
-    """Remove temporary files that processes of this host left when they were killed.
+    """Remove temporary files that processes of this machine left when they were killed.
 
-    A temporary file names its host and process id; one whose process is gone is garbage.
-    Files of other hosts are left alone (their processes may be alive). Returns the count.
+    A temporary file names its writer; one whose process is provably gone is garbage. Files of
+    other hosts or containers are left alone (their processes may be alive). Returns the count.
     """
-    removed = 0
-    try:
-        names = os.listdir(folder)
-    except FileNotFoundError:
-        return 0
-    for name in names:
-        m = _TEMP.match(name)
-        if not m or m.group("host") != _HOST or _alive(int(m.group("pid"))):
-            continue
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(os.path.join(folder, name))
-            removed += 1
-    return removed
-
-
-def _alive(pid: int) -> bool:
-    if pid == os.getpid():
-        return False  # this process is not writing while it sweeps
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:  # a killed process nobody has reaped yet (a zombie) writes nothing either
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            return f.read().rsplit(b")", 1)[1].split()[0] != b"Z"
-    except (OSError, IndexError):
-        return True
+    return sweep_dead_writers(folder)

@@ -36,16 +36,14 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
-import re
 import shutil
-import socket
 import time
 from collections.abc import Iterable
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from chute._internal.files import atomic_file, cache_root
+from chute._internal.files import atomic_file, cache_root, temp_beside
 from chute._internal.remote import (
     DEFAULT_OPTIONS,
     check_url,
@@ -57,7 +55,6 @@ from chute.errors import CacheError, RemoteError
 from chute.remote_options import RemoteOptions
 
 __all__ = [
-    "HOST",
     "LocalStorage",
     "RemoteStorage",
     "Storage",
@@ -67,9 +64,6 @@ __all__ = [
     "publish_parts",
     "storage_for",
 ]
-
-# Temporary files of a publish carry this host's name and the process id (see sweep_temps).
-HOST = re.sub(r"[^A-Za-z0-9_-]", "_", socket.gethostname())[:64] or "host"
 
 
 def publish(path: str | os.PathLike[str], data: Any) -> None:
@@ -84,8 +78,8 @@ def publish(path: str | os.PathLike[str], data: Any) -> None:
 def publish_parts(path: str | os.PathLike[str], parts: Iterable[Any]) -> None:
     """``publish`` for content made of many parts (written one after another, never joined)."""
     path = Path(path)
-    tmp = path.with_name(f".{path.name}.{HOST}.{os.getpid()}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    tmp = temp_beside(path)
+    fd = os.open(tmp, os.O_WRONLY | os.O_TRUNC)
     try:
         with os.fdopen(fd, "wb") as f:
             for part in parts:
@@ -110,9 +104,9 @@ def create(path: str | os.PathLike[str], data: bytes) -> bool:
     (still one winner; a reader may then briefly see it short).
     """
     path = Path(path)
-    tmp = path.with_name(f".{path.name}.{HOST}.{os.getpid()}.tmp")
+    tmp = temp_beside(path)
     try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        fd = os.open(tmp, os.O_WRONLY | os.O_TRUNC)
         with os.fdopen(fd, "wb") as f:
             f.write(data)
             f.flush()
