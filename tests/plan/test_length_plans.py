@@ -19,6 +19,7 @@ from chute.plan import (
     dealt_ids,
     make_planner,
 )
+from chute.plan.registry import check_plan_options
 
 WORLD_SIZES = (1, 2, 3, 8)
 COUNTS = (1, 7, 61, 103, 400)
@@ -304,3 +305,11 @@ def test_options_are_checked_with_messages_naming_them() -> None:
         make_planner("packed", batch_size=2, max_length=8, group_size=3)
     with pytest.raises(ConfigError, match=r"'max_len' \(did you mean 'max_length'\?\)"):
         make_planner("packed", batch_size=2, max_len=8)
+    # the Loader's own arguments in plan_options: named (it was Python's "multiple values")
+    with pytest.raises(
+        ConfigError,
+        match=r"plan_options: 'drop_last' is an argument of the Loader itself \(Loader\(drop_last=\.\.\.\)\)",
+    ):
+        check_plan_options("packed", {"max_length": 8, "drop_last": True})
+    with pytest.raises(ConfigError, match=r"'batch_size', 'seed' are arguments of the Loader"):
+        check_plan_options("packed", {"batch_size": 2, "seed": 3})

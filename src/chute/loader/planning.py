@@ -33,6 +33,7 @@ from chute.lengths import Lengths, Pieces, lengths_of
 from chute.lengths.base import STATUS_REJECTED
 from chute.media.positions import MRopePositions, positions_rule
 from chute.plan import PLANNERS, LengthPlanner, PackedPlanner, Planner, make_planner
+from chute.plan.registry import check_plan_options
 from chute.plan.shards import ShardPlanner
 from chute.plan.shared import PlanShare
 from chute.recipe.contract import RecipeContract
@@ -116,6 +117,7 @@ def resolve_plan(
             options.setdefault("max_length", max_length)
         if plan == "budget" and pad_to_multiple_of is not None:
             options.setdefault("pad_to_multiple_of", pad_to_multiple_of)
+    check_plan_options(plan, options)
     planner = make_planner(
         plan,
         batch_size=batch_size,

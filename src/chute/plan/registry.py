@@ -18,6 +18,7 @@ patches across the ranks of each step (``chute.plan.balance``).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from chute.errors import ConfigError
@@ -28,7 +29,7 @@ from chute.plan.packed import PackedPlanner
 from chute.plan.shard import RandomPlanner
 from chute.plan.shards import ShardPlanner
 
-__all__ = ["PLANNERS", "make_planner"]
+__all__ = ["PLANNERS", "check_plan_options", "make_planner"]
 
 PLANNERS: dict[str, type[Planner]] = {
     "random": RandomPlanner,
@@ -92,6 +93,24 @@ def make_planner(
 
 # what every planner takes from the Loader's own arguments, not from plan_options
 _LOADER_ARGS = ("batch_size", "shuffle", "seed", "drop_last", "wrap", "lengths")
+
+
+def check_plan_options(plan: Any, options: Mapping[str, Any]) -> None:
+    """Refuse a Loader argument given in ``plan_options`` (Python said "multiple values").
+
+    Example:
+        >>> check_plan_options("packed", {"max_length": 8, "seed": 1})
+        Traceback (most recent call last):
+        ...
+        chute.errors.ConfigError: plan_options: 'seed' is an argument of the Loader itself (Loader(seed=...)), not an option of plan='packed'
+    """
+    given = [name for name in options if name in _LOADER_ARGS and name != "lengths"]
+    if given:
+        raise ConfigError(
+            f"{', '.join(map(repr, given))} {'is an argument' if len(given) == 1 else 'are arguments'}"
+            f" of the Loader itself (Loader({given[0]}=...)), not an option of plan={plan!r}",
+            param="plan_options",
+        )
 
 
 def _did_you_mean(name: str, known: list[str]) -> str:
