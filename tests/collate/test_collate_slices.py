@@ -319,6 +319,22 @@ def test_loader_slices_sp_gives_contiguous_slices() -> None:
             {"slices": "cp", "plan": PackedPlanner(32, align=2)},
             "packs with align=2; build it with align=4",
         ),
+        # rows are a multiple of 4 wide, but capped at max_length=66 once a row is that full
+        # (found when the epoch reached such a row, mid-training)
+        (
+            {
+                "slices": "sp",
+                "plan": "packed",
+                "plan_options": {"max_length": 66},
+                "pad_to_multiple_of": 4,
+                "world": World(0, 4, sp=4),
+            },
+            r"a full packed row is max_length=66 wide, not a multiple of 4; use max_length=68",
+        ),
+        (
+            {"slices": "sp", "plan": "packed", "pad_to_multiple_of": 6, "world": World(0, 4, sp=4)},
+            r"pad_to_multiple_of=6\); use pad_to_multiple_of=12",
+        ),
     ],
 )
 def test_loader_refuses_what_it_cannot_slice(kwargs: dict[str, Any], match: str) -> None:

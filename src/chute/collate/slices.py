@@ -274,19 +274,24 @@ class SequenceParallelCollate(_Slicer):
         super().__init__(collate, sp_size, sp_rank)
         assert self.packed is not None
         packed = self.packed
-        step = packed.max_length if packed.pad_to_max_length else packed.multiple
-        if step % sp_size:
-            fix = (
-                f"max_length={-(-packed.max_length // sp_size) * sp_size}"
-                if packed.pad_to_max_length
-                else f"pad_to_multiple_of={math.lcm(packed.multiple, sp_size)}"
+        # a row is max_length wide, or (pad_to_multiple_of) a multiple of the step up to
+        # max_length, where it is capped: both must cut into sp_size equal slices
+        if packed.max_length % sp_size:
+            raise ConfigError(
+                f"SequenceParallelCollate(sp_size={sp_size}) cuts every row into {sp_size} equal "
+                f"slices, but a full packed row is max_length={packed.max_length} wide, not a "
+                f"multiple of {sp_size}; use "
+                f"max_length={-(-packed.max_length // sp_size) * sp_size}",
+                param="max_length",
             )
+        step = math.lcm(packed.multiple, packed.align)
+        if not packed.pad_to_max_length and step % sp_size:
             raise ConfigError(
                 f"SequenceParallelCollate(sp_size={sp_size}) cuts every row into {sp_size} equal "
                 f"slices, but the packed rows are not always a multiple of {sp_size} wide "
-                f"({'max_length' if packed.pad_to_max_length else 'pad_to_multiple_of'}="
-                f"{step}); use {fix}",
-                param="max_length" if packed.pad_to_max_length else "pad_to_multiple_of",
+                f"(pad_to_multiple_of={packed.multiple}); use "
+                f"pad_to_multiple_of={math.lcm(packed.multiple, sp_size)}",
+                param="pad_to_multiple_of",
             )
 
     def cut(self, batch: dict[str, Any]) -> dict[str, Any]:
