@@ -217,14 +217,30 @@ def test_packed_rows_never_exceed_max_length_and_are_nearly_full(world_size: int
     assert len(totals) <= plan.stats["bound"] * 1.01
 
 
-def test_packed_over_long_samples_are_truncated_or_dropped() -> None:
+def test_packed_over_long_samples_are_truncated_or_dropped(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     lens = np.array([10, 300, 20, 400, 30], dtype=np.int32)
-    cut = PackedPlanner(100, lengths=lens).build(5, epoch=0, world_size=1)
+    with caplog.at_level("WARNING", logger="chute"):
+        planner = PackedPlanner(100, lengths=lens)
+        cut = planner.build(5, epoch=0, world_size=1)
+        planner.build(5, epoch=1, world_size=1)  # said once
     assert cut.stats["truncated"] == 2 and sorted(flat(cut).tolist()) == [0, 1, 2, 3, 4]
     assert max(row_totals(cut, np.minimum(lens, 100))) <= 100
-    drop = PackedPlanner(100, overflow="drop", lengths=lens).build(5, epoch=0, world_size=1)
+    # a split document's windows cut by a shorter row lost their ends without a word
+    said = [r.getMessage() for r in caplog.records if "longer than a packed row" in r.getMessage()]
+    assert said == [
+        "samples longer than a packed row (max_length=100): 2 were cut to it (their last tokens "
+        "are not trained); give the plan a max_length at least the longest sample's "
+        "(plan_options={'max_length': ...}), or make the samples shorter (the recipe's "
+        "max_length)"
+    ]
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="chute"):
+        drop = PackedPlanner(100, overflow="drop", lengths=lens).build(5, epoch=0, world_size=1)
     assert drop.stats["dropped"] == 2 and sorted(flat(drop).tolist()) == [0, 2, 4]
     assert sorted(drop.remaining(0).materialize().tolist()) == [0, 1, 2, 3, 4]
+    assert "2 were left out of the epoch (overflow='drop')" in caplog.text
 
 
 def test_packed_drop_last_leaves_out_the_partial_step_of_rows() -> None:

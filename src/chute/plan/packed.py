@@ -183,7 +183,8 @@ class PackedPlanner(LengthPlanner):
                 f"max_length={self.max_length} is not a multiple of align={self.align}: every "
                 f"sample takes a multiple of align tokens, so a full row must too. Use "
                 f"max_length={-(-self.max_length // self.align) * self.align} (or "
-                f"{self.max_length // self.align * self.align})",
+                f"{self.max_length // self.align * self.align} with samples no longer than it: "
+                f"a longer one is cut to the row)",
                 param="max_length",
             )
         if self.split and self.align > 1:
@@ -196,6 +197,7 @@ class PackedPlanner(LengthPlanner):
             )
         self.drop_last = bool(drop_last)
         self._warned = False
+        self._warned_overflow = False
 
     def params(self) -> dict[str, Any]:
         return {
@@ -308,6 +310,7 @@ class PackedPlanner(LengthPlanner):
             "max_length": cap,
         }
         self._check_efficiency(stats)
+        self._check_overflow(over if self.overflow == "drop" else 0, stats)
         return TablePlan(
             order,
             world_size,
@@ -389,6 +392,7 @@ class PackedPlanner(LengthPlanner):
         bound = packing_bound(self.sizes(lens), cap)
         stats.update(rows=num_rows, tokens=tokens, bound=bound, max_length=cap)
         self._check_efficiency(stats)
+        self._check_overflow(len(undealt), stats)
         return TablePlan(
             IdOrder(ids),
             world_size,
@@ -526,6 +530,26 @@ class PackedPlanner(LengthPlanner):
             spans=(start[:dealt].astype(np.int32), end[:dealt].astype(np.int32)),
             undealt=undealt,
             stats=stats,
+        )
+
+    def _check_overflow(self, left: int, stats: dict[str, Any]) -> None:
+        """Say once that samples longer than a row were cut or left out (no longer silent).
+
+        The Loader gives the plan the recipe's ``max_length``, so this is a plan given a
+        smaller one (``plan_options``), or samples made elsewhere (a cache, pre-tokenized).
+        """
+        cut = stats["truncated"]
+        if self._warned_overflow or not (cut or left):
+            return
+        self._warned_overflow = True
+        done = f"{cut} were cut to it (their last tokens are not trained)" if cut else ""
+        done = done or f"{left} were left out of the epoch (overflow='drop')"
+        log.warning(
+            "samples longer than a packed row (max_length=%d): %s; give the plan a max_length "
+            "at least the longest sample's (plan_options={'max_length': ...}), or make the "
+            "samples shorter (the recipe's max_length)",
+            self.max_length,
+            done,
         )
 
     def _check_efficiency(self, stats: dict[str, Any]) -> None:
