@@ -15,6 +15,7 @@ Example:
 
 from __future__ import annotations
 
+import difflib
 import os
 import re
 from dataclasses import dataclass
@@ -158,8 +159,20 @@ def options_from_env(env: dict[str, str] | None = None) -> RemoteOptions:
         Traceback (most recent call last):
         ...
         chute.errors.ConfigError: CHUTE_REMOTE_TIMEOUT: expected a number, got 'soon'
+        >>> options_from_env({"CHUTE_REMOTE_CACHE_LIMT": "1GB"})
+        Traceback (most recent call last):
+        ...
+        chute.errors.ConfigError: CHUTE_REMOTE_CACHE_LIMT (did you mean CHUTE_REMOTE_CACHE_LIMIT?): chute reads no such variable; the CHUTE_REMOTE_ variables are CHUTE_REMOTE_TIMEOUT, CHUTE_REMOTE_RETRIES, CHUTE_REMOTE_BACKOFF, CHUTE_REMOTE_BLOCK_SIZE, CHUTE_REMOTE_CACHE_BYTES, CHUTE_REMOTE_READAHEAD, CHUTE_REMOTE_CACHE_LIMIT
     """
     env = dict(os.environ) if env is None else env
+    unknown = sorted(v for v in env if v.startswith("CHUTE_REMOTE_") and v not in ENV_OPTIONS)
+    if unknown:  # a misspelled variable was silently the default
+        close = difflib.get_close_matches(unknown[0], list(ENV_OPTIONS), n=1)
+        hint = f" (did you mean {close[0]}?)" if close else ""
+        raise ConfigError(
+            f"{unknown[0]}{hint}: chute reads no such variable; the CHUTE_REMOTE_ variables "
+            f"are {', '.join(ENV_OPTIONS)}"
+        )
     values: dict[str, Any] = {}
     for variable, (field, kind) in ENV_OPTIONS.items():
         text = env.get(variable, "").strip()

@@ -44,6 +44,12 @@ def test_each_variable_sets_its_default() -> None:
             {"CHUTE_REMOTE_BLOCK_SIZE": "1000000", "CHUTE_REMOTE_CACHE_BYTES": "10"},
             "CHUTE_REMOTE_CACHE_BYTES: 10 is smaller than one block",
         ),
+        # a misspelled variable was the default without a word
+        (
+            {"CHUTE_REMOTE_CACHE_LIMT": "1GB"},
+            r"CHUTE_REMOTE_CACHE_LIMT \(did you mean CHUTE_REMOTE_CACHE_LIMIT\?\): chute reads "
+            r"no such variable",
+        ),
     ],
 )
 def test_a_bad_value_names_its_variable(env: dict[str, str], message: str) -> None:

@@ -71,6 +71,15 @@ def test_globs_list_the_bucket_in_order(s3: Bucket) -> None:
         JsonlSource(s3.url("*.parquet"))
 
 
+def test_a_scheme_in_capitals_reads_as_in_lower_case(s3: Bucket) -> None:
+    """``S3://`` was handed to fsspec as written: its "bucket" was refused, and retried 6 times."""
+    s3.put("a.jsonl", b'{"n": 1}\n{"n": 2}\n')
+    upper = "S3" + s3.url("a.jsonl")[2:]
+    src = JsonlSource(upper, remote=FAST)
+    assert src.paths == [s3.url("a.jsonl")] and [r.data["n"] for r in src] == [1, 2]
+    assert JsonlSource(upper.replace("a.jsonl", "*.jsonl"), remote=FAST).paths == src.paths
+
+
 def test_a_changed_object_is_source_changed(s3: Bucket) -> None:
     lines = [b'{"n": %d, "pad": "%s"}' % (i, b"x" * 200) for i in range(2000)]
     url = s3.put("d.jsonl", b"\n".join(lines) + b"\n")

@@ -40,6 +40,24 @@ def test_random_access_line_numbers_and_paths(tmp_path: Path) -> None:
         src[3]
 
 
+def test_a_file_listed_twice_is_read_twice_and_said(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A glob and a file it matches (or ``./a``): each listing is read, no longer silently."""
+    from chute._internal import files
+
+    monkeypatch.setattr(files, "_WARNED", set())  # as in a fresh process
+    for name in ("a", "b"):
+        (tmp_path / f"{name}.jsonl").write_text('{"n": 1}\n{"n": 2}\n')
+    with caplog.at_level("WARNING", logger="chute.sources"):
+        assert len(JsonlSource([tmp_path / "a.jsonl", tmp_path / "b.jsonl"])) == 4
+        assert caplog.text == ""
+        src = JsonlSource([str(tmp_path / "*.jsonl"), str(tmp_path / "." / "a.jsonl")])
+    assert len(src) == 6  # what was asked for: a.jsonl twice
+    assert f"{tmp_path / 'a.jsonl'} (2 times) listed more than once" in caplog.text
+    assert "use a Mixture" in caplog.text
+
+
 def test_many_files_and_globs_keep_a_stable_order(tmp_path: Path) -> None:
     for k in range(3):
         write_jsonl(tmp_path / f"part-{k}.jsonl", [{"id": 10 * k + i} for i in range(k + 2)])

@@ -119,12 +119,17 @@ def is_url(path: Any) -> bool:
 def absolute(path: str | os.PathLike[str]) -> str:
     """A URL as given, a local path made absolute (``~`` expanded): the same from any folder.
 
+    A URL's scheme is written in lower case (schemes ignore case; fsspec's do not).
+
     Example:
-        >>> absolute("s3://b/x.jsonl"), absolute("/data/../data/x.jsonl")
-        ('s3://b/x.jsonl', '/data/x.jsonl')
+        >>> absolute("s3://b/x.jsonl"), absolute("S3://b/x.jsonl"), absolute("/data/../data/x")
+        ('s3://b/x.jsonl', 's3://b/x.jsonl', '/data/x')
     """
     text = os.fspath(path)
-    return text if is_url(text) else os.path.abspath(os.path.expanduser(text))
+    if not is_url(text):
+        return os.path.abspath(os.path.expanduser(text))
+    scheme = text.split("://", 1)[0]
+    return scheme.lower() + text[len(scheme) :]
 
 
 def protocol_of(url: str) -> str:

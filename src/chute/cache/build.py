@@ -114,6 +114,11 @@ class PreprocessReport:
     def rejected(self) -> int:
         return int(self.manifest.get("rejected", 0))
 
+    @property
+    def untrained_windows(self) -> int:
+        """Windows of split records with no trained token, left out of the cache."""
+        return int(self.manifest.get("untrained_windows", 0))
+
     def to_json(self) -> dict[str, Any]:
         m = self.manifest
         tokens = m.get("tokens", 0)
@@ -135,6 +140,7 @@ class PreprocessReport:
             "trained_tokens": m.get("trained_tokens"),
             "image_tokens": m.get("image_tokens"),
             "truncated": m.get("truncated"),
+            "untrained_windows": m.get("untrained_windows", 0),
             "bytes": m.get("bytes"),
             "bytes_per_token": round(m["bytes"] / tokens, 3) if tokens else None,
             "seconds": round(self.seconds, 3),

@@ -144,6 +144,9 @@ def finalize(
         "trained_tokens": sum(r["trained_tokens"] for r in records),
         "image_tokens": sum(r["image_tokens"] for r in records),
         "truncated": sum(r["truncated"] for r in records),
+        # windows of split records with no trained token, left out (not in chunk records of
+        # caches built before they were counted)
+        "untrained_windows": sum(r.get("untrained_windows", 0) for r in records),
         "longest": max((r["longest"] for r in records), default=0),
         "bytes": sum(f["bytes"] for r in records for n, f in r["files"].items() if n != "rejects"),
         "chunks": [_entry(r) for r in records],

@@ -304,7 +304,9 @@ class Cache:
         """Records, samples, rejects by reason, tokens and bytes of the build."""
         keys = ("records", "samples", "rejected", "by_reason", "examples", "tokens")
         more = ("trained_tokens", "image_tokens", "truncated", "longest", "bytes")
-        return {k: self.manifest[k] for k in (*keys, *more)}
+        out = {k: self.manifest[k] for k in (*keys, *more)}
+        out["untrained_windows"] = self.manifest.get("untrained_windows", 0)
+        return out
 
     @property
     def num_chunks(self) -> int:

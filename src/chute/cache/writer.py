@@ -42,6 +42,7 @@ from chute.cache.stages import ChunkStage
 from chute.errors import RejectTally, SampleError
 from chute.recipe.contract import as_recipe
 from chute.recipe.outcome import judge
+from chute.recipe.windows import untrained_window
 from chute.sample.rejects import reject_entry
 from chute.sources.record import Record
 
@@ -127,15 +128,16 @@ class ChunkJob:
         tally = RejectTally()
         flags: list[bool] = []
         batch: list[Record] = []
+        untrained = 0  # windows of split records with no trained token: left out, counted
         for record in self.source.records_between(lo, hi):
             batch.append(record)
             if len(batch) == BATCH_RECORDS:
-                self._take(batch, samples, rejects, tally, flags)
+                untrained += self._take(batch, samples, rejects, tally, flags)
                 if progress is not None:
                     progress(len(batch))
                 batch = []
         if batch:
-            self._take(batch, samples, rejects, tally, flags)
+            untrained += self._take(batch, samples, rejects, tally, flags)
             if progress is not None:
                 progress(len(batch))
         extra: dict[str, Any] = {}
@@ -157,6 +159,7 @@ class ChunkJob:
         layout.publish(layout.chunk(k), arrow)
         entries["arrow"] = file_entry(layout.chunk(k).name, arrow)
         record = self._record(k, lo, hi, samples, columns, tally, flags, entries)
+        record["untrained_windows"] = untrained
         self._hold(layout, k)  # the record makes the chunk count: this build's, still
         layout.publish(layout.record(k), orjson.dumps(record, option=orjson.OPT_SORT_KEYS) + b"\n")
         return record
@@ -168,17 +171,28 @@ class ChunkJob:
         rejects: list[bytes],
         tally: RejectTally,
         flags: list[bool],
-    ) -> None:
+    ) -> int:
+        """Add ``records``' samples (or rejects); returns the windows left out untrained."""
+        untrained = 0
         for record, out in zip(records, self._process(records), strict=True):
             if isinstance(out, SampleError):
                 error = out.with_location(record.path, record.line)
                 tally.add(error)
                 rejects.append(orjson.dumps(reject_entry(record, error)) + b"\n")
                 flags.append(False)
-            else:
-                # overflow="split": a long record becomes several samples (its windows)
-                samples.extend(self.recipe.pieces(out) if self._splits else (out,))
-                flags.append(True)
+                continue
+            flags.append(True)
+            if not self._splits:
+                samples.append(out)
+                continue
+            # overflow="split": a long record becomes several samples (its windows), those
+            # with no trained token left out (a long prompt's; the record itself is valid)
+            for piece in self.recipe.pieces(out):
+                if untrained_window(piece) is None:
+                    samples.append(piece)
+                else:
+                    untrained += 1
+        return untrained
 
     def _process(self, records: list[Record]) -> list[Any]:
         # the same judgement as validate, stats and the Loader (chute.recipe.outcome)

@@ -158,6 +158,11 @@ def _print(r: dict[str, Any]) -> None:
         f"{r['tokens']:,} tokens ({r['trained_tokens']:,} trained), {r['bytes'] / 1e6:,.1f} MB "
         f"({r['bytes_per_token']} bytes/token)"
     )
+    if r.get("untrained_windows"):
+        typer.echo(
+            f"{r['untrained_windows']:,} windows of split records held no trained token (a "
+            f"prompt longer than max_length) and were left out"
+        )
     rate = f", {r['records_per_s']:,} records/s" if r["records_per_s"] and r["chunks_built"] else ""
     typer.echo(
         f"shard {i}/{n}: built {r['chunks_built']} chunk(s), reused {r['chunks_reused']} already "

@@ -19,7 +19,8 @@ sample. Its fingerprint joins the source's and the split options, so a resume st
 both.
 
 Example:
-    >>> from chute.lengths.base import Lengths
+    >>> from chute.errors import RejectTally, SampleError
+from chute.lengths.base import STATUS_REJECTED, Lengths
     >>> lens = split_lengths(Lengths(np.array([300, 9000, 700, -1])), max_length=4096, stride=0)
     >>> lens.length.tolist(), lens.pieces.first.tolist(), lens.pieces.locate(3)
     ([300, 4096, 4096, 808, 700, -1], [0, 1, 4, 5, 6], (1, 2))
@@ -32,7 +33,8 @@ from typing import Any
 
 import numpy as np
 
-from chute.lengths.base import Lengths
+from chute.errors import RejectTally, SampleError
+from chute.lengths.base import STATUS_REJECTED, Lengths
 from chute.recipe.windows import Windowed, window_counts
 from chute.sources.record import Record
 
@@ -81,14 +83,51 @@ def split_lengths(lengths: Lengths, max_length: int, stride: int) -> Lengths:
     length = np.where(doc < 0, -1, np.minimum(doc - start, max_length)).astype(np.int32)
     image = None if lengths.image_tokens is None else lengths.image_tokens[record]
     status = None if lengths.status is None else lengths.status[record]
+    kinds, tally = lengths.kinds, lengths.tally
+    if status is not None and lengths.first_trained is not None:
+        # windows that end before their document's first trained token hold nothing to learn
+        # (a long prompt): left out of the plan as the recipe rejects them (untrained_window)
+        end = np.minimum(doc, start + max_length)
+        untrained = np.flatnonzero((doc > max_length) & (end <= lengths.first_trained[record]))
+        if len(untrained):
+            kinds, tally = _left_out(untrained, record, first, kinds, tally)
+            status[untrained] = STATUS_REJECTED + kinds.index(UNTRAINED)
+            length[untrained] = -1
     return Lengths(
         length,
         image,
         status,
-        kinds=lengths.kinds,
-        tally=lengths.tally,
+        kinds=kinds,
+        tally=tally,
         pieces=PieceTable(first, max_length, stride),
     )
+
+
+UNTRAINED = "no_trainable_tokens"
+
+
+def _left_out(
+    pieces: np.ndarray,
+    record: np.ndarray,
+    first: np.ndarray,
+    kinds: tuple[str, ...],
+    tally: RejectTally,
+) -> tuple[tuple[str, ...], RejectTally]:
+    """The kinds and a tally (a copy) that count ``pieces`` as windows with nothing to learn."""
+    out = RejectTally(tally.max_examples)
+    out.merge(tally)
+    for piece in pieces[: out.max_examples].tolist():
+        r = int(record[piece])
+        out.add(
+            SampleError(
+                UNTRAINED,
+                f"record {r}: window {piece - int(first[r])} of {int(first[r + 1] - first[r])} "
+                f"ends before the record's first trained token (a prompt longer than the "
+                f"window); left out",
+            )
+        )
+    out.counts[UNTRAINED] += len(pieces) - min(len(pieces), out.max_examples)
+    return (kinds if UNTRAINED in kinds else (*kinds, UNTRAINED)), out
 
 
 class Pieces:

@@ -304,6 +304,11 @@ class Loader:
         self._recipe_fingerprint = recipe_fingerprint(self.recipe)
         self._epoch, self._consumed = 0, 0
         self._segments: list[tuple[int, int]] = []
+        # a loaded state that had finished its epoch: that epoch (``epoch`` names the next
+        # one, where the stream goes on), and whether the next iteration yields nothing
+        # (see set_epoch)
+        self._done_epoch: int | None = None
+        self._empty_pass = False
         self._plan_key: tuple[Any, ...] | None = None
         self._plan_cache: Plan | None = None
         self._sampler = TaskSampler()
@@ -320,8 +325,13 @@ class Loader:
 
     @property
     def epoch(self) -> int:
-        """The epoch the loader is in (or has just finished)."""
-        return self._epoch
+        """The epoch the loader is in (or has just finished).
+
+        Right after ``load_state_dict`` of a state saved after an epoch's last batch, the next
+        epoch: where the stream goes on (the loop ``for epoch in range(loader.epoch, ...)``
+        starts there).
+        """
+        return self._epoch if self._done_epoch is None else self._done_epoch + 1
 
     @property
     def plan(self) -> Plan:
@@ -368,9 +378,18 @@ class Loader:
         resumed loader continues mid-epoch inside the usual ``for epoch in ...:
         loader.set_epoch(epoch)`` loop. Without ``set_epoch``, iterating a finished epoch
         starts the next one.
+
+        A state saved after an epoch's last batch goes on with the next epoch
+        (``loader.epoch`` names it). A loop that counts epochs itself may still name the
+        finished one first: ``set_epoch`` of that epoch then makes the next iteration yield
+        nothing, so neither loop repeats an epoch or runs one more.
         """
         if isinstance(epoch, bool) or not isinstance(epoch, int | np.integer) or epoch < 0:
             raise ConfigError(f"epoch must be an int >= 0, got {epoch!r}")
+        done, self._done_epoch = self._done_epoch, None
+        self._empty_pass = done is not None and int(epoch) == done
+        if self._empty_pass:
+            return
         if int(epoch) != self._epoch:
             self._epoch, self._consumed, self._segments = int(epoch), 0, []
             self._generation += 1  # an iterator still running belongs to the old position
@@ -380,6 +399,9 @@ class Loader:
         return self._run(self._generation)
 
     def _run(self, generation: int) -> Iterator[dict[str, Any]]:
+        empty, self._empty_pass, self._done_epoch = self._empty_pass, False, None
+        if empty:  # set_epoch named the epoch a loaded state had finished
+            return
         if self._consumed >= self.plan.num_batches:  # a finished epoch: on to the next
             self._epoch, self._consumed, self._segments = self._epoch + 1, 0, []
         plan, start = self.plan, self._consumed
@@ -541,6 +563,7 @@ class Loader:
             )
         self._generation += 1  # an iterator still running belongs to the old position
         self._delivery.restart()
+        self._done_epoch, self._empty_pass = None, False
         self.planner, self._plan_cache, self._plan_key = planner, None, None
         position = read_position(state)
         epoch, batches, saved_world, segments = position
@@ -549,6 +572,7 @@ class Loader:
             self._epoch, self._segments = epoch, []
             self._consumed = self.plan.num_batches if finished else 0
             self._load_books(state)
+            self._past_a_finished_epoch()
             return
         saved = continue_epoch(
             self.planner, self.num_samples, epoch=epoch, segments=segments, world_size=saved_world
@@ -569,6 +593,17 @@ class Loader:
         else:  # elastic: the rest of the epoch over the new ranks
             self._segments, self._consumed = [*segments, (saved_world, batches)], 0
         self._load_books(state)
+        self._past_a_finished_epoch()
+
+    def _past_a_finished_epoch(self) -> None:
+        """A state saved after an epoch's last batch goes on with the next epoch's start.
+
+        ``loader.epoch`` then names the next epoch. Naming the finished one, the usual loop
+        (``for epoch in range(loader.epoch, epochs): loader.set_epoch(epoch); ...``) iterated
+        it, which starts the next one: every later epoch one slot early, and one more in all.
+        """
+        if self._consumed >= self.plan.num_batches:
+            self._done_epoch = self._epoch
 
     def _load_books(self, state: dict[str, Any]) -> None:
         self.books.load_state_dict(state)

@@ -76,6 +76,7 @@ from chute.recipe.windows import (
     Windowed,
     cut_window,
     split_sample,
+    untrained_window,
     window_counts,
 )
 from chute.sample.conversation import Conversation
@@ -316,11 +317,15 @@ class Recipe:
                 f"{spell_set('overflow', 'split')}"
             )
         try:
-            return cut_window(sample, window, self.max_length, self.stride)
+            piece = cut_window(sample, window, self.max_length, self.stride)
         except IndexError as exc:
             raise ConfigError(
                 f"{exc}: the record changed since its windows were counted (stale lengths?)"
             ) from None
+        error = untrained_window(piece)
+        if error is not None:
+            raise error
+        return piece
 
     def batch(self, records: Iterable[Record | Any]) -> list[dict[str, Any] | SampleError]:
         """Samples of many records; a bad record gives its ``SampleError`` in its place.
@@ -559,6 +564,9 @@ class Recipe:
         sample["window"] = window
         sample["windows"] = int(window_counts(np.array([total]), self.max_length, self.stride)[0])
         sample["truncated"] = False
+        error = untrained_window(sample)
+        if error is not None:
+            raise error
         return sample
 
     def _encode(

@@ -33,7 +33,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from chute._internal.spelling import spell, spell_set, spell_value
-from chute.errors import ConfigError
+from chute.errors import ConfigError, SampleError
 
 __all__ = [
     "IGNORE",
@@ -41,6 +41,7 @@ __all__ = [
     "check_stride",
     "cut_window",
     "split_sample",
+    "untrained_window",
     "window_bounds",
     "window_counts",
 ]
@@ -133,3 +134,28 @@ def split_sample(sample: dict[str, Any], max_length: int, stride: int) -> list[d
     """
     n = int(window_counts(np.array([len(sample["input_ids"])]), max_length, stride)[0])
     return [cut_window(sample, w, max_length, stride) for w in range(n)]
+
+
+def untrained_window(piece: dict[str, Any]) -> SampleError | None:
+    """``no_trainable_tokens`` for a window with no token to learn, else ``None``.
+
+    A window of a split record is a sample of its own: one of a prompt longer than ``max_length`` (all -100) has
+    nothing to train on, and a batch of such windows has a loss over no token (NaN as a mean).
+    Its first label is never a target (a causal loss shifts by one), as in any sample.
+
+    Example:
+        >>> untrained_window({"labels": np.array([-100, 5, 6]), "window": 1, "windows": 3})
+        >>> str(untrained_window({"labels": np.full(4, -100), "window": 0, "windows": 3}))[:46]
+        'no_trainable_tokens: window 0 of 3 holds no tr'
+    """
+    labels = np.asarray(piece["labels"])
+    if piece.get("windows", 1) <= 1 or (labels[1:] != IGNORE).any():
+        return None  # a record that fits is judged whole (chute.recipe.outcome)
+    return SampleError(
+        "no_trainable_tokens",
+        f"window {piece.get('window', 0)} of {piece.get('windows', 1)} holds no trained token "
+        f"(prompt or context only: with {spell_set('overflow', 'split')} each window is a "
+        f"sample of its own, and one inside a long prompt has nothing to learn); left out. "
+        f"For chat data a larger {spell('max_length')} or {spell_set('overflow', 'truncate')} "
+        f"keeps prompts whole",
+    )

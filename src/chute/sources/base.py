@@ -15,17 +15,22 @@ Example:
 from __future__ import annotations
 
 import glob
+import logging
 import os
 import re
+from collections import Counter
 from collections.abc import Iterator, Sequence
 from typing import Any
 
 import numpy as np
 
-from chute._internal.remote import DEFAULT_OPTIONS, check_url, glob_urls, is_url
+from chute._internal.files import warn_once
+from chute._internal.remote import DEFAULT_OPTIONS, absolute, check_url, glob_urls, is_url
 from chute.errors import SourceError
 from chute.remote_options import RemoteOptions
 from chute.sources.record import Record
+
+log = logging.getLogger("chute.sources")
 
 __all__ = ["FileSource", "expand_braces", "expand_paths", "is_parquet", "shown_path"]
 
@@ -183,6 +188,7 @@ def expand_paths(
     for item in items:
         text = os.fspath(item)
         if is_url(text):
+            text = absolute(text)  # "S3://" is "s3://"
             check_url(text)
             if "*" in text or "[" in text:
                 matches = glob_urls(text, remote)
@@ -200,4 +206,28 @@ def expand_paths(
             out.append(text)
     if not out:
         raise SourceError("no data files given")
+    _warn_repeats(out)
     return out
+
+
+def _warn_repeats(files: list[str]) -> None:
+    """Say when one file is listed more than once (a glob and a name it matches, ``./a``).
+
+    Each listing is read, so its records come twice an epoch: meant as a weight now and then,
+    a mistake more often, and silent either way.
+    """
+    if len(files) < 2:
+        return
+    counts = Counter(f if is_url(f) else os.path.realpath(f) for f in files)
+    repeated = {f: n for f, n in counts.items() if n > 1}
+    if repeated:
+        shown = ", ".join(f"{f} ({n} times)" for f, n in list(repeated.items())[:3])
+        more = f" and {len(repeated) - 3} more" if len(repeated) > 3 else ""
+        warn_once(
+            log,
+            "%s%s listed more than once: each listing is read, so its records come that many "
+            "times an epoch; list each file once (to weight one, use a Mixture: weight or "
+            "repeat)",
+            shown,
+            more,
+        )
