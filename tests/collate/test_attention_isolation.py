@@ -209,3 +209,31 @@ def test_a_hugging_face_llama_with_its_kv_cache_on_lets_samples_leak(packed, lla
     i = next(row[1] for row in members if len(row) > 1)
     ref = llama(input_ids=torch.as_tensor(samples[i], dtype=torch.int64)[None]).logits[0]
     assert (per[i] - ref).abs().max() > 1e-3
+
+
+def test_a_placeholder_batchs_hugging_face_loss_is_zero_not_nan(llama) -> None:  # type: ignore[no-untyped-def]
+    """A rank with nothing left in the last step gets a placeholder row (no target).
+
+    Its loss through the model's own mean over no token was NaN in every log; with
+    ``num_items_in_batch=1`` it is 0, and a batch with targets keeps its mean.
+    """
+    from chute import Loader, World
+
+    data = [{"input_ids": list(range(1, 9))}]  # one sample, two ranks: rank 1 has none
+    kw = {"batch_size": 1, "plan": "packed", "plan_options": {"max_length": 16}}
+    (real,) = list(Loader(data, world=World(0, 2), **kw))
+    (empty,) = list(Loader(data, world=World(1, 2), **kw))
+    assert empty["sample_ids"].tolist() == [-1]
+    inputs = hf_packed_inputs(empty)
+    assert inputs["num_items_in_batch"] == 1
+    loss = llama(**inputs).loss
+    assert loss.item() == 0.0
+    loss.backward()  # a gradient (all zero), so a DDP step meets every parameter
+    assert all(p.grad is not None and not p.grad.isnan().any() for p in llama.parameters())
+    llama.zero_grad()
+    with torch.no_grad():
+        inputs = hf_packed_inputs(real)
+        assert "num_items_in_batch" not in inputs
+        logits = llama(**inputs).logits[0, :8]
+        mean = F.cross_entropy(logits[:-1], real["input_ids"][0, 1:8])
+        torch.testing.assert_close(llama(**inputs).loss, mean)

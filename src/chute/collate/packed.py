@@ -388,6 +388,9 @@ def hf_packed_inputs(batch: Mapping[str, Any]) -> dict[str, Any]:
     keys (``pixel_values``, ``image_grid_thw``, ``pixel_values_videos``, ``video_grid_thw``,
     ``second_per_grid_ts``, ``image_sizes``) pass through unchanged.
 
+    A batch with no target (a placeholder row) also gets ``num_items_in_batch=1``, so the
+    model's loss is 0 there (its mean over no token would be NaN).
+
     Example:
         >>> out = model(**hf_packed_inputs(batch))  # doctest: +SKIP
     """
@@ -401,6 +404,11 @@ def hf_packed_inputs(batch: Mapping[str, Any]) -> dict[str, Any]:
     cu = batch.get("cu_seqlens_padded", batch["cu_seqlens"])  # offsets into the flattened rows
     out = flatten_packed({k: v for k, v in batch.items() if k in _PACKED_INPUTS})
     out.update(cu_seq_lens_q=cu, cu_seq_lens_k=cu, max_length_q=max_seqlen, max_length_k=max_seqlen)
+    labels = out.get("labels")
+    if labels is not None and not bool((labels[..., 1:] != IGNORE_INDEX).any()):
+        # a batch with no target (the placeholder row of a rank with nothing left): the
+        # model's mean loss over no token is NaN; a sum over no token divided by 1 is 0
+        out["num_items_in_batch"] = 1
     return out
 
 
