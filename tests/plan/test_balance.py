@@ -249,7 +249,7 @@ def test_unbalanced_steps_are_counted_against_the_tolerance() -> None:
     assert tight.stats["unbalanced_steps"] == int(np.count_nonzero(over))
 
 
-def test_text_only_data_packs_as_without_balance_but_spreads_the_last_step() -> None:
+def test_text_only_data_packs_as_without_balance_and_both_spread_the_last_step() -> None:
     lens = Lengths(np.random.default_rng(7).integers(5, 400, 3000).astype(np.int32))
     plain = PackedPlanner(1024, batch_size=1, lengths=lens).build(3000, epoch=0, world_size=4)
     even = PackedPlanner(1024, batch_size=1, lengths=lens, balance=True).build(
@@ -260,11 +260,15 @@ def test_text_only_data_packs_as_without_balance_but_spreads_the_last_step() -> 
     full = int(plain.row_bounds[plain.batch_bounds[last * 4]])
     assert np.array_equal(plain.ids[:full], even.ids[:full])  # the same rows, the same dealing
     assert np.array_equal(plain.row_bounds[: last * 4 + 1], even.row_bounds[: last * 4 + 1])
-    # the last step held fewer rows than ranks: now as many ranks as it has samples get one
+    # the last step held fewer rows than ranks: as many ranks as it has samples get one, with
+    # balance or without (by tokens: the same for text)
     tail = flat(plain)[full:]
-    assert [len(plain.batch(r, last)) > 0 for r in range(4)].count(True) < min(4, len(tail))
+    assert [len(plain.batch(r, last)) > 0 for r in range(4)].count(True) == min(4, len(tail))
     assert [len(even.batch(r, last)) > 0 for r in range(4)].count(True) == min(4, len(tail))
     assert sorted(flat(even)[full:].tolist()) == sorted(tail.tolist())
+    assert np.array_equal(plain.ids, even.ids) and np.array_equal(
+        plain.batch_bounds, even.batch_bounds
+    )
 
 
 # -- mixtures --------------------------------------------------------------------------------

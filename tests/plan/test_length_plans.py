@@ -243,6 +243,26 @@ def test_packed_over_long_samples_are_truncated_or_dropped(
     assert "2 were left out of the epoch (overflow='drop')" in caplog.text
 
 
+@pytest.mark.parametrize("world_size", [2, 3, 8])
+def test_a_short_last_step_of_rows_is_spread_over_every_rank(world_size: int) -> None:
+    """Its rows fewer than the ranks, a rank had a placeholder batch (a wasted step, and for a
+    vision-language model under DDP a vision tower without gradients)."""
+    # rows of 6 samples: 2 full steps, then 1 or 2 rows (fewer than the ranks, more samples)
+    tail_rows = 1 if world_size <= 3 else 2
+    lens = np.full(6 * (2 * world_size + tail_rows), 10, dtype=np.int32)
+    for plan in (
+        PackedPlanner(64, lengths=lens, seed=3).build(len(lens), epoch=0, world_size=world_size),
+        PackedPlanner(64, lengths=lens, seed=3).plan_ids(
+            np.arange(len(lens)), epoch=0, world_size=world_size
+        ),
+    ):
+        last = plan.num_batches - 1
+        shares = [plan.batch(r, last) for r in range(world_size)]
+        assert all(len(share) for share in shares)  # every rank has samples
+        assert sorted(flat(plan).tolist()) == list(range(len(lens)))  # each once
+        assert max(row_totals(plan, lens)) <= 64
+
+
 def test_packed_drop_last_leaves_out_the_partial_step_of_rows() -> None:
     lens = np.full(7, 10, dtype=np.int32)  # 7 rows of one sample each
     plan = PackedPlanner(10, batch_size=2, drop_last=True, lengths=lens).build(

@@ -82,6 +82,9 @@ from chute.plan.table import TablePlan, even_bounds, gather_segments
 
 __all__ = ["OVERFLOW", "PackedPlanner", "length_counts", "packing_bound"]
 
+# how a last step is spread over the ranks without a balance of their own: by tokens
+_TOKENS = Balance(weights=(("tokens", 1.0),))
+
 log = logging.getLogger("chute.plan")
 
 OVERFLOW = ("truncate", "drop")
@@ -301,6 +304,9 @@ class PackedPlanner(LengthPlanner):
         bounds = even_bounds(num_rows, world_size, self.batch_size, self.drop_last)
         dealt_rows = int(bounds[-1])
         dealt = int(row_bounds[dealt_rows])
+        picked[:dealt], dealt_bounds, bounds, _ = self._spread_last_step(
+            picked[:dealt], row_bounds[: dealt_rows + 1], bounds, world_size
+        )
         stats = {
             "truncated": 0 if self.overflow == "drop" else over,
             "dropped": (over if self.overflow == "drop" else 0) + len(picked) - dealt,
@@ -316,7 +322,7 @@ class PackedPlanner(LengthPlanner):
             world_size,
             ids=picked[:dealt],
             batch_bounds=bounds,
-            row_bounds=row_bounds[: dealt_rows + 1],
+            row_bounds=dealt_bounds,
             undealt=np.concatenate([*dropped, picked[dealt:]]).astype(picked.dtype),
             stats=stats,
         )
@@ -386,6 +392,11 @@ class PackedPlanner(LengthPlanner):
             picked, row_bounds, bounds = self._deal(
                 picked, np.take(cost, at[:dealt], axis=0), row_bounds, bounds, world_size, stats
             )
+        else:
+            head, row_bounds, bounds, _ = self._spread_last_step(
+                picked[:dealt], row_bounds, bounds, world_size
+            )
+            picked = np.concatenate([head, picked[dealt:]])
         undealt = np.concatenate([undealt, picked[dealt:]])
         stats["dropped"] += len(picked) - dealt
         tokens = int(lens.sum())
@@ -448,27 +459,11 @@ class PackedPlanner(LengthPlanner):
         assert self.balance is not None
         dealt = int(row_bounds[-1])
         head, tail = picked[:dealt], picked[dealt:]
-        unit = world_size * self.batch_size
-        full = (len(row_bounds) - 1) // unit
-        lo = int(row_bounds[full * unit])
-        if 0 < len(row_bounds) - 1 - full * unit < world_size:  # ranks left without a row
-            size = self.sizes(np.minimum(self.require_lengths().length[head[lo:]], self.max_length))
-            spread = spread_tail(
-                cost[lo:],
-                size,
-                self.max_length,
-                len(row_bounds) - 1 - full * unit,
-                world_size,
-                self.balance,
-            )
-            if spread is not None:
-                order, counts, per_rank = spread
-                head = np.concatenate([head[:lo], head[lo:][order]])
-                cost = np.concatenate([cost[:lo], cost[lo:][order]])
-                row_bounds = np.concatenate([row_bounds[: full * unit + 1], lo + np.cumsum(counts)])
-                bounds = np.concatenate(
-                    [bounds[: full * world_size + 1], full * unit + np.cumsum(per_rank)]
-                ).astype(np.int64)
+        head, row_bounds, bounds, spread_cost = self._spread_last_step(
+            head, row_bounds, bounds, world_size, cost, self.balance
+        )
+        assert spread_cost is not None
+        cost = spread_cost
         sums = np.zeros((len(cost) + 1, cost.shape[1]), dtype=np.int64)
         np.cumsum(cost, axis=0, out=sums[1:])
         rows_cost = sums[row_bounds[1:]] - sums[row_bounds[:-1]]
@@ -479,6 +474,43 @@ class PackedPlanner(LengthPlanner):
         stats["balanced_steps"] = changed
         stats["unbalanced_steps"] = self.balance.unbalanced(rows_cost[order], bounds, world_size)
         return np.concatenate([head, tail]), row_bounds, bounds
+
+    def _spread_last_step(
+        self,
+        head: np.ndarray,
+        row_bounds: np.ndarray,
+        bounds: np.ndarray,
+        world_size: int,
+        cost: np.ndarray | None = None,
+        balance: Balance | None = None,
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray | None]:
+        """A last step of fewer rows than ranks packed again, so that every rank gets samples.
+
+        Else the ranks without a row get a placeholder batch: a wasted step, and for a
+        vision-language model under DDP a vision tower without gradients. ``head``: the dealt
+        ids; ``cost`` (with ``balance``) their columns, else their tokens balance the new rows.
+        Returns ``(head, row_bounds, bounds, cost)``, each in the new order.
+        """
+        unit = world_size * self.batch_size
+        full = (len(row_bounds) - 1) // unit
+        left = len(row_bounds) - 1 - full * unit  # rows of the last step
+        lo = int(row_bounds[full * unit])
+        spread = None
+        if 0 < left < world_size:  # ranks left without a row
+            size = self.sizes(np.minimum(self.require_lengths().length[head[lo:]], self.max_length))
+            columns = cost[lo:] if cost is not None else size[:, None]
+            rule = _TOKENS if balance is None else balance
+            spread = spread_tail(columns, size, self.max_length, left, world_size, rule)
+        if spread is not None:
+            order, counts, per_rank = spread
+            head = np.concatenate([head[:lo], head[lo:][order]])
+            if cost is not None:
+                cost = np.concatenate([cost[:lo], cost[lo:][order]])
+            row_bounds = np.concatenate([row_bounds[: full * unit + 1], lo + np.cumsum(counts)])
+            bounds = np.concatenate(
+                [bounds[: full * world_size + 1], full * unit + np.cumsum(per_rank)]
+            ).astype(np.int64)
+        return head, row_bounds.astype(np.int64), bounds, cost
 
     def _pack(self, lens: np.ndarray, spread: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
         def pack(lo: int, hi: int) -> tuple[np.ndarray, np.ndarray]:

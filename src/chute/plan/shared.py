@@ -60,6 +60,9 @@ log = logging.getLogger("chute.plan")
 __all__ = ["PlanShare", "plan_key"]
 
 FORMAT = 1
+# What planners deal for the same parameters, versioned: a plan published by an older chute is
+# not this one's. 2: a packed plan's short last step is spread over every rank.
+RULES = 2
 # Other plans' folders kept when a plan is published, the newest first; older ones go once they
 # are an hour old and nobody holds their claim.
 KEEP_OTHERS = 4
@@ -75,7 +78,13 @@ def plan_key(params: dict[str, Any], num_samples: int, world_size: int) -> str:
         True
     """
     text = json.dumps(
-        {"format": FORMAT, "params": params, "samples": num_samples, "world": world_size},
+        {
+            "format": FORMAT,
+            "rules": RULES,
+            "params": params,
+            "samples": num_samples,
+            "world": world_size,
+        },
         sort_keys=True,
         default=str,
     )
