@@ -118,6 +118,35 @@ def test_inspect_shows_images_collapsed(tok_dir: Path, tmp_path: Path) -> None:
     assert "images 1 (66 tokens)" in result.stdout
 
 
+def test_inspect_a_trl_pair_with_an_image_shows_each_side(tok_dir: Path, tmp_path: Path) -> None:
+    """TRL's prompt/chosen/rejected stopped inspect with unknown_format (validate took it)."""
+    from PIL import Image
+
+    Image.new("RGB", (300, 168)).save(tmp_path / "a.png")
+    pair = {
+        "prompt": [{"role": "user", "content": "<image>Who?"}],
+        "chosen": [{"role": "assistant", "content": "Kane."}],
+        "rejected": [{"role": "assistant", "content": "Nobody at all."}],
+        "images": ["a.png"],
+    }
+    path = tmp_path / "pairs.jsonl"
+    path.write_text(json.dumps(pair) + "\n")
+    args = ["inspect", str(path), "--task", "preference", "--tokenizer", str(tok_dir)]
+    args += ["--template", "chatml", "--image-tokens", "qwen2-vl"]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    assert "format preference (chosen, images, prompt, rejected)" in result.stdout
+    assert result.stdout.count("<|vision_start|><image x 66><|vision_end|>Who?") == 2  # each side
+    result = runner.invoke(app, [*args, "--json"])
+    assert result.exit_code == 0, result.output
+    out = orjson.loads(result.stdout)
+    chosen, rejected = out["sides"]["chosen"], out["sides"]["rejected"]
+    assert chosen["trained_text"] == "Kane.<|im_end|>\n"
+    assert rejected["trained_text"] == "Nobody at all.<|im_end|>\n"
+    assert chosen["length"] + rejected["length"] == out["length"]
+    assert chosen["text"].endswith("<|im_start|>assistant\nKane.<|im_end|>\n")
+
+
 def test_inspect_rejected_record_and_bad_index(tok_dir: Path, data: Path) -> None:
     result = runner.invoke(
         app,

@@ -157,6 +157,7 @@ def _show(
                 "image_refs": sample["images"],
                 "videos": sample["videos"],
                 "audios": sample["audios"],
+                **({"sides": _sides_json(tok, sample)} if "chosen_length" in sample else {}),
             }
         )
         return
@@ -170,10 +171,11 @@ def _show(
     rule = "-" * 78
     typer.echo(rule)
     if "chosen_length" in sample:  # a preference pair: each side on its own
-        k = int(sample["chosen_length"])
-        for name, part in (("chosen", slice(0, k)), ("rejected", slice(k, None))):
+        for name, part, images in _sides(sample):
             typer.secho(f"{name}:", bold=True)
-            typer.echo(pretty_sample(tok, ids[part], labels[part], [], use_color), color=use_color)
+            typer.echo(
+                pretty_sample(tok, ids[part], labels[part], images, use_color), color=use_color
+            )
             typer.echo(rule)
     else:
         typer.echo(pretty_sample(tok, ids, labels, sample["images"], use_color), color=use_color)
@@ -187,6 +189,29 @@ def _show(
         + ("; label: " + str(sample["label"]).lower() if "label" in sample else "")
     )
     typer.echo(_engine_line(tok))
+
+
+def _sides(sample: dict[str, Any]) -> list[tuple[str, slice, list[dict[str, Any]]]]:
+    """A preference pair's ``(side, its tokens, its images with spans into them)``."""
+    k = int(sample["chosen_length"])
+    images = sample["images"]
+    rejected = [{**im, "span": [a - k, b - k]} for im in images for a, b in [im["rejected_span"]]]
+    return [("chosen", slice(0, k), images), ("rejected", slice(k, None), rejected)]
+
+
+def _sides_json(tok: Tokenizer, sample: dict[str, Any]) -> dict[str, Any]:
+    """Each side of a pair on its own: its length, trained tokens, text and trained text."""
+    out = {}
+    for name, part, _ in _sides(sample):
+        ids, labels = sample["input_ids"][part], sample["labels"][part]
+        trained = labels != -100
+        out[name] = {
+            "length": len(ids),
+            "trained": int(trained.sum()),
+            "text": decode_marked(tok, ids),
+            "trained_text": decode_marked(tok, ids[trained]),
+        }
+    return out
 
 
 def _engine_line(tok: Tokenizer) -> str:

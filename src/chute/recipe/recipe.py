@@ -403,9 +403,18 @@ class Recipe:
         return out
 
     def format_of(self, record: Record | Any) -> str:
-        """The format a record is read as (the detected one when ``format="auto"``)."""
+        """The format a record is read as (the detected one when ``format="auto"``).
+
+        A preference or KTO record in a shape no SFT format names (TRL's ``prompt``,
+        ``chosen``, ``rejected``) is named by its task and keys.
+        """
         data = record.data if isinstance(record, Record) else record
-        return self._reader.detect(data)
+        try:
+            return self._reader.detect(data)
+        except SampleError:
+            if self.strategy.name == "sft" or not isinstance(data, dict):
+                raise
+            return f"{self.strategy.name} ({', '.join(sorted(data))})"
 
     def conversation(self, record: Record | Any) -> Conversation:
         """The canonical conversation of a record (format adapter only)."""
