@@ -30,6 +30,12 @@ EXPECTED = {
         "<|im_start|>assistant\n4<|im_end|>\n",
         ["Hello!<|im_end|>", "4<|im_end|>"],
     ),
+    "qwen2-vl": (
+        "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n"
+        "<|im_start|>assistant\nHello!<|im_end|>\n<|im_start|>user\n2+2?<|im_end|>\n"
+        "<|im_start|>assistant\n4<|im_end|>\n",
+        ["Hello!<|im_end|>", "4<|im_end|>"],
+    ),
     "qwen3": (
         "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n"
         "<|im_start|>assistant\nHello!<|im_end|>\n<|im_start|>user\n2+2?<|im_end|>\n"
@@ -77,7 +83,11 @@ def test_exact_text_and_trained_spans(name: str) -> None:
     assert [r.text[a:b] for a, b in r.spans] == trained
 
 
+EXPECTED["qwen2.5-vl"] = EXPECTED["qwen2-vl"]
+
 DEFAULT_SYSTEMS = {
+    "qwen2-vl": "<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n<|im_start|>user",
+    "qwen2.5-vl": "<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n<|im_start|>user",
     "vicuna": "A chat between a curious user and an artificial intelligence assistant. ",
     "llava-v1": "A chat between a curious human and an artificial intelligence assistant. ",
     "alpaca": "Below is an instruction that describes a task. ",
@@ -248,3 +258,37 @@ def test_get_template_resolution(tmp_path) -> None:
         get_template(None)
     with pytest.raises(ConfigError, match="not a valid Jinja template"):
         get_template("{% for %}")
+
+
+@pytest.mark.parametrize("name", ["qwen2-vl", "qwen2.5-vl"])
+def test_qwen_vl_templates_render_as_the_models_own(name: str) -> None:
+    """Qwen2-VL's and Qwen2.5-VL's chat template (their tokenizer_config.json): ChatML, a
+    default system prompt, an image as vision_start + image_pad + vision_end; no think block."""
+    from chute.templates.jinja import JinjaTemplate
+
+    qwen2_vl = (
+        "{% for message in messages %}{% if loop.first and message['role'] != 'system' %}"
+        "<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n{% endif %}"
+        "<|im_start|>{{ message['role'] }}\n{% if message['content'] is string %}"
+        "{{ message['content'] }}<|im_end|>\n{% else %}{% for content in message['content'] %}"
+        "{% if content['type'] == 'image' %}<|vision_start|><|image_pad|><|vision_end|>"
+        "{% elif content['type'] == 'text' %}{{ content['text'] }}{% endif %}{% endfor %}"
+        "<|im_end|>\n{% endif %}{% endfor %}"
+        "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+    )
+    c = Conversation(
+        [
+            Message("user", [Part("image", "x.png"), Part("text", "What?")]),
+            Message("assistant", "A cat."),
+            Message("user", "Sure?"),
+            Message("assistant", "Yes."),
+        ]
+    )
+    ctx = RenderContext(media_text={"image": "<|vision_start|><|image_pad|><|vision_end|>"})
+    ours = BUILTIN[name].render(c, ctx)
+    theirs = JinjaTemplate(qwen2_vl, name="qwen2-vl.jinja").render(c, ctx)
+    assert ours.text == theirs.text and "<think>" not in ours.text
+    assert [ours.text[a:b] for a, b in ours.spans] == ["A cat.<|im_end|>", "Yes.<|im_end|>"]
+    tools = Conversation(c.messages, tools=[{"type": "function", "function": {"name": "f"}}])
+    with pytest.raises(SampleError, match="template_error"):
+        BUILTIN[name].render(tools, ctx)

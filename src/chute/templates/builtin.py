@@ -11,6 +11,9 @@ chatml        ``<|im_start|>system\nS<|im_end|>\n<|im_start|>user\nU<|im_end|>\n
 qwen3         chatml plus Qwen3's think blocks: the assistant turns after the last user query
               get ``<think>\nR\n</think>\n\n`` (empty on the final turn without reasoning);
               reasoning of earlier turns is dropped. Byte-identical to Qwen3's own template.
+qwen2-vl      chatml with Qwen2-VL's default system prompt ("You are a helpful assistant.")
+              when the conversation has none; no tools, no think blocks
+qwen2.5-vl    the same (Qwen2.5-VL's template renders a conversation as Qwen2-VL's does)
 llama3        ``<|begin_of_text|><|start_header_id|>user<|end_header_id|>\n\nU<|eot_id|>``
               ``<|start_header_id|>assistant<|end_header_id|>\n\n[A<|eot_id|>]`` (contents
               trimmed; tools as Llama 3.2 writes them; no date header, unlike Llama 3.1/3.2)
@@ -141,9 +144,17 @@ def _qwen_tool_calls(m: Message, content: str) -> str:
 class ChatML(BuiltinTemplate):
     supports_tools = True
 
-    def __init__(self, name: str = "chatml", think: bool = False):
+    def __init__(
+        self,
+        name: str = "chatml",
+        think: bool = False,
+        default_system: str | None = None,
+        tools: bool = True,
+    ):
         super().__init__(name)
         self.think = think
+        self.default_system = default_system
+        self.supports_tools = tools
 
     def _turns(
         self,
@@ -474,9 +485,15 @@ _LLAVA_SYSTEM = (
     "The assistant gives helpful, detailed, and polite answers to the human's questions."
 )
 
+_QWEN_VL_SYSTEM = "You are a helpful assistant."
+
 BUILTIN: dict[str, Template] = {
     "chatml": ChatML("chatml"),
     "qwen3": ChatML("qwen3", think=True),
+    # Qwen2-VL's and Qwen2.5-VL's own template: ChatML, "You are a helpful assistant." when the
+    # conversation has no system message, no tools, no think blocks
+    "qwen2-vl": ChatML("qwen2-vl", default_system=_QWEN_VL_SYSTEM, tools=False),
+    "qwen2.5-vl": ChatML("qwen2.5-vl", default_system=_QWEN_VL_SYSTEM, tools=False),
     "llama3": Llama3("llama3"),
     "llama2": Llama2("llama2"),
     "mistral": Mistral("mistral"),
