@@ -404,3 +404,45 @@ def test_spread_tail_gives_every_rank_a_share_within_max_length() -> None:
     assert (
         spread_tail(cost[:2], np.array([900, 900]), 1000, 1, 1, Balance((("tokens", 1.0),))) is None
     )
+
+
+def test_a_last_partial_step_is_dealt_by_load_each_rank_keeping_its_count() -> None:
+    """5 rows over 4 ranks: the rank with two rows took the two heaviest (2x the mean)."""
+    from chute.plan.rebalance import deal_rows
+
+    cost = np.array([[100], [100], [100], [100], [5]])
+    order, changed = deal_rows(cost, 4, 2, Balance.of("tokens"), tail=np.array([2, 1, 1, 1]))
+    per_rank = [cost[order[a:b]].sum() for a, b in [(0, 2), (2, 3), (3, 4), (4, 5)]]
+    assert changed == 1 and sorted(per_rank) == [100, 100, 100, 105]
+    assert sorted(order.tolist()) == [0, 1, 2, 3, 4]
+    same, unchanged = deal_rows(cost, 4, 2, Balance.of("tokens"))  # no tail given: as it was
+    assert unchanged == 0 and same.tolist() == [0, 1, 2, 3, 4]
+
+
+def test_the_last_partial_step_of_a_balanced_plan_is_dealt_by_load() -> None:
+    rng = np.random.default_rng(0)
+    n = 3000
+    lens = np.where(rng.random(n) < 0.03, rng.integers(2000, 4096, n), rng.integers(5, 300, n))
+    lens = Lengths(lens.astype(np.int32))
+    checked = 0
+    for seed in range(6):
+        plan = PackedPlanner(4096, batch_size=2, lengths=lens, seed=seed, balance="cost").build(
+            n, epoch=0, world_size=4
+        )
+        assert plan.row_bounds is not None
+        last = plan.num_batches - 1
+        rows = [  # (rank, tokens) of each row of the last step
+            (r, int(lens.length[plan.ids[plan.row_bounds[k] : plan.row_bounds[k + 1]]].sum()))
+            for r in range(4)
+            for k in range(
+                int(plan.batch_bounds[last * 4 + r]), int(plan.batch_bounds[last * 4 + r + 1])
+            )
+        ]
+        counts = np.bincount([r for r, _ in rows], minlength=4)
+        if not 4 < len(rows) < 8:
+            continue  # not a partial step of more rows than ranks
+        lightest = min(rows, key=lambda x: x[1])
+        assert counts[lightest[0]] > 1, rows  # a rank with more rows takes the light ones
+        assert sorted(flat(plan).tolist()) == list(range(n))
+        checked += 1
+    assert checked >= 3

@@ -46,7 +46,17 @@ SFT = {
     "xtuner/resource/mllm_sft_text_example_data.jsonl": FormatSpec("auto"),
     "xtuner/resource/openai_sft.jsonl": FormatSpec("auto"),
 }
-BUILTIN = ["chatml", "qwen3", "qwen2-vl", "llama3", "llama2", "mistral", "vicuna", "llava-v1", "alpaca"]
+BUILTIN = [
+    "chatml",
+    "qwen3",
+    "qwen2-vl",
+    "llama3",
+    "llama2",
+    "mistral",
+    "vicuna",
+    "llava-v1",
+    "alpaca",
+]
 JINJA = {
     "qwen3": "tokenizers/qwen3/tokenizer_config.json",
     "llama3.2": "tokenizers/llama3.2/meta-llama-Llama-3.2-3B-Instruct.jinja",

@@ -467,7 +467,10 @@ class PackedPlanner(LengthPlanner):
         sums = np.zeros((len(cost) + 1, cost.shape[1]), dtype=np.int64)
         np.cumsum(cost, axis=0, out=sums[1:])
         rows_cost = sums[row_bounds[1:]] - sums[row_bounds[:-1]]
-        order, changed = deal_rows(rows_cost, world_size, self.batch_size, self.balance)
+        unit = world_size * self.batch_size
+        full = (len(row_bounds) - 1) // unit
+        last = np.diff(bounds[full * world_size :]) if len(row_bounds) - 1 > full * unit else None
+        order, changed = deal_rows(rows_cost, world_size, self.batch_size, self.balance, last)
         counts = np.diff(row_bounds)[order]
         head = head[gather_segments(row_bounds[:-1][order], counts)]
         row_bounds = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)

@@ -35,16 +35,22 @@ __all__ = ["deal_rows"]
 
 
 def deal_rows(
-    cost: np.ndarray, world_size: int, rows_per_rank: int, balance: Balance
+    cost: np.ndarray,
+    world_size: int,
+    rows_per_rank: int,
+    balance: Balance,
+    tail: np.ndarray | None = None,
 ) -> tuple[np.ndarray, int]:
     """The rows of each full step re-dealt to its ranks (see the module docstring).
 
     Args:
         cost: ``(rows, dimensions)``: each row's cost, rows in dealing order (step-major,
-            ``rows_per_rank`` consecutive rows per rank); a last partial step is left as is.
+            ``rows_per_rank`` consecutive rows per rank).
         world_size: ranks.
         rows_per_rank: rows each rank gets per step (the packed plan's ``batch_size``).
         balance: the dimensions' weights and the tolerance.
+        tail: the rows each rank gets in a last partial step (``None``: it is left as is);
+            that step is re-dealt too, each rank keeping its count of rows.
 
     Returns:
         ``(order, changed)``: the new dealing order as positions into ``cost``, and how many
@@ -55,10 +61,32 @@ def deal_rows(
     w, b = world_size, rows_per_rank
     unit = w * b
     steps = len(cost) // unit
-    if w < 2 or b < 2 or not steps:
-        return order, 0
-    dims = cost.shape[1]
-    rows = cost[: steps * unit].reshape(steps, unit, dims)
+    changed = 0
+    if w >= 2 and b >= 2 and steps:
+        counts = np.full((steps, w), b, dtype=np.int64)
+        done = _deal_steps(cost[: steps * unit].reshape(steps, unit, -1), counts, balance)
+        for s, local in done:
+            order[s * unit : (s + 1) * unit] = s * unit + local
+        changed += len(done)
+    rest = len(cost) - steps * unit
+    if tail is not None and w >= 2 and rest >= 2 and int(np.sum(tail)) == rest:
+        done = _deal_steps(cost[steps * unit :][None], np.asarray(tail)[None], balance)
+        for _, local in done:
+            order[steps * unit :] = steps * unit + local
+        changed += len(done)
+    return order, changed
+
+
+def _deal_steps(
+    rows: np.ndarray, counts: np.ndarray, balance: Balance
+) -> list[tuple[int, np.ndarray]]:
+    """Steps re-dealt by the greedy LPT: ``(step, its rows' new order)`` where it helps.
+
+    ``rows``: ``(steps, rows of a step, dimensions)``; ``counts``: ``(steps, ranks)`` rows
+    each rank takes (consecutive in the step now, and again after).
+    """
+    steps, unit, dims = rows.shape
+    w = counts.shape[1]
     totals = rows.sum(axis=1)  # (steps, dims), exact
     mean = totals / w
     live = totals > 0
@@ -66,11 +94,16 @@ def deal_rows(
     weights = np.array([wt for _, wt in balance.weights], dtype=np.float64)
     coef = np.where(live, weights / (safe * safe), 0.0)  # (steps, dims): weight / mean^2
     norm = np.where(live, weights / safe, 0.0)  # weight / mean
-    before = rows.reshape(steps, w, b, dims).sum(axis=2)  # (steps, w, dims)
+    if (counts == unit // w).all():  # full steps: every rank its batch_size rows, in a row
+        before = rows.reshape(steps, w, unit // w, dims).sum(axis=2)  # (steps, w, dims)
+    else:  # a last partial step (one): ranks of unequal counts
+        before = np.zeros((steps, w, dims), dtype=np.int64)
+        for s in range(steps):
+            np.add.at(before[s], np.repeat(np.arange(w), counts[s]), rows[s])
     limit = mean * (1 + balance.tolerance)
     needs = ((before > limit[:, None, :]) & live[:, None, :]).any(axis=(1, 2))
     if not needs.any():
-        return order, 0
+        return []
     todo = np.flatnonzero(needs)
     rows_f = rows[todo].astype(np.float64)
     mean, coef, norm = mean[todo], coef[todo], norm[todo]
@@ -80,7 +113,7 @@ def deal_rows(
         key += rows_f[:, :, d] * norm[:, d][:, None]
     heaviest = np.argsort(-key, axis=1, kind="stable")
     loads = np.zeros((k, w, dims), dtype=np.float64)
-    left = np.full((k, w), b, dtype=np.int64)
+    left = counts[todo].astype(np.int64).copy()
     rank = np.empty((k, unit), dtype=np.int64)
     steps_at = np.arange(k)
     for j in range(unit):
@@ -100,11 +133,11 @@ def deal_rows(
     better = (
         _spread(loads, mean, coef) < _spread(before[todo].astype(np.float64), mean, coef) - 1e-9
     )
-    changed = todo[better]
-    for i, s in zip(np.flatnonzero(better).tolist(), changed.tolist(), strict=True):
-        local = np.lexsort((np.arange(unit), rank[i]))  # rank by rank, rows in former order
-        order[s * unit : (s + 1) * unit] = s * unit + local
-    return order, len(changed)
+    # rank by rank, rows in former order
+    return [
+        (s, np.lexsort((np.arange(unit), rank[i])))
+        for i, s in zip(np.flatnonzero(better).tolist(), todo[better].tolist(), strict=True)
+    ]
 
 
 def _spread(loads: np.ndarray, mean: np.ndarray, coef: np.ndarray) -> np.ndarray:
