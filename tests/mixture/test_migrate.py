@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -165,6 +166,17 @@ def test_a_hub_model_id_warns_and_tokenizer_replaces_it(lf_folder: Path, tmp_pat
     assert result.exit_code == 0, result.output
     assert "warning" not in result.output
     assert Mixture.load(out).recipe["tokenizer"] == str(local)
+    # --json: one object, the notes as data, nothing else on stdout
+    result = runner.invoke(app, [*args, "--json"])
+    assert result.exit_code == 0, result.output
+    got = json.loads(result.stdout)
+    assert got["out"] == str(out) and got["yaml"] == out.read_text()
+    (note,) = got["notes"]
+    assert (note["key"], note["value"], note["kind"]) == (
+        "model_name_or_path",
+        hub,
+        "needs a local copy",
+    )
 
 
 def test_qwen3_nothink_and_image_max_pixels_are_mapped_and_noted(

@@ -16,7 +16,7 @@ import typer
 
 from chute._internal.spelling import spelling
 from chute.cli._options import FLAGS
-from chute.cli._output import guarded
+from chute.cli._output import emit_json, guarded
 
 migrate_app = typer.Typer(
     help="Write a mixture YAML from a LLaMA-Factory or XTuner data config.",
@@ -34,16 +34,31 @@ _MIGRATE_FLAGS = FLAGS.with_names(
 )
 
 
-def _write(migration: Any, out: Path | None) -> None:
-    """Each note as a warning on stderr, then the YAML (its notes as comments atop it)."""
+def _write(migration: Any, out: Path | None, as_json: bool = False) -> None:
+    """Each note as a warning on stderr, then the YAML (its notes as comments atop it).
+
+    With ``--json``: one object with the YAML, the notes and where it was written.
+    """
+    text = migration.to_yaml()
+    if out is not None:
+        out.write_text(text, encoding="utf-8")
+    if as_json:
+        notes = [
+            {"key": n.key, "value": n.value, "kind": n.kind, "text": n.text}
+            for n in migration.notes
+        ]
+        written = str(out) if out is not None else None
+        emit_json({"source": migration.source, "yaml": text, "notes": notes, "out": written})
+        return
     for note in migration.notes:
         typer.secho(f"warning: {note.line()}", err=True, fg=typer.colors.YELLOW)
-    text = migration.to_yaml()
     if out is None:
         typer.echo(text, nl=False)
         return
-    out.write_text(text, encoding="utf-8")
     typer.echo(f"mixture written to {out}", err=True)
+
+
+_JSON = typer.Option(False, "--json", help="Print one JSON object: the YAML and its notes.")
 
 
 @migrate_app.command("llamafactory")
@@ -66,6 +81,7 @@ def llamafactory(
         "model_name_or_path, kept with a warning where it is a Hub id chute cannot load).",
     ),
     out: Path | None = typer.Option(None, "--out", "-o", help="Write the mixture YAML here."),
+    as_json: bool = _JSON,
 ) -> None:
     """A mixture of the run's datasets: formats, columns, tags, amounts, val hold-outs.
 
@@ -78,7 +94,7 @@ def llamafactory(
         migration = migrate_llamafactory(
             config, dataset_dir=dataset_dir, dataset_info=dataset_info, tokenizer=tokenizer
         )
-    _write(migration, out)
+    _write(migration, out, as_json)
 
 
 @migrate_app.command("xtuner")
@@ -89,10 +105,11 @@ def xtuner(
         None, "--tokenizer", help="The run-wide tokenizer (XTuner's is a Hub model object)."
     ),
     out: Path | None = typer.Option(None, "--out", "-o", help="Write the mixture YAML here."),
+    as_json: bool = _JSON,
 ) -> None:
     """A mixture of an XTuner ConcatDataset's datasets (each once per epoch)."""
     from chute.mixture.migrate import migrate_xtuner
 
     with spelling(_MIGRATE_FLAGS):
         migration = migrate_xtuner(config, recipe={"tokenizer": tokenizer} if tokenizer else None)
-    _write(migration, out)
+    _write(migration, out, as_json)
