@@ -189,6 +189,7 @@ def test_modified_or_truncated_while_open_is_detected(tmp_path: Path) -> None:
 def test_rewrite_with_identical_stat_is_caught_by_delimiter_checks(tmp_path: Path) -> None:
     p = write_jsonl(tmp_path / "d.jsonl", [{"id": i} for i in range(10)])
     src = JsonlSource(p)
+    assert src[0].data == {"id": 0}  # opened here before the rewrite (its ends checked then)
     st = p.stat()
     data = p.read_bytes()
     shifted = b"{}\n" + data[: -len(b"{}\n")]  # every record moves by 3 bytes
@@ -205,6 +206,23 @@ def test_pickled_source_maps_the_index_instead_of_copying_it(tmp_path: Path) -> 
     assert len(blob) < 4096, "the index entries must not travel with the source"
     clone = pickle.loads(blob)
     assert clone[12_345].data == {"id": 12_345}
+
+
+def test_a_rewrite_that_kept_size_and_mtime_is_caught_when_a_process_opens_it(
+    tmp_path: Path,
+) -> None:
+    """``cp -p``-style: a DataLoader worker read the new bytes through the old index."""
+    path = tmp_path / "a.jsonl"
+    path.write_bytes(b"".join(b'{"n": %d}\n' % i for i in range(100, 140)))
+    src = JsonlSource(path)
+    assert src[0].data["n"] == 100
+    shipped = pickle.dumps(src)  # as a DataLoader worker gets it
+    st = os.stat(path)
+    with open(path, "r+b") as f:  # the same size: other numbers of as many digits
+        f.write(b"".join(b'{"n": %d}\n' % i for i in range(500, 540)))
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+    with pytest.raises(SourceChanged, match="its size and mtime are as before, its content is"):
+        pickle.loads(shipped)[0]
 
 
 def test_pickled_source_refuses_a_changed_index(tmp_path: Path) -> None:

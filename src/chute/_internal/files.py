@@ -25,6 +25,7 @@ __all__ = [
     "atomic_array",
     "atomic_file",
     "cache_root",
+    "edge_hash",
     "file_identity",
     "first_in_process",
     "one_builder",
@@ -79,14 +80,15 @@ def file_identity(path: str | os.PathLike[str]) -> FileIdentity:
     try:
         with open(path, "rb") as f:
             st = os.fstat(f.fileno())
-            return FileIdentity(st.st_size, st.st_mtime_ns, _edge_hash(f, st.st_size))
+            return FileIdentity(st.st_size, st.st_mtime_ns, edge_hash(f, st.st_size))
     except FileNotFoundError:
         raise SourceError(f"{path}: no such file") from None
     except IsADirectoryError:
         raise SourceError(f"{path}: is a directory, not a data file") from None
 
 
-def _edge_hash(f: IO[bytes], size: int) -> str:
+def edge_hash(f: IO[bytes], size: int) -> str:
+    """The hash of a file's first and last ``EDGE_BYTES`` (``FileIdentity.edge_hash``)."""
     h = hashlib.blake2b(digest_size=16)
     h.update(f.read(EDGE_BYTES))
     if size > EDGE_BYTES:

@@ -25,7 +25,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from chute._internal.files import FileIdentity
+from chute._internal.files import FileIdentity, edge_hash
 from chute._internal.objects import RemoteIdentity
 from chute._internal.remote import DEFAULT_OPTIONS
 from chute.errors import SourceChanged
@@ -207,6 +207,7 @@ class _LocalBytes:
                     f"{self.index.path}: the file vanished after it was indexed"
                 ) from None
             self._pid = os.getpid()
+            self._check_edges(self._fd)
         st = os.fstat(self._fd)
         ident = self.index.identity
         mtime = ident.mtime_ns if isinstance(ident, FileIdentity) else None
@@ -217,6 +218,25 @@ class _LocalBytes:
                 f"source to re-index it"
             )
         return os.pread(self._fd, n, offset)
+
+    def _check_edges(self, fd: int) -> None:
+        """Once a process, at open: both ends of the file hash as when it was indexed.
+
+        Every read compares size and mtime; a rewrite that kept both (``cp -p``, some sync
+        tools) is caught here, the first time a process reads the file.
+        """
+        ident = self.index.identity
+        if not isinstance(ident, FileIdentity) or not ident.edge_hash:
+            return
+        with os.fdopen(os.dup(fd), "rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            now = edge_hash(f, size)
+        if now != ident.edge_hash:
+            raise SourceChanged(
+                f"{self.index.path}: the file changed after it was indexed (its size and mtime "
+                f"are as before, its content is not: rewritten with the times kept?); re-open "
+                f"the source to re-index it"
+            )
 
     # os's functions bound here: at interpreter exit a module's globals may already be None
     # when this runs (an object kept alive by an exception's traceback), which printed a
