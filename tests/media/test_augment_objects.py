@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -173,3 +174,38 @@ def test_points_in_the_objects_column_are_written_and_follow_the_crop(tmp_path: 
     # a crop that leaves the point out is a counted reject, never a point elsewhere
     assert set(loader.stats) <= {"box_outside"} and checked >= 18
     assert checked + loader.stats.get("box_outside", 0) == 24
+
+
+def test_boxes_follow_a_stages_own_transform_without_augmentation(tmp_path: Path):
+    """LLaVA-1.5's default stage pads to a square; a stage that centre-crops instead moved
+    the pixels, while the text's boxes were placed as if padded (they pointed at grey)."""
+    from chute.media import ImageTransform
+
+    where = _data(tmp_path)
+    recipe = Recipe(
+        tokenizer=_tokenizer(),
+        template="chatml",
+        image_tokens="llava-1.5",
+        image_token="<|image_pad|>",
+        geometry="normalized",
+    )
+    crop = ImageTransform(size=336, crop=336, pad_to_square=False, tokens_per_image=576)
+    loader = Loader(where, recipe, batch_size=1, shuffle=False, media=MediaStage(crop))
+    image_id = recipe.media.token_id("image")
+    checked = 0
+    for batch in loader:
+        if batch["sample_ids"].tolist() == [-1]:
+            continue
+        text = recipe.tokenizer.decode([t for t in batch["input_ids"][0].tolist() if t != image_id])
+        box = [
+            float(v)
+            for v in re.findall(r'"bbox": \[([\d.]+), ([\d.]+), ([\d.]+), ([\d.]+)\]', text)[0]
+        ]
+        pixels = batch["pixel_values"][0].numpy().transpose(1, 2, 0)  # (336, 336, 3)
+        height, width = pixels.shape[:2]
+        written = (box[0] * width, box[1] * height, box[2] * width, box[3] * height)
+        assert encloses(written, red_extent(pixels), slack=3), (text, red_extent(pixels))
+        checked += 1
+    # the 150x100 images are cropped to their middle 100x100: a box left of it is not there
+    assert checked + sum(loader.stats.values()) == 12 and checked >= 6
+    assert set(loader.stats) <= {"box_outside"}

@@ -36,6 +36,7 @@ from chute.loader.options import (
     check_augment,
     check_tokenized,
     fingerprint_of,
+    geometry_follows_stage,
     lengths_recipe,
     media_guard,
     media_stage_for,
@@ -200,6 +201,7 @@ class Loader:
         self.mixture = bind_mixture(source, recipe, mixture, split, self.world)
         source, recipe = self.mixture.source, self.mixture.recipe
         recipe = as_recipe(recipe)  # checked once: what plans, lengths and collate read of it
+        recipe = geometry_follows_stage(recipe, media)  # boxes moved as the pixels will be
         self.split = split
         self.source = as_source(source)
         self.num_samples = len(self.source)

@@ -311,6 +311,25 @@ def check_seconds(name: str, value: Any, *, allow_zero: bool) -> float | None:
     return float(value)
 
 
+def geometry_follows_stage(recipe: RecipeContract | None, media: Any) -> RecipeContract | None:
+    """The recipe whose coordinates follow the image transform of ``Loader(media=...)``.
+
+    A recipe moves the boxes in the text as its rule's default stage prepares images; a media
+    stage given with another transform (a centre crop where the default pads to a square)
+    prepares other pixels (``Recipe.with_image_transform``).
+    """
+    follow = getattr(recipe, "with_image_transform", None)
+    if recipe is None or media is None or isinstance(media, bool) or not callable(follow):
+        return recipe
+    from chute.media.stage import as_media_stage
+
+    try:
+        image = getattr(as_media_stage(media), "image", None)
+    except ConfigError:
+        return recipe  # not a stage: refused with its own message where the stage is made
+    return follow(image) if image is not None else recipe
+
+
 def lengths_recipe(recipe: RecipeContract | None, media: Any) -> RecipeContract | None:
     """The recipe the lengths pass runs: with crops or flips, one writing the widest coordinates.
 

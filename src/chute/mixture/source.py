@@ -249,6 +249,16 @@ class MixtureRecipe:
         ]
         return MixtureRecipe(self.names, self.offsets, recipes)
 
+    def with_image_transform(self, transform: Any) -> MixtureRecipe:
+        """Each dataset's recipe moving coordinates as ``transform`` prepares the pixels."""
+        recipes = [
+            r.with_image_transform(transform)
+            if callable(getattr(r, "with_image_transform", None))
+            else r
+            for r in self.recipes
+        ]
+        return MixtureRecipe(self.names, self.offsets, recipes)
+
     def _recipe_of(self, record: Any) -> Any:
         index = getattr(record, "index", None)
         if index is None:

@@ -220,6 +220,9 @@ class Recipe:
         self._reader = FormatReader(self.format, max_turns=max_turns)
         self.geometry = Geometry.of(o["geometry"])
         self._widest = False  # the lengths pass of a Loader that crops or flips
+        # the Loader's media stage's image transform, where it is not the rule's default one:
+        # coordinates in the text follow the pixels it prepares (``with_image_transform``)
+        self._stage_transform: Any = None
         self.timestamps = Timestamps.of(o["timestamps"])
         if self.timestamps is not None and task != "sft":
             raise ConfigError(
@@ -516,8 +519,31 @@ class Recipe:
         out._widest = True
         return out
 
+    def with_image_transform(self, transform: Any) -> Recipe:
+        """This recipe, moving coordinates in the text as ``transform`` prepares the pixels.
+
+        The Loader gives it its media stage's image transform: without it, the text's boxes
+        followed the rule's default stage (LLaVA-1.5's pad to a square, say) while the pixels
+        came from another (a centre crop): boxes over other pixels, without a word. A
+        transform like the default one (or a dynamic-resolution rule's, whose geometry the
+        rule is) leaves the recipe as it is. Its ``fingerprint`` differs, so its lengths are
+        cached apart.
+        """
+        if self.geometry is None or self.geometry.convention == "none" or transform is None:
+            return self
+        if isinstance(self.media.image_rule, DynamicImageTokens):
+            return self
+        spec = getattr(transform, "fingerprint", None)
+        if not callable(spec) or spec() == _spec_of(self._geometry_transform()):
+            return self
+        out = copy.copy(self)
+        out._stage_transform = transform
+        return out
+
     def _geometry_transform(self) -> Any:
-        """The prepared geometry of the default media stage (coordinates without a draw)."""
+        """The prepared geometry of the media stage (coordinates without a draw)."""
+        if self._stage_transform is not None:
+            return self._stage_transform
         rule = self.media.image_rule
         if isinstance(rule, DynamicImageTokens):
             return rule
@@ -720,6 +746,11 @@ class Recipe:
             "media": self.media.to_json(),
             **({"geometry": self.geometry.fingerprint()} if self.geometry is not None else {}),
             **({"coordinates": "widest"} if self._widest else {}),
+            **(
+                {"coordinates_transform": _spec_of(self._stage_transform)}
+                if self._stage_transform is not None
+                else {}
+            ),
             **({"timestamps": self.timestamps.fingerprint()} if self.timestamps else {}),
         }
         return {**entries, **self._options_by_name(entries)}
@@ -810,3 +841,9 @@ def _with_pairs_hint(exc: SampleError, meant: str | None) -> SampleError:
 def _say_pairs_read_as_sft(task: str, path: str | None) -> None:
     """Warn once per process and file: the records' pairs or labels are not trained."""
     warn_once(log, "%s: %s", path or "records", _pairs_hint(task))
+
+
+def _spec_of(transform: Any) -> Any:
+    """A transform's fingerprint (its type's name where it has none)."""
+    spec = getattr(transform, "fingerprint", None)
+    return spec() if callable(spec) else type(transform).__name__
