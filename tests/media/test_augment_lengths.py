@@ -108,6 +108,37 @@ def test_no_draw_makes_a_sample_longer_than_its_planned_length(tmp_path: Path, c
     assert longer_than_plain > 0
 
 
+@pytest.mark.parametrize(
+    ("convention", "answer"),
+    [
+        ("qwen2.5-vl", '{"bbox_2d": [10.125, 20.25, 100.75, 200.125], "label": "cat"}'),
+        ("qwen2.5-vl", '{"point_2d": [10.125, 20.25], "label": "cat"}'),
+        ("qwen2-vl", "<|box_start|>(  5 ,  7  ) , (  9 ,  11  )<|box_end|>"),
+    ],
+)
+def test_a_draw_that_moves_nothing_is_no_longer_than_planned(
+    tmp_path: Path, convention: str, answer: str
+):
+    """An image the rule leaves as it is and a draw without a crop or flip kept the text as
+    written, longer than the widest form the plan counted: packed rows were cut."""
+    Image.new("RGB", (280, 280), (128, 90, 60)).save(tmp_path / "a.png")  # not resized
+    record = {
+        "messages": [
+            {"role": "user", "content": "<image>Where?"},
+            {"role": "assistant", "content": answer},
+        ],
+        "images": ["a.png"],
+    }
+    recipe = _recipe(convention, media_root=tmp_path)
+    planned = recipe.widest_coordinates()(record)["length"]
+    transform = recipe._geometry_transform()
+    lengths = [
+        recipe(record, draw=SampleDraw(Augment(flip=0.5), 0, 0, i, transform))["length"]
+        for i in range(20)
+    ]
+    assert max(lengths) <= planned, (lengths, planned)
+
+
 def test_packed_rows_with_augmentation_never_exceed_max_length(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ):

@@ -219,7 +219,13 @@ class Geometry:
         """Whether ``text`` holds coordinates of this convention."""
         return any(p.search(text) for p, _ in _PATTERNS[self.convention])
 
-    def rewrite(self, text: str, maps: Sequence[ImageMap], widest: bool = False) -> str:
+    def rewrite(
+        self,
+        text: str,
+        maps: Sequence[ImageMap],
+        widest: bool = False,
+        canonical: bool = False,
+    ) -> str:
         """``text`` with every coordinate moved through its image's map.
 
         ``widest``: write every coordinate at the widest form any draw could give (``1000``
@@ -227,6 +233,10 @@ class Geometry:
         as many decimals as written for ``normalized`` and ``llava``): the text of the
         lengths pass under augmentation, never shorter than an augmented sample's. Numbers
         are still checked (``box_invalid``); nothing is moved, so nothing is outside.
+        ``canonical``: a sample's coordinates written in the convention's own form even where
+        its map moves nothing (a draw without a crop or flip): a form as written
+        (``[10.125, ...]``, spaces) can be longer than the widest one, and a packed row planned
+        from the widest lengths would be cut.
 
         Raises:
             SampleError: ``box_outside`` (a box or point left the image), ``box_ambiguous``
@@ -239,7 +249,7 @@ class Geometry:
             for pattern, n in _PATTERNS[self.convention]:
                 text = pattern.sub(functools.partial(self._widest, n=n, maps=maps), text)
             return text
-        if not any(m.moves for m in maps):
+        if not any(m.moves for m in maps) and not (canonical and len(maps) == 1):
             if len(maps) == 1:  # still checked: an invalid box is one whatever the image
                 for pattern, n in _PATTERNS[self.convention]:
                     for match in pattern.finditer(text):

@@ -105,14 +105,18 @@ def move_coordinates(
             height, width = image.size
             image = dataclasses.replace(image, draw=draw.image(i, height, width, flip_ok))
         maps.append(image)
+    # under crops and flips every draw writes coordinates in one form: planned at its widest
+    canonical = draw is not None and not widest and bool(getattr(draw.augment, "geometric", 0))
     messages = []
     for message in conv.messages:
         content: Any = message.content
         if isinstance(content, str):
-            content = geometry.rewrite(content, maps, widest)
+            content = geometry.rewrite(content, maps, widest, canonical)
         else:
             content = [
-                Part("text", geometry.rewrite(p.value, maps, widest)) if p.kind == "text" else p
+                Part("text", geometry.rewrite(p.value, maps, widest, canonical))
+                if p.kind == "text"
+                else p
                 for p in content
             ]
         messages.append(_with_content(message, content))
