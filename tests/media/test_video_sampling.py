@@ -400,3 +400,44 @@ def test_a_version_1_chunk_reads_video_timing_as_absent() -> None:
     [got] = ChunkRows(batch, ["d.jsonl"]).sample(0)["videos"]
     assert got.get("second_per_grid_t") is None and "frame_spans" not in got
     assert got["grid_thw"] == [1, 2, 4] and got["span"] == [1, 3]
+
+
+def _video_with_longer_audio(path: Path) -> Path:
+    """2 s of 25 fps video and 6 s of audio in one container (the container says 6 s)."""
+    av = pytest.importorskip("av")
+    with av.open(str(path), "w") as out:
+        video = out.add_stream("mpeg4", rate=25)
+        video.width, video.height, video.pix_fmt = 64, 48, "yuv420p"
+        audio = out.add_stream("aac", rate=16000)
+        audio.layout = "mono"
+        for k in range(50):
+            img = np.full((48, 64, 3), k * 5, dtype=np.uint8)
+            for packet in video.encode(av.VideoFrame.from_ndarray(img, format="rgb24")):
+                out.mux(packet)
+        for packet in video.encode():
+            out.mux(packet)
+        for i in range(6 * 16000 // 1024):
+            frame = av.AudioFrame.from_ndarray(
+                np.zeros((1, 1024), np.float32), format="fltp", layout="mono"
+            )
+            frame.sample_rate, frame.pts = 16000, i * 1024
+            for packet in audio.encode(frame):
+                out.mux(packet)
+        for packet in audio.encode():
+            out.mux(packet)
+    return path
+
+
+@pytest.mark.parametrize("tag", [True, False])
+def test_a_video_track_shorter_than_its_audio_is_sampled_over_its_own_frames(
+    tmp_path: Path, tag: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Matroska gives the video stream no duration: the container's (its audio's 6 s) made
+    150 frames of a 50-frame video, and frames past the end repeated the last one."""
+    from chute.media import video
+
+    path = _video_with_longer_audio(tmp_path / "clip.mkv")
+    if not tag:  # a muxer that writes no DURATION tag: the packets are counted
+        monkeypatch.setattr(video, "_tagged_duration", lambda stream: None)
+    info = video.probe_video(str(path))
+    assert info.frames == 50 and abs(info.duration - 2.0) < 0.05, info

@@ -97,19 +97,51 @@ def _info(path: str, container: Any) -> VideoInfo:
         raise SampleError("video_corrupt", f"{path}: no video stream")
     stream = container.streams.video[0]
     width, height = int(stream.codec_context.width), int(stream.codec_context.height)
-    if stream.duration is not None and stream.time_base is not None:
-        duration = float(stream.duration * stream.time_base)
-    elif container.duration is not None:
-        duration = container.duration / 1_000_000
-    else:
-        duration = 0.0
     fps = float(stream.average_rate or 0)
     if width <= 0 or height <= 0:
         raise SampleError("video_corrupt", f"{path}: the header says {width}x{height}")
     frames = int(stream.frames or 0)
+    if stream.duration is not None and stream.time_base is not None:
+        duration = float(stream.duration * stream.time_base)
+    elif (tagged := _tagged_duration(stream)) is not None:
+        duration = tagged  # Matroska / WebM: the track's own DURATION tag
+    elif len(container.streams) > 1 or container.duration is None:
+        # the container's duration is its longest stream's (an audio track outlasting the
+        # video gave frames that do not exist): the video's packets, counted (no decoding)
+        frames, duration = _counted(container, stream)
+    else:
+        duration = container.duration / 1_000_000
     if frames <= 0 and duration > 0 and fps > 0:
         frames = round(duration * fps)
     return VideoInfo(width, height, duration, fps, frames)
+
+
+def _tagged_duration(stream: Any) -> float | None:
+    """A stream's ``DURATION`` tag (``HH:MM:SS.nnnnnnnnn``, as Matroska muxers write it)."""
+    text = next((v for k, v in dict(stream.metadata).items() if k.upper() == "DURATION"), None)
+    try:
+        hours, minutes, seconds = str(text).split(":")
+        value = int(hours) * 3600 + int(minutes) * 60 + float(seconds)
+    except (ValueError, TypeError):
+        return None
+    return value if value > 0 else None
+
+
+def _counted(container: Any, stream: Any) -> tuple[int, float]:
+    """``(frames, seconds)`` of a video stream from its packets' timestamps."""
+    frames, end = 0, None
+    base = stream.time_base
+    for packet in container.demux(stream):
+        if packet.pts is None or packet.size == 0:
+            continue
+        frames += 1
+        stop = packet.pts + (packet.duration or 0)
+        end = stop if end is None or stop > end else end
+    container.seek(0)
+    if end is None or base is None:
+        return frames, 0.0
+    start = stream.start_time or 0
+    return frames, float((end - start) * base)
 
 
 def probe_video(path: str) -> VideoInfo:
