@@ -243,3 +243,29 @@ def test_bad_coordinates_and_several_images_are_rejects_not_guesses():
     assert info.value.kind == "box_ambiguous"
     with pytest.raises(ConfigError, match="geometry"):
         Geometry("yolo")
+
+
+@pytest.mark.parametrize(
+    ("text", "says"),
+    [
+        ("the cat on the left", True),
+        ("top_left corner", True),  # "_" is a word character: \b missed it
+        ('{"topLeft": [1, 2]}', True),
+        ("the lefthand side", True),
+        ("left_of the dog", True),
+        ("bottomRight", True),
+        ("à gauche du chien", True),
+        ("a la izquierda", True),
+        ("слева от собаки", True),
+        ("左边的猫", True),
+        ("the leftover pizza", False),
+        ("a bright copyright notice, alright", False),
+        ("rightly so", False),
+    ],
+)
+def test_the_flip_guard_reads_left_and_right_as_written(text: str, says: bool) -> None:
+    from chute.recipe.coordinates import says_left_right
+    from chute.sample.conversation import Conversation, Message
+
+    conv = Conversation([Message("user", "Where?"), Message("assistant", text)])
+    assert says_left_right(conv) is says

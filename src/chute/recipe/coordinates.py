@@ -35,7 +35,14 @@ from chute.sample.conversation import Conversation, Message, Part
 __all__ = ["move_coordinates", "move_timestamps", "objects_answer", "says_left_right"]
 
 # Words whose meaning a horizontal flip reverses (English and Chinese: the shared data has both).
-_LEFT_RIGHT = re.compile(r"\b(?:left|right)(?:most|wards?|-hand)?\b|左|右", re.IGNORECASE)
+# "left" or "right" bounded by anything but a letter (so "top_left", "left_of", "left2" count
+# and "leftover", "bright", "copyright" do not), in camelCase ("topLeft"), and a few
+# unambiguous words of other languages
+_LEFT_RIGHT = re.compile(
+    r"(?i:(?<![a-z])(?:left|right)(?:most|wards?|-?hand(?:ed)?)?(?![a-z]))"
+    r"|(?<=[a-z])(?:Left|Right)(?![a-z])"
+    r"|(?i:gauche|izquierd[ao]|derecha|слева|справа|налево|направо)|左|右"
+)
 
 
 def _texts(conv: Conversation) -> list[str]:
