@@ -19,8 +19,7 @@ sample. Its fingerprint joins the source's and the split options, so a resume st
 both.
 
 Example:
-    >>> from chute.errors import RejectTally, SampleError
-from chute.lengths.base import STATUS_REJECTED, Lengths
+    >>> from chute.lengths.base import Lengths
     >>> lens = split_lengths(Lengths(np.array([300, 9000, 700, -1])), max_length=4096, stride=0)
     >>> lens.length.tolist(), lens.pieces.first.tolist(), lens.pieces.locate(3)
     ([300, 4096, 4096, 808, 700, -1], [0, 1, 4, 5, 6], (1, 2))

@@ -31,8 +31,8 @@ padded sample then cuts into ``2 * cp`` equal chunks (``chute.collate.context``)
 ``balance`` (``chute.plan.balance``): the image samples are shared out evenly over the rows
 (``pack_spread``), the shuffled rows are grouped into steps of alike patches (and compute, with
 ``"cost"``) and the steps shuffled, each step's rows are dealt to its ranks by load, and a last
-step of fewer rows than ranks is repacked so every rank gets a share; every row still holds at
-most ``max_length``. Compute (``cost=``, ``chute.plan.cost``) does not change the packing: a
+step of fewer rows than ranks is repacked so every rank gets a share (as without ``balance``);
+every row still holds at most ``max_length``. Compute (``cost=``, ``chute.plan.cost``) does not change the packing: a
 row of ``max_length`` tokens holding one long document costs more than any row of short
 samples, so no packing of whole samples into equal rows evens it out; steps of alike rows do::
 
@@ -45,7 +45,10 @@ Example:
     >>> planner = PackedPlanner(8, batch_size=1, shuffle=False, lengths=[5, 2, 7, 3, 1, 4])
     >>> plan = planner.build(6, epoch=0, world_size=2)
     >>> [plan.layout(r, k)[0].tolist() for k in range(plan.num_batches) for r in range(2)]
-    [[2, 4], [0, 3], [5, 1], []]
+    [[2, 4], [0, 3], [5], [1]]
+
+The last step held one row (``[5, 1]``) for two ranks: it is packed again so that each rank
+gets samples instead of a placeholder batch (``balance`` or not).
 """
 
 from __future__ import annotations
