@@ -209,3 +209,41 @@ def test_boxes_follow_a_stages_own_transform_without_augmentation(tmp_path: Path
     # the 150x100 images are cropped to their middle 100x100: a box left of it is not there
     assert checked + sum(loader.stats.values()) == 12 and checked >= 6
     assert set(loader.stats) <= {"box_outside"}
+
+
+def test_a_cache_places_boxes_as_its_pixels_stage_prepares_the_images(tmp_path: Path):
+    """``stages.pixels`` with a centre crop where LLaVA-1.5's default pads to a square: the
+    cache's text took the default's boxes while its pixels were cropped."""
+    from chute import open_cache, preprocess
+
+    where = _data(tmp_path)
+    options = {
+        "tokenizer": str(TOKENIZER),
+        "template": "chatml",
+        "image_tokens": "llava-1.5",
+        "image_token": "<|image_pad|>",
+        "geometry": "normalized",
+    }
+    crop = {"transform": "fixed", "size": 336, "crop": 336, "pad_to_square": False}
+    preprocess(
+        {"sources": [str(where)], "recipe": options, "stages": {"pixels": crop}},
+        out=tmp_path / "cache",
+    )
+    cache = open_cache(tmp_path / "cache")
+    recipe = Recipe(
+        tokenizer=_tokenizer(), **{k: v for k, v in options.items() if k != "tokenizer"}
+    )
+    image_id = recipe.media.token_id("image")
+    for loader in (Loader(cache, batch_size=1, shuffle=False), Loader(cache, recipe, batch_size=1)):
+        checked = 0
+        for batch in loader:
+            ids = [t for t in batch["input_ids"][0].tolist() if t != image_id]
+            text = recipe.tokenizer.decode(ids)
+            found = re.findall(r'"bbox": \[([\d.]+), ([\d.]+), ([\d.]+), ([\d.]+)\]', text)
+            box = [float(v) for v in found[0]]
+            pixels = batch["pixel_values"][0].numpy().transpose(1, 2, 0)
+            height, width = pixels.shape[:2]
+            written = (box[0] * width, box[1] * height, box[2] * width, box[3] * height)
+            assert encloses(written, red_extent(pixels), slack=3), (text, red_extent(pixels))
+            checked += 1
+        assert checked >= 6  # the others' boxes left the crop: rejected when the cache was built

@@ -253,6 +253,9 @@ def preprocess(
     layout = Layout(absolute(target))
     recipe = cfg.recipe.build()
     all_stages = [*make_stages(cfg.stages, recipe), *stages]
+    for stage in all_stages:  # boxes in the text placed as the pixels stage prepares images
+        if stage.name == "pixels" and hasattr(recipe, "with_image_transform"):
+            recipe = recipe.with_image_transform(getattr(stage, "transform", None))
     names = [s.name for s in all_stages]
     for name in names:
         if not isinstance(name, str) or not name.isidentifier() or name == "chunks":

@@ -201,9 +201,9 @@ class Loader:
         self.mixture = bind_mixture(source, recipe, mixture, split, self.world)
         source, recipe = self.mixture.source, self.mixture.recipe
         recipe = as_recipe(recipe)  # checked once: what plans, lengths and collate read of it
-        recipe = geometry_follows_stage(recipe, media)  # boxes moved as the pixels will be
         self.split = split
         self.source = as_source(source)
+        recipe = geometry_follows_stage(recipe, media, self.source)  # boxes moved as pixels are
         self.num_samples = len(self.source)
         if self.num_samples == 0:
             raise ConfigError(f"the source {self.source!r} has no samples; nothing to load")

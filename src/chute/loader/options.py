@@ -311,15 +311,22 @@ def check_seconds(name: str, value: Any, *, allow_zero: bool) -> float | None:
     return float(value)
 
 
-def geometry_follows_stage(recipe: RecipeContract | None, media: Any) -> RecipeContract | None:
+def geometry_follows_stage(
+    recipe: RecipeContract | None, media: Any, source: Any = None
+) -> RecipeContract | None:
     """The recipe whose coordinates follow the image transform of ``Loader(media=...)``.
 
     A recipe moves the boxes in the text as its rule's default stage prepares images; a media
     stage given with another transform (a centre crop where the default pads to a square)
-    prepares other pixels (``Recipe.with_image_transform``).
+    prepares other pixels (``Recipe.with_image_transform``). Over a cache with pre-decoded
+    images, without ``media``, the cache's stage is the one (its samples were made so).
     """
     follow = getattr(recipe, "with_image_transform", None)
-    if recipe is None or media is None or isinstance(media, bool) or not callable(follow):
+    if recipe is None or not callable(follow) or getattr(recipe, "geometry", None) is None:
+        return recipe
+    if media is None and getattr(source, "pixels", None) is not None:
+        media = source.media_stage()
+    if media is None or isinstance(media, bool):
         return recipe
     from chute.media.stage import as_media_stage
 
