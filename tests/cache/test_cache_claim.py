@@ -258,6 +258,56 @@ def test_a_build_taken_over_mid_way_stops_before_writing_a_chunk(
     )  # the other build's claim stands
 
 
+class OverwriteMidway(ChunkStage):
+    """At chunk ``at``, another run's ``--overwrite`` (``prepare_dir``) into the same folder.
+
+    ``plan``: that run's plan file, or ``None`` for the same config as this build's.
+    """
+
+    name = "overwrite"
+
+    def __init__(self, out: str, plan: str | None, at: int):
+        super().__init__(out=out, plan=plan, at=at)
+
+    def files(self, chunk: int, samples: list[dict[str, Any]]) -> dict[str, bytes]:
+        if chunk == self.options["at"]:
+            from chute.cache.workdir import prepare_dir
+            from chute.world import World
+
+            layout = Layout(self.options["out"])
+            plan = self.options["plan"]
+            blob = Path(plan).read_bytes() if plan else layout.storage.read(layout.plan)
+            prepare_dir(layout, True, World(), blob)
+        return {}
+
+
+def test_an_overwrite_of_another_config_stops_the_build_running_there(
+    small: dict[str, Any],
+) -> None:
+    """Its plan deleted first, the running build claimed the folder again: the --overwrite
+    was refused ("pass --overwrite") and the running one waited an hour for its lost chunks."""
+    out = str(small["root"] / "raced")
+    stage = OverwriteMidway(out, str(small["root"] / "ref512" / "plan.json"), at=2)
+    with pytest.raises(FingerprintMismatch, match="chunk 2 was not written: .* taken over"):
+        preprocess(small["configs"][128], out=out, stages=[stage], progress=False)
+    plan = orjson.loads(Layout(out).plan.read_bytes())
+    assert plan["fingerprint"]["recipe"]["max_length"] == 512  # the overwrite's claim stands
+    assert Layout(out).recorded() == set()  # the running build's chunks went with it
+
+
+def test_an_overwrite_of_the_same_config_fails_the_running_build_at_once(
+    small: dict[str, Any],
+) -> None:
+    out = str(small["root"] / "raced")
+    stage = OverwriteMidway(out, None, at=2)
+    cfg = {
+        **small["configs"][128],
+        "cache": {**small["configs"][128]["cache"], "wait_timeout": 600},
+    }
+    with pytest.raises(CacheError, match=r"2 chunk\(s\) this run committed .* are gone"):
+        preprocess(cfg, out=out, stages=[stage], progress=False)
+
+
 def test_a_chunk_of_another_build_is_never_finalized_and_its_rank_rebuilds_it(
     small: dict[str, Any],
 ) -> None:

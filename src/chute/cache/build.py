@@ -292,7 +292,8 @@ def preprocess(
         ),
     }
     plan = orjson.loads(orjson.dumps(plan))  # as it reads back from plan.json
-    prepare_dir(layout, overwrite, world)  # only now: --overwrite never loses a cache to a typo
+    # only now: --overwrite never loses a cache to a typo
+    prepare_dir(layout, overwrite, world, plan_blob(plan))
     establish(layout, plan, cfg)  # claims the directory, or joins the same job, or refuses
     with released_on_failure(layout, plan_blob(plan)):  # no chunk committed: not blocking
         sweep_temps(layout.root)

@@ -62,7 +62,13 @@ _FINALIZE_GRACE = 30.0
 _HEARTBEAT_SECONDS = 5.0
 
 
-def prepare_dir(layout: Layout, overwrite: bool, world: World) -> None:
+def prepare_dir(layout: Layout, overwrite: bool, world: World, blob: bytes | None = None) -> None:
+    """Refuse a folder that is not a cache; with ``overwrite``, take it for plan ``blob``.
+
+    ``--overwrite`` writes this build's plan over the old one first, then deletes the rest:
+    a build still running there sees another plan at its next chunk and stops. (Deleting the
+    plan first let that build claim the folder again in between, so this one was refused.)
+    """
     root = layout.shown
     if not layout.storage.is_dir_or_absent():
         raise ConfigError(f"{root} exists and is not a directory", param="out")
@@ -80,7 +86,7 @@ def prepare_dir(layout: Layout, overwrite: bool, world: World) -> None:
                 f"delete {root} once before launching them, or run one rank with --overwrite",
                 param="overwrite",
             )
-        _delete(layout)
+        _delete(layout, blob)
     if not layout.exists(layout.plan) and layout.recorded():
         raise ConfigError(
             f"{root} holds committed chunks but no plan.json (an interrupted --overwrite?); "
@@ -90,11 +96,14 @@ def prepare_dir(layout: Layout, overwrite: bool, world: World) -> None:
     layout.storage.prepare()
 
 
-def _delete(layout: Layout) -> None:
+def _delete(layout: Layout, blob: bytes | None = None) -> None:
     plan = layout.read_json(layout.plan)
     stages = plan.get("fingerprint", {}).get("stages", {}) if isinstance(plan, dict) else {}
+    if blob is not None:  # this build's plan in place first (see prepare_dir)
+        layout.publish(layout.plan, blob)
     for name in ("plan.json", "manifest.json", *Layout.FILES):  # the plan first: see above
-        layout.storage.delete(Path(layout.root, name))
+        if name != "plan.json" or blob is None:
+            layout.storage.delete(Path(layout.root, name))
     for name in [*stages, "chunks"]:
         if str(name).isidentifier() or name == "chunks":
             layout.storage.delete_tree(layout.root / name)
@@ -192,6 +201,8 @@ def finish(
         recorded = layout.recorded()
         foreign = [k for k in foreign if _build_of(layout.read_json(layout.record(k))) != build]
         missing = [k for k in range(plan["chunks"]) if k not in recorded or k in foreign]
+        if missing and world.world_size == 1:  # every chunk is this rank's, and it built them
+            raise CacheError(_vanished_message(layout, missing))
         stopped = []
         if missing and time.monotonic() - looked >= _LOCK_LOOK_SECONDS:
             stopped, looked = _stopped_ranks(layout, missing, world, at_work), time.monotonic()
@@ -412,6 +423,15 @@ def _heartbeat(
         stop.set()
         thread.join()
         store.delete(path)
+
+
+def _vanished_message(layout: Layout, missing: list[int]) -> str:
+    shown = ", ".join(str(k) for k in missing[:10]) + (", ..." if len(missing) > 10 else "")
+    return (
+        f"{len(missing)} chunk(s) this run committed in {layout.shown} are gone (chunk(s) "
+        f"{shown}): another run deleted them while this one ran (--overwrite into the same "
+        f"folder?). Run the command again once no other build writes there"
+    )
 
 
 def _waited_message(layout: Layout, missing: list[int], world: World, timeout: float) -> str:
