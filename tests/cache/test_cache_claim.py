@@ -409,3 +409,33 @@ def test_a_folder_of_changed_files_says_restore_them_not_run_its_config(tmp_path
     with pytest.raises(FingerprintMismatch, match=r"built for another job") as info:
         preprocess(config(data, tok, max_length=64), out=out, progress=False)
     assert "run with the config in" in str(info.value)
+    # records enough for one more chunk (64 a chunk): still files that changed
+    with open(data, "a") as f:
+        f.writelines('{"instruction": "more", "output": "records"}\n' for _ in range(64))
+    with pytest.raises(FingerprintMismatch, match=r"of these data files as they were") as info:
+        preprocess(config(data, tok), out=out, progress=False)
+    assert "chunks differs" in str(info.value) and "config.yaml" not in str(info.value)
+
+
+def test_a_rerun_over_a_complete_cache_clears_what_killed_runs_left(tmp_path: Path) -> None:
+    """A finalizer killed after its manifest left ``finalizing``; a shard's rerun left its
+    ``building`` lock: the folder was no longer what a clean build writes."""
+    from chute._internal.owner import Owner
+
+    data = write_alpaca(tmp_path / "data.jsonl", 30)
+    tok = write_tokenizer(tmp_path / "tok")
+    preprocess(config(data, tok), out=tmp_path / "ref", progress=False)
+    out = tmp_path / "out"
+    preprocess(config(data, tok), out=out, progress=False)
+    reference = tree_digest(tmp_path / "ref")
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        marker = Owner.of(child.pid).to_bytes()  # a finalizer of this machine...
+    finally:
+        child.kill()
+        child.wait()  # ...that is gone
+    (out / "finalizing").write_bytes(marker)
+    (out / "chunks" / ".shard-1-of-2.building").write_bytes(b"")
+    again = preprocess(config(data, tok), out=out, progress=False)
+    assert (again.built, again.finalized) == (0, False)
+    assert tree_digest(out) == reference

@@ -201,7 +201,9 @@ def _claimed_message(layout: Layout, diffs: Any) -> str:
         else ""
     )
     names = [str(name).removeprefix("fingerprint.") for name, _, _ in diffs]
-    if names and all(name.startswith(("sources", "records")) for name in names):
+    data = [name for name in names if name.startswith(("sources", "records"))]
+    # more records make more chunks: still the same config over files that changed
+    if data and all(name.startswith(("sources", "records", "chunks")) for name in names):
         # the same config over files that changed: its stored config names the same files
         return (
             f"out: {layout.shown} holds a cache (complete or partial) of these data files as "

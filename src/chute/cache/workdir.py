@@ -211,6 +211,10 @@ def finish(
         if not missing:
             manifest = layout.read_json(layout.manifest)
             if _complete(layout, manifest, build):
+                # what a finalizer killed between its manifest and its clean-up left
+                if _finalizer(layout) == "gone":
+                    layout.storage.delete(layout.finalizing)
+                _drop_shard_locks(layout)
                 return manifest, False
             now = time.monotonic()
             # Every chunk committed when this rank finished its own: it is the last finisher.
