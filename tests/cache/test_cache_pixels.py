@@ -366,3 +366,23 @@ def test_a_mixtures_caches_read_every_datasets_pixels(
     other = ImageTransform(size=64, crop=64, tokens_per_image=16)
     with pytest.raises(ConfigError, match="a cache of the mixture holds images pre-decoded"):
         loader(media=other)
+
+
+def test_validate_finds_an_image_whose_size_changed_since_it_was_counted(
+    tmp_path: Path, data: Path
+) -> None:
+    """The fingerprint covers the data files, not the images they name: a replaced image was
+    the cache's without a word, and a Loader skipped its samples as image_token_mismatch."""
+    from chute.cache.verify import verify_cache
+
+    out = tmp_path / "c"
+    preprocess(cfg(data, image_tokens="qwen2-vl"), out=out)
+    check = verify_cache(out)
+    assert check.ok and check.images_checked == 4, check.problems  # a, b, c and cut (its header)
+    Image.new("RGB", (300, 300)).save(data.parent / "img" / "c.png")  # was 90x120
+    check = verify_cache(out)
+    (problem,) = check.problems
+    assert "1 of 4 images the samples reference changed since the cache was built" in problem
+    assert "c.png: 90x120 when counted, 300x300 now" in problem and "--overwrite" in problem
+    result = CliRunner().invoke(app, ["validate", str(out)])
+    assert result.exit_code == 1 and "c.png: 90x120 when counted" in result.output

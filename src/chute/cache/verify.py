@@ -39,6 +39,7 @@ class CacheCheck:
     manifest: dict[str, Any] = field(default_factory=dict)
     chunks: int = 0
     bytes_read: int = 0
+    images_checked: int = 0
     problems: list[str] = field(default_factory=list)
 
     @property
@@ -50,6 +51,7 @@ class CacheCheck:
             "path": self.path,
             "chunks": self.chunks,
             "bytes_read": self.bytes_read,
+            "images_checked": self.images_checked,
             "ok": self.ok,
             "problems": self.problems,
         }
@@ -107,12 +109,55 @@ def verify_cache(
     _check_records(layout, check)
     if cache is not None:
         _check_arrays(cache, check)
+        if verify_sources:
+            _check_images(cache, check)
         if recipe is not None:
             try:
                 cache.check_recipe(recipe)
             except CacheError as exc:
                 check.problems.append(str(exc))
     return check
+
+
+def _check_images(cache: Cache, check: CacheCheck) -> None:
+    """Each image the samples reference still has the size it had when it was counted.
+
+    The fingerprint covers the data files, not the media they name: an image replaced by one
+    of another size was silently the cache's (its tokens counted for the old size), and a
+    Loader skipped those samples as ``image_token_mismatch``. One header read per image.
+    """
+    from chute.errors import SampleError
+    from chute.media.sizes import image_size
+
+    recorded: dict[str, tuple[int, ...]] = {}
+    for k in range(cache.num_chunks):
+        batch = cache.chunk(k)
+        if "images" not in batch.schema.names:
+            continue
+        items = batch.column("images").flatten()
+        for path, size in zip(
+            items.field("path").to_pylist(), items.field("size").to_pylist(), strict=True
+        ):
+            if path and size:
+                recorded.setdefault(path, tuple(size))
+    changed = []
+    for path, size in recorded.items():
+        try:
+            now = image_size(path)
+        except SampleError as exc:
+            if exc.kind != "url_not_allowed":  # a remote image: not read here
+                changed.append(f"{path}: {exc.kind}")
+            continue
+        if tuple(now) != size:
+            changed.append(f"{path}: {size[0]}x{size[1]} when counted, {now[0]}x{now[1]} now")
+    check.images_checked = len(recorded)
+    if changed:
+        shown = "; ".join(changed[:3]) + ("; ..." if len(changed) > 3 else "")
+        check.problems.append(
+            f"{len(changed)} of {len(recorded)} images the samples reference changed since the "
+            f"cache was built ({shown}): their token counts no longer hold, and a Loader skips "
+            f"their samples (image_token_mismatch). Rebuild: {rebuild_command(cache.root)}"
+        )
 
 
 def _check_records(layout: Layout, check: CacheCheck) -> None:
