@@ -78,3 +78,15 @@ def test_missing_file_is_one_clear_line_not_a_traceback(tmp_path: Path) -> None:
     assert result.exit_code == 2
     assert "error:" in result.output and "no such file" in result.output
     assert "Traceback" not in result.output
+
+
+def test_an_error_with_json_is_one_json_object_on_stdout(tmp_path: Path) -> None:
+    """``--json`` promised one JSON object; a failed command printed nothing on stdout."""
+    missing = tmp_path / "none.jsonl"
+    for args in (["validate", str(missing), "--json"], ["index", str(missing), "--json"]):
+        result = runner.invoke(app, args)
+        assert result.exit_code == 2
+        got = orjson.loads(result.stdout)
+        assert got["error"]["exit_code"] == 2 and "no such file" in got["error"]["message"]
+    result = runner.invoke(app, ["validate", str(missing)])  # without --json: stderr only
+    assert result.exit_code == 2 and result.stdout == ""

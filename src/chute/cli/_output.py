@@ -103,7 +103,7 @@ def os_error_message(exc: OSError) -> str:
 
 
 @contextlib.contextmanager
-def handle_errors() -> Iterator[None]:
+def handle_errors(as_json: bool = False) -> Iterator[None]:
     """Turn errors about the user's input into one clear line on stderr and exit code 2.
 
     Not a traceback for: chute's own errors (``ChuteError``, ``MissingDependency`` included),
@@ -113,21 +113,30 @@ def handle_errors() -> Iterator[None]:
     output pipe (``chute ... | head``) is left to the normal exit.
 
     Inside, errors name parameters by their flags (``--media-root``, not ``media_root=``).
+    With ``as_json`` (the command's ``--json``), stdout gets the error as its one JSON object
+    too (``{"error": {"message": ..., "exit_code": 2}}``): a script reading it gets JSON.
     """
     try:
         with spelling(FLAGS), _progress_lines():
             yield
     except ChuteError as exc:  # MissingDependency (torch, an extra) included
-        raise fail(str(exc)) from None
+        raise _failed(str(exc), as_json) from None
     except BrokenPipeError:
         raise
     except OSError as exc:
-        raise fail(os_error_message(exc)) from None
+        raise _failed(os_error_message(exc), as_json) from None
     except UnicodeDecodeError as exc:
-        raise fail(
+        raise _failed(
             f"a file is not UTF-8 text: {exc.reason} at byte {exc.start} ({exc.encoding}); "
-            "save it as UTF-8"
+            "save it as UTF-8",
+            as_json,
         ) from None
+
+
+def _failed(message: str, as_json: bool) -> typer.Exit:
+    if as_json:
+        emit_json({"error": {"message": message, "exit_code": 2}})
+    return fail(message)
 
 
 def guarded(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -136,7 +145,7 @@ def guarded(fn: Callable[..., Any]) -> Callable[..., Any]:
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
-        with handle_errors():
+        with handle_errors(as_json=bool(kwargs.get("as_json"))):
             return fn(*args, **kwargs)
 
     return wrapper
