@@ -121,3 +121,29 @@ def test_an_array_header_numpy_cannot_read_is_a_cache_error_and_a_problem(built:
     assert result.exit_code == 1 and "lengths.npy cannot be read" in result.output
     _follow(next(p for p in check.problems if "cannot be read" in p))
     assert tree_digest(out) == built["digest"]
+
+
+@pytest.mark.parametrize("damage", ["cut", "gone"])
+def test_rejects_jsonl_cut_or_gone_is_found_by_validate_and_its_advice_writes_it(
+    built: dict, damage: str
+) -> None:
+    """It is derived at finalize, and nothing checked it: a cut copy passed validate and
+    ``--rejects`` copied what was left."""
+    out = _copy(built, f"rejects-{damage}")
+    rejects = out / "rejects.jsonl"
+    assert rejects.read_bytes().count(b"\n") == 1  # the one broken line of the data
+    if damage == "cut":
+        rejects.write_bytes(b"")
+    else:
+        rejects.unlink()
+    (problem,) = verify_cache(out).problems
+    if damage == "cut":
+        assert "holds 0 of the 1 rejects counted" in problem
+        _follow(problem)
+    else:
+        run = re.search(r"is missing; run (chute preprocess .+?): it", problem)
+        assert run, problem
+        result = CliRunner().invoke(app, [*shlex.split(run.group(1))[1:], "--quiet"])
+        assert result.exit_code == 0, result.output
+    assert verify_cache(out).ok
+    assert tree_digest(out) == built["digest"]

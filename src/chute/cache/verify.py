@@ -107,6 +107,7 @@ def verify_cache(
             progress(size)
     check.chunks = len(check.manifest["chunks"])
     _check_records(layout, check)
+    _check_rejects(layout, check)
     if cache is not None:
         _check_arrays(cache, check)
         if verify_sources:
@@ -131,7 +132,10 @@ def _check_images(cache: Cache, check: CacheCheck) -> None:
 
     recorded: dict[str, tuple[int, ...]] = {}
     for k in range(cache.num_chunks):
-        batch = cache.chunk(k)
+        try:
+            batch = cache.chunk(k)
+        except CacheError:
+            continue  # a damaged chunk: named by the hashes above
         if "images" not in batch.schema.names:
             continue
         items = batch.column("images").flatten()
@@ -158,6 +162,31 @@ def _check_images(cache: Cache, check: CacheCheck) -> None:
             f"cache was built ({shown}): their token counts no longer hold, and a Loader skips "
             f"their samples (image_token_mismatch). Rebuild: {rebuild_command(cache.root)}"
         )
+
+
+def _check_rejects(layout: Layout, check: CacheCheck) -> None:
+    """``rejects.jsonl`` holds as many lines as the manifest counts rejects.
+
+    It is merged from the chunks' own rejects at finalize; a cut or edited copy kept its size
+    out of every other check (its chunks' parts are hashed, it is not).
+    """
+    expected = check.manifest.get("rejected")
+    if not isinstance(expected, int):
+        return
+    data = layout.storage.read(layout.rejects)
+    held = None if data is None else data.count(b"\n")
+    if held == expected:
+        return
+    where, again = layout.where(layout.rejects), resume_command(layout.shown)
+    if held is None:
+        check.problems.append(
+            f"{where} is missing; run {again}: it is merged again from the chunks' rejects"
+        )
+        return
+    check.problems.append(
+        f"{where} holds {held} of the {expected} rejects counted; delete {where} and run "
+        f"{again}: it is merged again from the chunks' rejects"
+    )
 
 
 def _check_records(layout: Layout, check: CacheCheck) -> None:
