@@ -80,18 +80,27 @@ def test_plain_sft_records_say_nothing(recipe: Recipe, caplog: pytest.LogCapture
 
 @pytest.mark.shared_data
 def test_auto_image_tokens_on_llama_32s_vocabulary_names_its_one_token(
-    shared_data, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+    shared_data, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch, tmp_path
 ) -> None:
-    """576 (LLaVA-1.5's count) is what ``auto`` gives; Llama 3.2 Vision writes one token."""
+    """576 (LLaVA-1.5's count) is what ``auto`` gives; Llama 3.2 Vision writes one token.
+
+    Said at the first image counted: a text-only build said it too, for nothing.
+    """
+    from PIL import Image
+
     import chute._internal.files as files
 
     monkeypatch.setattr(files, "_WARNED", set())  # as in a fresh process
     tokenizer = shared_data / "tokenizers" / "llama3.2"
+    Image.new("RGB", (32, 32)).save(tmp_path / "a.png")
+    chat = [{"role": "user", "content": "<image>What?"}, {"role": "assistant", "content": "A."}]
     with caplog.at_level(logging.WARNING, logger="chute.media"):
         Recipe(tokenizer=tokenizer, template="llama3", image_tokens=1)
+        recipe = Recipe(tokenizer=tokenizer, template="llama3", media_root=tmp_path)
+        recipe.process({"instruction": "Hi", "output": "Hello"})  # text only: nothing said
         assert not caplog.records
-        recipe = Recipe(tokenizer=tokenizer, template="llama3")
-        Recipe(tokenizer=tokenizer, template="llama3")  # said once a process
+        for _ in range(2):  # said once a process
+            recipe.process({"messages": chat, "images": ["a.png"]})
     assert recipe.media.tokens["image"] == "<|image|>"
     (said,) = [r.getMessage() for r in caplog.records]
     assert "counts LLaVA-1.5's 576 tokens" in said and said.endswith("pass image_tokens=1")

@@ -124,15 +124,8 @@ class MediaPlan:
             # share Qwen's vocabulary, Qwen3 among them); a Qwen-VL run names its family
             qwen = self.tokens["image"] == "<|image_pad|>"
             image_tokens = DynamicImageTokens() if qwen else "llava-1.5"
-            if self.tokens["image"] == "<|image|>":  # Llama 3.2's vocabulary
-                warn_once(
-                    log,
-                    "image_tokens='auto' counts LLaVA-1.5's 576 tokens per image; the "
-                    "tokenizer's image token <|image|> is Llama 3.2 Vision's, which takes one "
-                    "<|image|> per image (its pixels are cross-attended): for that model pass "
-                    "%s",
-                    spell_set("image_tokens", 1),
-                )
+        # said at the first image counted (text-only data never meets the rule)
+        self._llama_vision = image_tokens == "llava-1.5" and self.tokens["image"] == "<|image|>"
         self.image_rule = image_tokens_rule(image_tokens)
         family = getattr(self.image_rule, "family", None)
         # a short form (fps=2) or fields resolve with the family's preset (chute.media.video)
@@ -238,6 +231,14 @@ class MediaPlan:
                 f"{spell_set('image_tokens', 576)} (LLaVA-1.5), 256 (Qwen-VL), "
                 f"{spell_value('qwen2-vl')} (from each image's size) or {spell_value('auto')} (the default)",
                 param="image_tokens",
+            )
+        if self._llama_vision:  # Llama 3.2's vocabulary under the auto rule
+            warn_once(
+                log,
+                "image_tokens='auto' counts LLaVA-1.5's 576 tokens per image; the tokenizer's "
+                "image token <|image|> is Llama 3.2 Vision's, which takes one <|image|> per image "
+                "(its pixels are cross-attended): for that model pass %s",
+                spell_set("image_tokens", 1),
             )
         if images > 1 and hasattr(rule, "in_sample"):  # OneVision pads the images of such samples
             rule = rule.in_sample(images)
