@@ -25,7 +25,7 @@ from augment_helpers import (
 )
 
 from chute import Loader, Recipe
-from chute.errors import SampleError
+from chute.errors import ConfigError, SampleError
 from chute.media import MediaStage
 from chute.media.augment import Augment, RandomResizedCrop
 from chute.tokenize import load_tokenizer
@@ -215,6 +215,7 @@ def test_a_cache_places_boxes_as_its_pixels_stage_prepares_the_images(tmp_path: 
     """``stages.pixels`` with a centre crop where LLaVA-1.5's default pads to a square: the
     cache's text took the default's boxes while its pixels were cropped."""
     from chute import open_cache, preprocess
+    from chute.media import ImageTransform
 
     where = _data(tmp_path)
     options = {
@@ -247,3 +248,17 @@ def test_a_cache_places_boxes_as_its_pixels_stage_prepares_the_images(tmp_path: 
             assert encloses(written, red_extent(pixels), slack=3), (text, red_extent(pixels))
             checked += 1
         assert checked >= 6  # the others' boxes left the crop: rejected when the cache was built
+    # its own recipe config opens and checks it (the pixel transform applied to it)
+    from chute.cache.verify import verify_cache
+
+    open_cache(tmp_path / "cache", recipe=options)
+    assert verify_cache(tmp_path / "cache", recipe=options).ok
+    # a cache without pixels was placed for the rule's default stage: a cropping stage refused
+    preprocess({"sources": [str(where)], "recipe": options}, out=tmp_path / "plain")
+    plain = open_cache(tmp_path / "plain")
+    stage = MediaStage(
+        ImageTransform(size=336, crop=336, pad_to_square=False, tokens_per_image=576)
+    )
+    for given in (None, recipe):
+        with pytest.raises(ConfigError, match=r"boxes were placed for the image rule's default"):
+            Loader(plain, given, batch_size=1, media=stage)

@@ -398,6 +398,13 @@ class Cache:
             recipe = recipe.build()
         from chute.recipe.contract import as_recipe
 
+        pixels = self._stages().get("pixels")
+        follow = getattr(recipe, "with_image_transform", None)
+        if pixels is not None and callable(follow):
+            # its samples' boxes were placed as its pixel stage prepares the images
+            from chute.cache.pixels import transform_from_options
+
+            recipe = follow(transform_from_options(pixels["options"]))
         contract = as_recipe(recipe) if callable(recipe) else None
         made = contract.fingerprint() if contract is not None else None
         if made is None:  # a function without a fingerprint cannot be compared with the cache
@@ -407,6 +414,15 @@ class Cache:
                 param="recipe",
             )
         diffs = sources + differences(built["recipe"], made)
+        if diffs and all(str(name).startswith("coordinates_transform") for name, _, _ in diffs):
+            placed = "its stages.pixels transform" if pixels else "the image rule's default stage"
+            raise ConfigError(
+                f"{self.root}: its samples' boxes were placed for {placed}, "
+                f"and the Loader's media stage prepares the images otherwise: the boxes would "
+                f"point at other pixels. Leave media= out (the cache's own stage), or build a "
+                f"cache with stages.pixels set to this transform",
+                param="media",
+            )
         if diffs:
             fix = None
             if contract is not None and not overrides and not sources:

@@ -321,6 +321,8 @@ def geometry_follows_stage(
     prepares other pixels (``Recipe.with_image_transform``). Over a cache with pre-decoded
     images, without ``media``, the cache's stage is the one (its samples were made so).
     """
+    if recipe is None and not (media is None or isinstance(media, bool)):
+        _check_cache_geometry(source, media)
     follow = getattr(recipe, "with_image_transform", None)
     if recipe is None or not callable(follow) or getattr(recipe, "geometry", None) is None:
         return recipe
@@ -335,6 +337,22 @@ def geometry_follows_stage(
     except ConfigError:
         return recipe  # not a stage: refused with its own message where the stage is made
     return follow(image) if image is not None else recipe
+
+
+def _check_cache_geometry(source: Any, media: Any) -> None:
+    """Refuse a media stage that prepares a cache's images otherwise than its boxes assume.
+
+    Read without a recipe, a cache's text is fixed: its boxes were placed for one transform.
+    """
+    manifest = getattr(source, "manifest", None)
+    check = getattr(source, "check_recipe", None)
+    if not isinstance(manifest, dict) or not callable(check):
+        return
+    geometry = manifest.get("fingerprint", {}).get("recipe", {}).get("geometry")
+    if not geometry or geometry.get("convention", "none") == "none":
+        return
+    recipe = source.recipe_config().recipe.build()  # its tokenizer loaded: caches with boxes only
+    check(geometry_follows_stage(recipe, media))
 
 
 def lengths_recipe(recipe: RecipeContract | None, media: Any) -> RecipeContract | None:
