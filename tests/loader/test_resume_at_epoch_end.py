@@ -92,3 +92,31 @@ def test_a_finished_epoch_resumes_elastically_with_workers() -> None:
             loader.set_epoch(epoch)
             delivered += [i for b in loader for i in b["sample_ids"].tolist()]
     assert sorted(delivered) == list(range(12))  # epoch 1 once, not epochs 1 and 2
+
+
+def test_what_a_finished_state_reports_before_the_next_epoch_runs() -> None:
+    whole = make()
+    for _ in whole:
+        pass
+    state = orjson.loads(orjson.dumps(whole.state_dict()))
+    assert (state["epoch"], state["batches"]) == (0, 3)
+    loader = make()
+    loader.load_state_dict(state)
+    assert loader.epoch == 1 and loader.position == (0, 3) and loader.batches_left == 0
+    assert len(loader) == 3  # the next iteration: epoch 1
+    from chute.integrations.hf_trainer import trainer_epoch
+
+    assert trainer_epoch(loader) == 1.0  # epoch 0 done (it said 2.0)
+    loader.set_epoch(0)
+    loader.set_epoch(0)  # named twice: still the finished epoch, nothing of it left
+    assert len(loader) == 0 and list(loader) == []
+    loader.set_epoch(1)
+    assert [b["sample_ids"].tolist() for b in loader] == [
+        b["sample_ids"].tolist() for b in _epoch_of(1)
+    ]
+
+
+def _epoch_of(epoch: int) -> list[dict[str, Any]]:
+    loader = make()
+    loader.set_epoch(epoch)
+    return list(loader)

@@ -441,3 +441,25 @@ def test_a_video_track_shorter_than_its_audio_is_sampled_over_its_own_frames(
         monkeypatch.setattr(video, "_tagged_duration", lambda stream: None)
     info = video.probe_video(str(path))
     assert info.frames == 50 and abs(info.duration - 2.0) < 0.05, info
+
+
+def test_a_raw_stream_without_timestamps_is_decoded_whole(tmp_path: Path) -> None:
+    """A raw H.264 stream cannot seek back: counting its packets in the caller's container
+    broke the decoding after it (PermissionError); it is counted in a container of its own."""
+    av = pytest.importorskip("av")
+    from chute.media import video
+
+    path = tmp_path / "clip.h264"
+    with av.open(str(path), "w", format="h264") as out:
+        stream = out.add_stream("libx264", rate=25)
+        stream.width, stream.height, stream.pix_fmt = 64, 48, "yuv420p"
+        for k in range(20):
+            img = np.full((48, 64, 3), k * 10, dtype=np.uint8)
+            for packet in stream.encode(av.VideoFrame.from_ndarray(img, format="rgb24")):
+                out.mux(packet)
+        for packet in stream.encode():
+            out.mux(packet)
+    video.probe_video(str(path))  # no error: the header's figures, whatever they are
+    rule = ImageTransform(size=28, crop=28, tokens_per_image=4)
+    frames = VideoFrames(num_frames=4, transform=rule)(str(path))
+    assert frames.pixels.shape[0] == 4

@@ -263,6 +263,18 @@ def test_a_short_last_step_of_rows_is_spread_over_every_rank(world_size: int) ->
         assert max(row_totals(plan, lens)) <= 64
 
 
+def test_drop_last_rows_are_not_called_samples_too_long(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    lens = np.full(11, 3, dtype=np.int32)
+    with caplog.at_level("WARNING", logger="chute"):
+        plan = PackedPlanner(8, lengths=lens, window=5, drop_last=True).build(
+            11, epoch=0, world_size=2
+        )
+    assert plan.stats["dropped"] > 0  # drop_last's rows
+    assert "longer than a packed row" not in caplog.text
+
+
 def test_packed_drop_last_leaves_out_the_partial_step_of_rows() -> None:
     lens = np.full(7, 10, dtype=np.int32)  # 7 rows of one sample each
     plan = PackedPlanner(10, batch_size=2, drop_last=True, lengths=lens).build(

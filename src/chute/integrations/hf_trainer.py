@@ -112,7 +112,9 @@ def trainer_epoch(loader: Any, per_epoch: int | None = None) -> float:
     """
     total = loader.batches_per_epoch if per_epoch is None else per_epoch
     done = max(0, total - loader.batches_left)
-    return loader.epoch + done / total if total else float(loader.epoch)
+    # the cursor's epoch: after a state saved at an epoch's end, loader.epoch names the next
+    epoch = loader.position[0] if hasattr(loader, "position") else loader.epoch
+    return epoch + done / total if total else float(epoch)
 
 
 def _epoch_callback(loader: Any) -> Any:

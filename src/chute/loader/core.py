@@ -336,6 +336,15 @@ class Loader:
         return self._epoch if self._done_epoch is None else self._done_epoch + 1
 
     @property
+    def position(self) -> tuple[int, int]:
+        """``(epoch, batches yielded in it)``: where the stream stands, as ``state_dict`` says.
+
+        After a state saved at an epoch's end this is that epoch, finished, while ``epoch``
+        names the next one (where the stream goes on).
+        """
+        return self._epoch, self._consumed
+
+    @property
     def plan(self) -> Plan:
         """The plan of the current epoch over the data-parallel ranks (``plan.batch(dp_rank, k)``)."""
         key = (self._epoch, tuple(self._segments), self.world.dp_size)
@@ -365,6 +374,8 @@ class Loader:
 
     def __len__(self) -> int:
         """Batches the next ``iter(loader)`` yields on this rank (equal on every rank)."""
+        if self._empty_pass:
+            return 0  # set_epoch named the epoch a loaded state had finished
         left = self.plan.num_batches - self._consumed
         if left > 0:
             return left
@@ -391,6 +402,7 @@ class Loader:
         done, self._done_epoch = self._done_epoch, None
         self._empty_pass = done is not None and int(epoch) == done
         if self._empty_pass:
+            self._done_epoch = done  # named again before iterating: still nothing of it left
             return
         if int(epoch) != self._epoch:
             self._epoch, self._consumed, self._segments = int(epoch), 0, []

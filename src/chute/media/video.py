@@ -108,7 +108,7 @@ def _info(path: str, container: Any) -> VideoInfo:
     elif len(container.streams) > 1 or container.duration is None:
         # the container's duration is its longest stream's (an audio track outlasting the
         # video gave frames that do not exist): the video's packets, counted (no decoding)
-        frames, duration = _counted(container, stream)
+        frames, duration = _counted(path, stream.index)
     else:
         duration = container.duration / 1_000_000
     if frames <= 0 and duration > 0 and fps > 0:
@@ -127,20 +127,27 @@ def _tagged_duration(stream: Any) -> float | None:
     return value if value > 0 else None
 
 
-def _counted(container: Any, stream: Any) -> tuple[int, float]:
-    """``(frames, seconds)`` of a video stream from its packets' timestamps."""
-    frames, end = 0, None
-    base = stream.time_base
-    for packet in container.demux(stream):
-        if packet.pts is None or packet.size == 0:
-            continue
-        frames += 1
-        stop = packet.pts + (packet.duration or 0)
-        end = stop if end is None or stop > end else end
-    container.seek(0)
+def _counted(path: str, index: int) -> tuple[int, float]:
+    """``(frames, seconds)`` of stream ``index`` from its packets' timestamps.
+
+    In a container of its own: the caller's stays at its start for decoding (a raw stream
+    cannot seek back).
+    """
+    container = _open(path)
+    try:
+        stream = container.streams[index]
+        frames, end = 0, None
+        for packet in container.demux(stream):
+            if packet.pts is None or packet.size == 0:
+                continue
+            frames += 1
+            stop = packet.pts + (packet.duration or 0)
+            end = stop if end is None or stop > end else end
+        base, start = stream.time_base, stream.start_time or 0
+    finally:
+        container.close()
     if end is None or base is None:
         return frames, 0.0
-    start = stream.start_time or 0
     return frames, float((end - start) * base)
 
 

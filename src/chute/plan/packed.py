@@ -400,13 +400,14 @@ class PackedPlanner(LengthPlanner):
                 picked[:dealt], row_bounds, bounds, world_size
             )
             picked = np.concatenate([head, picked[dealt:]])
+        too_long = len(undealt)  # left out by overflow="drop" (the rest: drop_last's rows)
         undealt = np.concatenate([undealt, picked[dealt:]])
         stats["dropped"] += len(picked) - dealt
         tokens = int(lens.sum())
         bound = packing_bound(self.sizes(lens), cap)
         stats.update(rows=num_rows, tokens=tokens, bound=bound, max_length=cap)
         self._check_efficiency(stats)
-        self._check_overflow(len(undealt), stats)
+        self._check_overflow(too_long, stats)
         return TablePlan(
             IdOrder(ids),
             world_size,
