@@ -17,7 +17,8 @@ import typer
 
 from chute.cli._mixture_args import MixtureArgs
 from chute.cli._options import OutputArgs
-from chute.cli._output import emit_json, fail, shown, table
+from chute.cli._output import emit_json, shown, table
+from chute.errors import ConfigError
 
 
 def mixture_stats_command(
@@ -41,10 +42,10 @@ def mixture_stats_command(
         try:
             require_matplotlib()
         except ImportError as exc:
-            raise fail(str(exc)) from None
+            raise ConfigError(str(exc)) from None  # one line (and JSON with --json)
     if mixture.cached:
         if options.get("overflow") == "split":
-            raise fail(
+            raise ConfigError(
                 "--overflow split: the caches hold the samples their recipes made (windows "
                 "already, where built with overflow: split); give the mixture YAML to see "
                 "other windows, or --overflow truncate / drop"

@@ -21,7 +21,7 @@ from chute.cli._options import (
     parse_pairs,
     recipe_options,
 )
-from chute.cli._output import emit_json, fail, guarded, shown, table
+from chute.cli._output import emit_json, guarded, shown, table
 from chute.errors import ConfigError
 from chute.lengths import Lengths, lengths_of
 from chute.plan.cost import CostModel, CostOption
@@ -176,7 +176,7 @@ def stats(
         try:
             require_matplotlib()  # fail before the lengths pass, not after
         except ImportError as exc:
-            raise fail(str(exc)) from None
+            raise ConfigError(str(exc)) from None  # one line (and JSON with --json)
     lengths, data = load_lengths(
         paths, built, cache_dir=cache_dir, workers=workers, show_progress=output.progress
     )
