@@ -42,6 +42,8 @@ EXPLAINED: dict[str, str] = {
     "MixtureEntry.__init__:recipe": ACCEPTS_MANY,
     "MixtureEntry.with_amounts:amounts": "weight, repeat, samples or max_samples: numbers or None",
     "Cache.check_recipe:recipe": ACCEPTS_MANY,
+    "Recipe.with_image_transform:transform": DUCK + " (an image transform: ImageTransform, "
+    "DynamicResolution, a tiler, anything with fingerprint() whose geometry maps)",
     "open_cache:recipe": ACCEPTS_MANY,
     "preprocess:config": ACCEPTS_MANY,
     "preprocess:kwargs": "chute.cache.preprocess's or preprocess_mixture's keywords, by config",
