@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import stat
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -45,27 +47,35 @@ def _temps(folder: Path) -> list[str]:
     return sorted(p.name for p in folder.iterdir() if p.name.endswith(".tmp"))
 
 
+@contextlib.contextmanager
+def _writing(target: Path) -> Iterator[None]:
+    """A process publishing ``target``, held mid-write for the block, then let finish."""
+    started, go = target.with_name("started"), target.with_name("go")
+    writer = subprocess.Popen(
+        [sys.executable, "-c", SLOW_WRITER, str(target), str(started), str(go)]
+    )
+    try:
+        while not started.exists():  # its own signal: no timing assumed
+            assert writer.poll() is None, "the writer stopped before it wrote"
+            time.sleep(0.01)
+        yield
+    finally:
+        go.touch()
+        assert writer.wait(60) == 0
+    assert target.read_bytes() == b"x" * 1000 + b"y"
+
+
 def test_a_killed_writers_temporary_is_swept_and_a_live_writers_kept(tmp_path: Path) -> None:
     chunks = tmp_path / "chunks"
     chunks.mkdir()
     proc = subprocess.run([sys.executable, "-c", KILLED_WRITER, str(chunks / "000001.arrow")])
     assert proc.returncode == -9
     (dead,) = _temps(chunks)
-    started, go = tmp_path / "started", tmp_path / "go"
-    args = [str(chunks / "000002.arrow"), str(started), str(go)]
-    live = subprocess.Popen([sys.executable, "-c", SLOW_WRITER, *args])
-    try:
-        while not started.exists():
-            assert live.poll() is None, "the writer stopped before it wrote"
-            time.sleep(0.01)
+    with _writing(chunks / "000002.arrow"):
         assert len(_temps(chunks)) == 2
         assert sweep_temps(chunks) == 1
         (left,) = _temps(chunks)
         assert left != dead and left.startswith(".000002.arrow.")
-    finally:
-        go.touch()
-        assert live.wait(60) == 0
-    assert (chunks / "000002.arrow").read_bytes() == b"x" * 1000 + b"y"
     assert _temps(chunks) == []
 
 
@@ -81,21 +91,11 @@ def test_a_live_writer_in_another_pid_namespace_keeps_its_temporary(tmp_path: Pa
         pytest.skip(f"no user and pid namespaces here: {probe.stderr.decode().strip()}")
     chunks = tmp_path / "chunks"
     chunks.mkdir()
-    started, go = tmp_path / "started", tmp_path / "go"
-    args = [str(chunks / "000001.arrow"), str(started), str(go)]
-    writer = subprocess.Popen([sys.executable, "-c", SLOW_WRITER, *args])
-    try:
-        while not started.exists():
-            assert writer.poll() is None, "the writer stopped before it wrote"
-            time.sleep(0.01)
+    with _writing(chunks / "000001.arrow"):
         other = ["unshare", "-Urpf", "--mount-proc", sys.executable, "-c", SWEEP, str(chunks)]
         swept = subprocess.run(other, capture_output=True, text=True, env=os.environ)
         assert swept.returncode == 0, swept.stderr
         assert swept.stdout.strip() == "0"
-    finally:
-        go.touch()
-        assert writer.wait(60) == 0
-    assert (chunks / "000001.arrow").read_bytes() == b"x" * 1000 + b"y"
 
 
 def test_published_files_are_readable_by_the_group_and_others(tmp_path: Path) -> None:

@@ -402,6 +402,16 @@ def test_a_version_1_chunk_reads_video_timing_as_absent() -> None:
     assert got["grid_thw"] == [1, 2, 4] and got["span"] == [1, 3]
 
 
+def _mux_frames(av: Any, out: Any, stream: Any, frames: int) -> None:
+    """``frames`` grey frames (``k * 5``) of ``stream``'s size encoded into ``out``, flushed."""
+    for k in range(frames):
+        img = np.full((stream.height, stream.width, 3), k * 5, dtype=np.uint8)
+        for packet in stream.encode(av.VideoFrame.from_ndarray(img, format="rgb24")):
+            out.mux(packet)
+    for packet in stream.encode():
+        out.mux(packet)
+
+
 def _video_with_longer_audio(path: Path) -> Path:
     """2 s of 25 fps video and 6 s of audio in one container (the container says 6 s)."""
     av = pytest.importorskip("av")
@@ -410,12 +420,7 @@ def _video_with_longer_audio(path: Path) -> Path:
         video.width, video.height, video.pix_fmt = 64, 48, "yuv420p"
         audio = out.add_stream("aac", rate=16000)
         audio.layout = "mono"
-        for k in range(50):
-            img = np.full((48, 64, 3), k * 5, dtype=np.uint8)
-            for packet in video.encode(av.VideoFrame.from_ndarray(img, format="rgb24")):
-                out.mux(packet)
-        for packet in video.encode():
-            out.mux(packet)
+        _mux_frames(av, out, video, 50)
         for i in range(6 * 16000 // 1024):
             frame = av.AudioFrame.from_ndarray(
                 np.zeros((1, 1024), np.float32), format="fltp", layout="mono"
@@ -453,12 +458,7 @@ def test_a_raw_stream_without_timestamps_is_decoded_whole(tmp_path: Path) -> Non
     with av.open(str(path), "w", format="h264") as out:
         stream = out.add_stream("libx264", rate=25)
         stream.width, stream.height, stream.pix_fmt = 64, 48, "yuv420p"
-        for k in range(20):
-            img = np.full((48, 64, 3), k * 10, dtype=np.uint8)
-            for packet in stream.encode(av.VideoFrame.from_ndarray(img, format="rgb24")):
-                out.mux(packet)
-        for packet in stream.encode():
-            out.mux(packet)
+        _mux_frames(av, out, stream, 20)
     video.probe_video(str(path))  # no error: the header's figures, whatever they are
     rule = ImageTransform(size=28, crop=28, tokens_per_image=4)
     frames = VideoFrames(num_frames=4, transform=rule)(str(path))

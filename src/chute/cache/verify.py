@@ -17,6 +17,7 @@ import hashlib
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -173,8 +174,7 @@ def _check_rejects(layout: Layout, check: CacheCheck) -> None:
     expected = check.manifest.get("rejected")
     if not isinstance(expected, int):
         return
-    data = layout.storage.read(layout.rejects)
-    held = None if data is None else data.count(b"\n")
+    held = _lines(layout.fetch(layout.rejects)) if layout.exists(layout.rejects) else None
     if held == expected:
         return
     where, again = layout.where(layout.rejects), resume_command(layout.shown)
@@ -187,6 +187,15 @@ def _check_rejects(layout: Layout, check: CacheCheck) -> None:
         f"{where} holds {held} of the {expected} rejects counted; delete {where} and run "
         f"{again}: it is merged again from the chunks' rejects"
     )
+
+
+def _lines(path: Path) -> int:
+    """Lines of a file, read in blocks (a rejects file of 100M records need not fit memory)."""
+    count = 0
+    with open(path, "rb") as f:
+        while block := f.read(1 << 22):
+            count += block.count(b"\n")
+    return count
 
 
 def _check_records(layout: Layout, check: CacheCheck) -> None:

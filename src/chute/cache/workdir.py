@@ -101,7 +101,8 @@ def _delete(layout: Layout, blob: bytes | None = None) -> None:
     stages = plan.get("fingerprint", {}).get("stages", {}) if isinstance(plan, dict) else {}
     if blob is not None:  # this build's plan in place first (see prepare_dir)
         layout.publish(layout.plan, blob)
-    for name in ("plan.json", "manifest.json", *Layout.FILES):  # the plan first: see above
+    # without a plan of its own to write, the old plan goes first: see prepare_dir
+    for name in ("plan.json", *Layout.FILES):
         if name != "plan.json" or blob is None:
             layout.storage.delete(Path(layout.root, name))
     for name in [*stages, "chunks"]:
@@ -201,7 +202,8 @@ def finish(
         recorded = layout.recorded()
         foreign = [k for k in foreign if _build_of(layout.read_json(layout.record(k))) != build]
         missing = [k for k in range(plan["chunks"]) if k not in recorded or k in foreign]
-        if missing and world.world_size == 1:  # every chunk is this rank's, and it built them
+        if missing and world.world_size == 1 and not first:
+            # every chunk is this rank's and it built them: gone at a second look, deleted
             raise CacheError(_vanished_message(layout, missing))
         stopped = []
         if missing and time.monotonic() - looked >= _LOCK_LOOK_SECONDS:

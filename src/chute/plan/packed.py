@@ -32,8 +32,8 @@ padded sample then cuts into ``2 * cp`` equal chunks (``chute.collate.context``)
 (``pack_spread``), the shuffled rows are grouped into steps of alike patches (and compute, with
 ``"cost"``) and the steps shuffled, each step's rows are dealt to its ranks by load, and a last
 step of fewer rows than ranks is repacked so every rank gets a share (as without ``balance``);
-every row still holds at most ``max_length``. Compute (``cost=``, ``chute.plan.cost``) does not change the packing: a
-row of ``max_length`` tokens holding one long document costs more than any row of short
+every row still holds at most ``max_length``. Compute (``cost=``, ``chute.plan.cost``) does
+not change the packing: a row of ``max_length`` tokens holding one long document costs more than any row of short
 samples, so no packing of whole samples into equal rows evens it out; steps of alike rows do::
 
     8 ranks x 1 row of 32,768, Llama-3-8B shape          cost per rank in one step (x 32,768 b)
@@ -307,7 +307,7 @@ class PackedPlanner(LengthPlanner):
         bounds = even_bounds(num_rows, world_size, self.batch_size, self.drop_last)
         dealt_rows = int(bounds[-1])
         dealt = int(row_bounds[dealt_rows])
-        picked[:dealt], dealt_bounds, bounds, _ = self._spread_last_step(
+        dealt_bounds, bounds = self._spread_last_step(
             picked[:dealt], row_bounds[: dealt_rows + 1], bounds, world_size
         )
         stats = {
@@ -396,10 +396,9 @@ class PackedPlanner(LengthPlanner):
                 picked, np.take(cost, at[:dealt], axis=0), row_bounds, bounds, world_size, stats
             )
         else:
-            head, row_bounds, bounds, _ = self._spread_last_step(
+            row_bounds, bounds = self._spread_last_step(
                 picked[:dealt], row_bounds, bounds, world_size
             )
-            picked = np.concatenate([head, picked[dealt:]])
         too_long = len(undealt)  # left out by overflow="drop" (the rest: drop_last's rows)
         undealt = np.concatenate([undealt, picked[dealt:]])
         stats["dropped"] += len(picked) - dealt
@@ -463,11 +462,9 @@ class PackedPlanner(LengthPlanner):
         assert self.balance is not None
         dealt = int(row_bounds[-1])
         head, tail = picked[:dealt], picked[dealt:]
-        head, row_bounds, bounds, spread_cost = self._spread_last_step(
+        row_bounds, bounds = self._spread_last_step(
             head, row_bounds, bounds, world_size, cost, self.balance
         )
-        assert spread_cost is not None
-        cost = spread_cost
         sums = np.zeros((len(cost) + 1, cost.shape[1]), dtype=np.int64)
         np.cumsum(cost, axis=0, out=sums[1:])
         rows_cost = sums[row_bounds[1:]] - sums[row_bounds[:-1]]
@@ -490,13 +487,14 @@ class PackedPlanner(LengthPlanner):
         world_size: int,
         cost: np.ndarray | None = None,
         balance: Balance | None = None,
-    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray | None]:
+    ) -> tuple[np.ndarray, np.ndarray]:
         """A last step of fewer rows than ranks packed again, so that every rank gets samples.
 
         Else the ranks without a row get a placeholder batch: a wasted step, and for a
         vision-language model under DDP a vision tower without gradients. ``head``: the dealt
         ids; ``cost`` (with ``balance``) their columns, else their tokens balance the new rows.
-        Returns ``(head, row_bounds, bounds, cost)``, each in the new order.
+        The step's ids (and cost rows) are reordered in place, nothing before them copied;
+        returns the new ``(row_bounds, bounds)``.
         """
         unit = world_size * self.batch_size
         full = (len(row_bounds) - 1) // unit
@@ -508,16 +506,17 @@ class PackedPlanner(LengthPlanner):
             columns = cost[lo:] if cost is not None else size[:, None]
             rule = _TOKENS if balance is None else balance
             spread = spread_tail(columns, size, self.max_length, left, world_size, rule)
-        if spread is not None:
-            order, counts, per_rank = spread
-            head = np.concatenate([head[:lo], head[lo:][order]])
-            if cost is not None:
-                cost = np.concatenate([cost[:lo], cost[lo:][order]])
-            row_bounds = np.concatenate([row_bounds[: full * unit + 1], lo + np.cumsum(counts)])
-            bounds = np.concatenate(
-                [bounds[: full * world_size + 1], full * unit + np.cumsum(per_rank)]
-            ).astype(np.int64)
-        return head, row_bounds.astype(np.int64), bounds, cost
+        if spread is None:
+            return row_bounds, bounds
+        order, counts, per_rank = spread
+        head[lo:] = head[lo:][order]
+        if cost is not None:
+            cost[lo:] = cost[lo:][order]
+        row_bounds = np.concatenate([row_bounds[: full * unit + 1], lo + np.cumsum(counts)])
+        bounds = np.concatenate(
+            [bounds[: full * world_size + 1], full * unit + np.cumsum(per_rank)]
+        )
+        return row_bounds.astype(np.int64, copy=False), bounds.astype(np.int64, copy=False)
 
     def _pack(self, lens: np.ndarray, spread: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
         def pack(lo: int, hi: int) -> tuple[np.ndarray, np.ndarray]:

@@ -139,8 +139,9 @@ def split_sample(sample: dict[str, Any], max_length: int, stride: int) -> list[d
 def untrained_window(piece: dict[str, Any]) -> SampleError | None:
     """``no_trainable_tokens`` for a window with no token to learn, else ``None``.
 
-    A window of a split record is a sample of its own: one of a prompt longer than ``max_length`` (all -100) has
-    nothing to train on, and a batch of such windows has a loss over no token (NaN as a mean).
+    A window of a split record is a sample of its own: one inside a prompt longer than
+    ``max_length`` (all -100) has nothing to train on, and a batch of such windows has a loss
+    over no token (NaN as a mean).
     Its first label is never a target (a causal loss shifts by one), as in any sample.
 
     Example:
