@@ -92,13 +92,14 @@ def test_validate_a_cache(built: dict, tmp_path: Path) -> None:
     out = orjson.loads(result.stdout)
     assert (out["records"], out["valid"], out["rejected"]) == (400, 398, 2)
     assert out["cache"]["ok"] and out["cache"]["chunks"] == 4
+    assert (out["target"], out["ok"]) == ("cache", True)
     assert len((tmp_path / "r.jsonl").read_text().splitlines()) == 2
     assert runner.invoke(app, ["validate", str(built["out"]), "--strict"]).exit_code == 1
     tok = str(built["tok"])
     result = runner.invoke(
         app, ["validate", str(built["out"]), "--tokenizer", tok, "--template", "chatml", "--json"]
     )
-    assert result.exit_code == 1
+    assert result.exit_code == 1 and orjson.loads(result.stdout)["ok"] is False
     assert (
         "max_length differs: cache 128, recipe None"
         in orjson.loads(result.stdout)["cache"]["problems"][0]

@@ -44,6 +44,7 @@ def test_validate_json_contract_and_rejects_file(tmp_path: Path) -> None:
     out = orjson.loads(result.stdout)
     assert (out["records"], out["valid"], out["rejected"]) == (5, 3, 2)
     assert out["over_budget"] is True and out["max_bad_fraction"] == 0.25
+    assert (out["target"], out["ok"]) == ("files", False)  # ok says what the exit status says
     assert out["by_reason"] == {"bad_json": 1, "not_an_object": 1}
     assert [orjson.loads(x)["line"] for x in rejects.read_bytes().splitlines()] == [4, 5]
 
@@ -66,6 +67,8 @@ def test_validate_says_so_when_no_record_was_rejected(tmp_path: Path) -> None:
     assert f"no record was rejected ({rejects} is empty)" in result.stdout
     assert "rejected records written to" not in result.stdout
     assert rejects.read_bytes() == b""
+    ok = runner.invoke(app, ["validate", str(clean), "--json"])
+    assert ok.exit_code == 0 and orjson.loads(ok.stdout)["ok"] is True
     p = write(tmp_path / "d.jsonl")
     args = ["validate", str(p), "--quiet", "--max-bad-fraction", "0.5", "--rejects", str(rejects)]
     result = runner.invoke(app, args)

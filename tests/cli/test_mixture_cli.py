@@ -76,6 +76,7 @@ def test_overlap_finds_leakage_and_exits_1(
     )
     assert result.exit_code == 1, result.output  # the file is the mixture's alpaca: leakage
     report = orjson.loads(result.stdout)
+    assert (report["target"], report["ok"]) == ("overlap", False)
     assert report["groups"] == ["alpaca:train", "alpaca:val", "tools", alpaca]
     assert report["between"][f"alpaca:val|{alpaca}"]["contents"] == report["unique"]["alpaca:val"]
     assert report["between"]["alpaca:train|alpaca:val"]["contents"] == 0

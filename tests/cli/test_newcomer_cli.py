@@ -212,6 +212,7 @@ def test_validate_a_mixture_runs_each_datasets_recipe(mixture: Path, tmp_path: P
     out = runner.invoke(app, ["validate", str(mixture), "--json"])
     report = orjson.loads(out.stdout)
     assert report["records"] == 101 and report["rejected"] == 4
+    assert (report["target"], report["ok"]) == ("mixture", True)
     assert {n: r["rejected"] for n, r in report["datasets"].items()} == {"a": 3, "b": 1}
     assert len(rejects.read_text().splitlines()) == 4
     # an override reaches the dataset: b read as sharegpt rejects every record, and exits 1

@@ -40,7 +40,10 @@ def validate_cache(
     m = check.manifest
     if rejects is not None and m:
         shutil.copyfile(Path(path) / "rejects.jsonl", rejects)
+    failed = not check.ok or bool(strict and m.get("rejected"))
     summary = {
+        "target": "cache",
+        "ok": not failed,
         "records": m.get("records"),
         "valid": m.get("samples"),
         "rejected": m.get("rejected"),
@@ -53,7 +56,7 @@ def validate_cache(
         emit_json(summary)
     else:
         _print_check(check, summary)
-    if not check.ok or (strict and summary["rejected"]):
+    if failed:
         raise typer.Exit(1)
 
 

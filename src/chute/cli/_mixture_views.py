@@ -168,9 +168,12 @@ def validate_mixture(
         for name, report in reports.items()
         if budget.exceeded_by(report.rejected, report.records)
     ]
+    failed = bool(over) or bool(strict and merged.rejected)
     if as_json:
         emit_json(
             {
+                "target": "mixture",
+                "ok": not failed,
                 **merged.to_json(),
                 "check": described,
                 "datasets": {name: report.to_json() for name, report in reports.items()},
@@ -202,7 +205,7 @@ def validate_mixture(
             err=True,
             fg=typer.colors.RED,
         )
-    if over or (strict and merged.rejected):
+    if failed:
         raise typer.Exit(1)
 
 

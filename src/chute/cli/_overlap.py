@@ -78,11 +78,12 @@ def run_overlap(
         progress=progress,
     )
     shared = {pair: v for pair, v in report.between.items() if v["contents"]}
+    failed = bool(shared) or bool(strict and report.duplicates)
     if as_json:
-        emit_json(report.to_json())
+        emit_json({"target": "overlap", "ok": not failed, **report.to_json()})
     else:
         _print(report.to_json(), shared)
-    if shared or (strict and report.duplicates):
+    if failed:
         raise typer.Exit(1)
 
 

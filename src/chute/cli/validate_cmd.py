@@ -220,10 +220,13 @@ def validate(
         source, check, workers=workers, rejects=rejects, progress=shown(output.progress)
     )
     over = budget.exceeded_by(report.rejected, report.records)
+    failed = over or bool(strict and report.rejected) or bool(data.skipped)
     data.warn()
     if output.as_json:
         emit_json(
             {
+                "target": "files",
+                "ok": not failed,
                 **report.to_json(),
                 "check": described,
                 "max_bad_fraction": max_bad_fraction,
@@ -242,7 +245,7 @@ def validate(
             err=True,
             fg=typer.colors.RED,
         )
-    if over or (strict and report.rejected) or data.skipped:
+    if failed:
         raise typer.Exit(1)
 
 
