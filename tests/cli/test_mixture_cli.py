@@ -64,6 +64,15 @@ def test_stats_of_a_mixture_prints_the_dataset_table_and_plot(
     assert sum(r["epoch_samples"] for r in rows.values()) == out["epoch"]["samples"]
     assert set(rows["tools"]["efficiency"]) >= {"random", "grouped", "budget", "packed"}
     assert out["plans"]["random"]["samples"] == out["epoch"]["samples"]
+    # the hold-out as drawn (a hash threshold: about, not exactly, 2% of 1,000), as --overlap
+    # counts the val group, and a column for it in the table
+    groups = orjson.loads(
+        runner.invoke(app, ["validate", "--overlap", str(mixture_yaml), "--json"]).stdout
+    )
+    assert (
+        rows["alpaca"]["val"] == groups["records"]["alpaca:val"] > 0 and rows["tools"]["val"] == 0
+    )
+    assert " val " in result.output
 
 
 def test_overlap_finds_leakage_and_exits_1(

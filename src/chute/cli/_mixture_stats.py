@@ -82,12 +82,14 @@ def mixture_stats_command(
 
 def _print_datasets(result: dict[str, Any]) -> None:
     rows = []
+    held = any(d["val"] for d in result["datasets"].values())  # a column only where one is
     for name, d in result["datasets"].items():
         eff = "  ".join(f"{p} {100 * e:.1f}%" for p, e in d["efficiency"].items())
         rows.append(
             [
                 name,
                 d["records"],
+                *([d["val"]] if held else []),
                 d["tokens"],
                 d["mean"],
                 d["p99"],
@@ -103,6 +105,7 @@ def _print_datasets(result: dict[str, Any]) -> None:
             [
                 "dataset",
                 "records",
+                *(["val"] if held else []),
                 "tokens",
                 "mean",
                 "p99",

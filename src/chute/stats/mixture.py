@@ -86,6 +86,9 @@ def mixture_stats(
     samples = np.bincount(dataset, minlength=n)
     tokens = np.bincount(dataset, weights=fed[ids], minlength=n)
     total_samples, total_tokens = int(samples.sum()), float(tokens.sum())
+    # the hold-outs as drawn (a fraction is a hash threshold, so 10% of 60 may be 4 records)
+    pools = opened.pools("val") if any(ds.val for ds in opened.mixture) else [None] * n
+    held = [0 if pool is None else len(pool) for pool in pools]
     rows: dict[str, Any] = {}
     cut: list[int] = []  # per dataset of documents split into windows: the documents cut
     for d, name in enumerate(opened.names):
@@ -101,6 +104,7 @@ def mixture_stats(
             "tokens": own["tokens"] if own else 0,
             "mean": own["lengths"]["mean"] if own else None,
             "p99": own["lengths"]["p99"] if own else None,
+            "val": held[d],
             "epoch_samples": int(samples[d]),
             "sample_share": round(int(samples[d]) / total_samples, 4) if total_samples else None,
             "epoch_tokens": int(tokens[d]),
