@@ -31,7 +31,9 @@ Pretraining documents (``text`` conversations) are ``<s>text</s>`` in every temp
 
 Template variables (``Recipe(template_vars=...)``, ``--template-var``) that ``chatml`` and
 ``qwen3`` read, to reproduce LLaMA-Factory's renderings (docs/guides/migrate-llama-factory.md):
-``think_every_turn`` (qwen3: a think block in every assistant turn, trained), ``train_newline``
+``enable_thinking`` (qwen3: ``false`` prompts with an empty think block, as Qwen3's template
+does, so an empty one is not trained; one with reasoning is), ``think_every_turn`` (qwen3: a think
+block in every assistant turn, trained), ``train_newline``
 (the ``\n`` after a trained ``<|im_end|>`` is trained too), ``tools_blank_line`` (the blank
 line before ``# Tools`` even without a system prompt).
 
@@ -200,7 +202,13 @@ class ChatML(BuiltinTemplate):
                 content = ctx.content(m)
                 b.add("<|im_start|>assistant\n", t)
                 if self.think:
-                    content = self._think(b, m, content, i, last_query, n, f, last_query < 0)
+                    # under enable_thinking: false the generation prompt ends with an empty
+                    # think block, as Qwen3's own template writes it: not trained where empty
+                    prompted = options.get("enable_thinking") is False
+                    think_flags = (f, t if prompted else f)
+                    content = self._think(
+                        b, m, content, i, last_query, n, think_flags, last_query < 0
+                    )
                 b.add(content, f)
                 if m.tool_calls:
                     b.add(_qwen_tool_calls(m, content), f)
@@ -233,9 +241,10 @@ class ChatML(BuiltinTemplate):
         i: int,
         last_query: int,
         n: int,
-        train: bool,
+        train: tuple[bool, bool],
         every: bool = False,
     ) -> str:
+        """Write the turn's think block, if it has one; ``train``: (with reasoning, empty)."""
         reasoning = ""
         if m.reasoning is not None:
             reasoning = m.reasoning
@@ -243,12 +252,15 @@ class ChatML(BuiltinTemplate):
             reasoning = content.split("</think>")[0].rstrip("\n").split("<think>")[-1].lstrip("\n")
             content = content.split("</think>")[-1].lstrip("\n")
         if every or (i > last_query and (i == n - 1 or reasoning)):
-            b.add("<think>\n" + reasoning.strip("\n") + "\n</think>\n\n", train)
+            reasoning = reasoning.strip("\n")
+            b.add("<think>\n" + reasoning + "\n</think>\n\n", train[0] if reasoning else train[1])
             return content.lstrip("\n")
         return content
 
     def spec(self) -> dict[str, Any]:
-        return {**super().spec(), "think": self.think}
+        # think 2: enable_thinking: false leaves an empty think block untrained (caches built
+        # with it trained the block; with think, the spec differs from theirs, so they are refused)
+        return {**super().spec(), "think": 2 if self.think else False}
 
 
 # -- Llama 3 -------------------------------------------------------------------------------

@@ -19,10 +19,16 @@ whole conversation, encoded once. Spans are found in it as follows:
    (trimmed, reasoning split off, ...). A trained assistant turn's span then extends back over
    template text written after its generation header (e.g. Qwen3's empty ``<think>`` block) and
    forward through the end-of-turn token (with any tool calls before it). Two probe renders per
-   template find the header (``add_generation_prompt`` output) and the end-of-turn text.
+   template find the header (``add_generation_prompt`` output) and the end-of-turn text. Where
+   the turn departs from that header (Qwen3 under ``enable_thinking: false`` prompts with an
+   empty think block, and a turn that carries reasoning writes it there), the span starts after
+   the role header the turn shares with it (``<|im_start|>assistant\n``): the model is taught
+   what the turn writes, not a piece of it.
 2. **Prefix renders**, for a message the markers cannot place (the template branched on the
    content): render the messages before it with ``add_generation_prompt=True`` and through it
-   without; the difference is what the model generates for that turn; find it in ``F``.
+   without; the difference is what the model generates for that turn; find it in ``F`` after
+   the point where ``F`` and that prompt part (an empty turn is its end-of-turn token alone,
+   which the text before it holds too).
 3. **Diff render**: render with only that message's content replaced and diff against ``F``.
 
 If all three fail the record is rejected as ``template_error`` (never silently mis-masked).
@@ -67,6 +73,7 @@ __all__ = ["JinjaTemplate"]
 
 _MARK = "\u27e6chute:{}\u27e7"  # ⟦chute:3⟧ — survives trim/strip/split and tojson
 _MARK_RE = re.compile("\u27e6chute:(\\d+)\u27e7")
+_MARK_OPEN = "\u27e6chute:"  # in a rendering of the data itself: markers cannot be used
 
 
 class JinjaTemplate(Template):
@@ -92,13 +99,15 @@ class JinjaTemplate(Template):
         except TemplateError as exc:
             where = f" ({origin})" if origin else ""
             raise ConfigError(f"template{where}: not a valid Jinja template: {exc}") from None
-        self._probes: dict[Any, tuple[str, str]] = {}
+        self._probes: dict[Any, _Headers] = {}
         self._skeletons = Skeletons(self._compiled)
         # the last context seen and what is derived from it (a recipe passes the same one)
         self._seen: tuple[RenderContext, dict[str, Any], dict[str, Any], _Context] | None = None
 
     def spec(self) -> dict[str, Any]:
-        return {"name": self.name, "kind": "jinja", "sha256": self.sha256}
+        # spans 2: empty turns, turns departing from the generation header and marker-like
+        # text are placed otherwise; caches built before had such labels wrong: refused
+        return {"name": self.name, "kind": "jinja", "sha256": self.sha256, "spans": 2}
 
     def __getstate__(self) -> dict[str, Any]:
         return {"source": self.source, "name": self.name, "origin": self.origin}
@@ -201,14 +210,14 @@ class JinjaTemplate(Template):
 
     # -- span finding ------------------------------------------------------------------------
 
-    def _probe(self, ctx: RenderContext) -> tuple[str, str]:
-        """``(generation header, end-of-turn text)`` of this template under ``ctx``."""
+    def _probe(self, ctx: RenderContext) -> _Headers:
+        """The generation header, role header and end-of-turn text of the template under ``ctx``."""
         key = self._context(ctx).key
         found = self._probes.get(key)
         if found is not None:
             return found
         u, a, u2 = _MARK.format(900001), _MARK.format(900002), _MARK.format(900003)
-        header = eot = ""
+        header = eot = role = ""
         try:
             one = [{"role": "user", "content": u}]
             with_gen = self.render_messages(one, ctx, add_generation_prompt=True)
@@ -219,14 +228,18 @@ class JinjaTemplate(Template):
             tail1 = self.render_messages(two, ctx).partition(a)[2]
             three = self.render_messages([*two, {"role": "user", "content": u2}], ctx)
             tail2 = three.partition(a)[2].partition(u2)[0]
-            k = 0
-            while k < min(len(tail1), len(tail2)) and tail1[k] == tail2[k]:
-                k += 1
-            eot = tail1[:k].rstrip()
+            eot = tail1[: _common_prefix(tail1, tail2)].rstrip()
+            # what the template writes before an assistant turn in the history, as far as the
+            # generation header writes it too: the role header every turn starts with
+            turn = three.partition(a)[0]
+            if header and turn.startswith(without):
+                turn = turn[len(without) :]
+                role = header[: _common_prefix(header, turn)]
         except SampleError:
             pass  # a template that refuses the probes gets plain content spans
-        self._probes[key] = (header, eot)
-        return header, eot
+        found = _Headers(header, eot, role)
+        self._probes[key] = found
+        return found
 
     def _locate(
         self,
@@ -238,12 +251,12 @@ class JinjaTemplate(Template):
         skeleton: Skeleton | None = None,
         filled: list[tuple[int, int]] | None = None,
     ) -> dict[int, tuple[int, int]]:
-        header, eot = self._probe(ctx)
+        heads = self._probe(ctx)
         if skeleton is not None and filled is not None:
-            found = _by_plan(text, msgs, wanted, skeleton, filled, header, eot)
+            found = _by_plan(text, msgs, wanted, skeleton, filled, heads)
             if found is not None:
                 return found
-        located = self._by_markers(text, msgs, wanted, tools, ctx, header, eot, skeleton, filled)
+        located = self._by_markers(text, msgs, wanted, tools, ctx, heads, skeleton, filled)
         for i in wanted:
             if i in located:
                 continue
@@ -251,9 +264,9 @@ class JinjaTemplate(Template):
             upper = min((s for j, (s, _) in located.items() if j > i), default=len(text))
             span = None
             if msgs[i]["role"] == "assistant":
-                span = self._by_prefix(text, msgs, i, tools, ctx, eot, lower, upper)
+                span = self._by_prefix(text, msgs, i, tools, ctx, heads, lower, upper)
             if span is None:
-                span = self._by_diff(text, msgs, i, tools, ctx, eot, lower, upper)
+                span = self._by_diff(text, msgs, i, tools, ctx, heads, lower, upper)
             if span is None:
                 raise SampleError(
                     "template_error",
@@ -271,11 +284,12 @@ class JinjaTemplate(Template):
         wanted: list[int],
         tools: Any,
         ctx: RenderContext,
-        header: str,
-        eot: str,
+        heads: _Headers,
         skeleton: Skeleton | None = None,
         filled: list[tuple[int, int]] | None = None,
     ) -> dict[int, tuple[int, int]]:
+        if _MARK_OPEN in text:
+            return {}  # the data writes marker-like text: a marker could not be told from it
         # An empty content stays empty: templates branch on it (Qwen3 writes a newline before a
         # tool call only after text), and a marker there would derail the alignment.
         wanted = [i for i in wanted if msgs[i]["content"]]
@@ -304,7 +318,11 @@ class JinjaTemplate(Template):
         located: dict[int, tuple[int, int]] = {}
         # Markers must come once each and in order; a template may drop a content (Llama 3
         # writes a tool-call turn without it): those messages are left to the fallbacks.
-        if any(b <= a for a, b in itertools.pairwise(order)) or not text.startswith(templ[0]):
+        if (
+            any(b <= a for a, b in itertools.pairwise(order))
+            or any(k >= len(wanted) for k in order)
+            or not text.startswith(templ[0])
+        ):
             return located
         pos = len(templ[0])
         for k, i in enumerate(wanted[j] for j in order):
@@ -325,13 +343,13 @@ class JinjaTemplate(Template):
             start, end = slot_start, slot_end
             if msgs[i]["role"] == "assistant":
                 before = templ[k]
-                h = before.rfind(header) if header else -1
-                if h >= 0:
-                    start = slot_start - (len(before) - h - len(header))
-                if eot:
-                    e = text.find(eot, slot_end, slot_end + len(after))
+                h = heads.end_in(before, 0, len(before))
+                if h is not None:
+                    start = slot_start - (len(before) - h)
+                if heads.eot:
+                    e = text.find(heads.eot, slot_end, slot_end + len(after))
                     if e >= 0:
-                        end = e + len(eot)
+                        end = e + len(heads.eot)
             located[i] = (start, end)
             pos = slot_end + len(after)
         return located
@@ -343,10 +361,11 @@ class JinjaTemplate(Template):
         i: int,
         tools: Any,
         ctx: RenderContext,
-        eot: str,
+        heads: _Headers,
         lower: int,
         upper: int,
     ) -> tuple[int, int] | None:
+        eot = heads.eot
         try:
             prompt = self.render_messages(msgs[:i], ctx, tools=tools, add_generation_prompt=True)
             full = self.render_messages(msgs[: i + 1], ctx, tools=tools)
@@ -361,7 +380,13 @@ class JinjaTemplate(Template):
             generated = generated.rstrip()
         if not generated:
             return None
-        at = text.find(generated, lower, upper)
+        # The turn starts after its own header: an empty turn's text is its end-of-turn token
+        # alone, which an earlier turn ends with too. Its header is the last one before the
+        # point where the text departs from the prompt (that point may lie a character past
+        # the turn's start: Qwen3's "<think>" and "<|im_end|>" share their "<").
+        departs = _common_prefix(prompt, text)
+        header_end = heads.end_in(text, lower, departs)
+        at = text.find(generated, max(lower, departs if header_end is None else header_end), upper)
         return None if at < 0 else (at, at + len(generated))
 
     def _by_diff(
@@ -371,7 +396,7 @@ class JinjaTemplate(Template):
         i: int,
         tools: Any,
         ctx: RenderContext,
-        eot: str,
+        heads: _Headers,
         lower: int,
         upper: int,
     ) -> tuple[int, int] | None:
@@ -395,10 +420,15 @@ class JinjaTemplate(Template):
         start, end = p, len(text) - s
         if start < lower or end > upper:
             return None
-        if msgs[i]["role"] == "assistant" and eot:
-            e = text.find(eot, end, upper)
-            if e >= 0:
-                end = e + len(eot)
+        if msgs[i]["role"] == "assistant":
+            # back over template text after the turn's header (the text both renders share)
+            h = heads.end_in(text, lower, start)
+            if h is not None:
+                start = h
+            if heads.eot:
+                e = text.find(heads.eot, end, upper)
+                if e >= 0:
+                    end = e + len(heads.eot)
         return start, end
 
 
@@ -416,6 +446,52 @@ def _variables(ctx: RenderContext) -> dict[str, Any]:
     variables = {f"{k}_token": v for k, v in ctx.special.items() if v is not None and k != "image"}
     variables.update(ctx.variables)
     return variables
+
+
+def _common_prefix(a: str, b: str) -> int:
+    """The length of the longest common prefix of ``a`` and ``b`` (by halving: no char loop)."""
+    n = min(len(a), len(b))
+    if a[:n] == b[:n]:
+        return n
+    lo, hi = 0, n  # a[:lo] == b[:lo] and a[:hi] != b[:hi]
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if a[lo:mid] == b[lo:mid]:
+            lo = mid
+        else:
+            hi = mid
+    return lo
+
+
+@dataclass(frozen=True)
+class _Headers:
+    """What a template writes around an assistant turn (probed once per context).
+
+    ``header``: the generation header (what ``add_generation_prompt`` appends); ``eot``: the
+    end-of-turn text; ``role``: the part of the header a turn in the history starts with too
+    (all of it for most templates; ``<|im_start|>assistant`` and its newline of Qwen3's header under
+    ``enable_thinking: false``).
+    """
+
+    header: str
+    eot: str
+    role: str
+
+    def end_in(self, text: str, lo: int, hi: int) -> int | None:
+        """Where the trained part of the turn whose content starts at ``hi`` may start.
+
+        After the turn's generation header, if it lies in ``text[lo:hi]`` whole; after its role
+        header where the turn departs from the generation header; ``None`` if neither is there.
+        """
+        if not self.role:  # no shared start known: the whole header, or nothing
+            at = text.rfind(self.header, lo, hi) if self.header else -1
+            return None if at < 0 else at + len(self.header)
+        at = text.rfind(self.role, lo, hi)  # the turn's own: the nearest before its content
+        if at < 0:
+            return None
+        if text.startswith(self.header, at) and at + len(self.header) <= hi:
+            return at + len(self.header)
+        return at + len(self.role)
 
 
 @dataclass(frozen=True)
@@ -494,8 +570,7 @@ def _by_plan(
     wanted: list[int],
     skeleton: Skeleton,
     filled: list[tuple[int, int]],
-    header: str,
-    eot: str,
+    heads: _Headers,
 ) -> dict[int, tuple[int, int]] | None:
     """What ``_by_markers`` finds, from the hole positions of ``text``, or ``None``.
 
@@ -506,18 +581,18 @@ def _by_plan(
     bracket of the marker's kind. ``None`` where they fail, or where some wanted message is
     empty or the plan cannot be made: the caller then aligns as before.
     """
-    if "\u27e6" in text or "\u27e7" in text:
+    if _MARK_OPEN in text or "\u27e7" in text:
         return None
     for i in wanted:
         if not msgs[i]["content"]:
             return None  # left to _locate's fallbacks
     assistant = tuple(msgs[i]["role"] == "assistant" for i in wanted)
-    key = ("spans", tuple(wanted), assistant, header, eot)
+    key = ("spans", tuple(wanted), assistant, heads)
     plans = skeleton.derived  # worked out once per skeleton and trained messages
     if key in plans:
         plan = plans[key]
     else:
-        plan = _make_span_plan(skeleton, tuple(wanted), assistant, header, eot)
+        plan = _make_span_plan(skeleton, tuple(wanted), assistant, heads)
         if len(plans) < 64:
             plans[key] = plan
     if plan is None:
@@ -537,8 +612,7 @@ def _make_span_plan(
     skeleton: Skeleton,
     wanted: tuple[int, ...],
     assistant: tuple[bool, ...],
-    header: str,
-    eot: str,
+    heads: _Headers,
 ) -> _SpanPlan | None:
     """The content-independent part of ``_by_markers`` on this skeleton, or ``None``."""
     markers = tuple(_MARK.format(k) for k in range(len(wanted)))
@@ -560,16 +634,17 @@ def _make_span_plan(
         if assistant[k]:
             # the generation header: the last one before the slot, which is in the piece right
             # before the hole when there is one there (else it depends on the contents)
-            if header:
-                found = skeleton.pieces[hole].rfind(header)
-                if found < 0:
+            if heads.header:
+                piece = skeleton.pieces[hole]
+                found = heads.end_in(piece, 0, len(piece))
+                if found is None:
                     return None
-                before = len(skeleton.pieces[hole]) - found - len(header)
+                before = len(piece) - found
             # the end of turn: the first one after the slot, in the piece right after the hole
-            if eot:
-                found = skeleton.pieces[hole + 1].find(eot)
+            if heads.eot:
+                found = skeleton.pieces[hole + 1].find(heads.eot)
                 if found < 0:
                     return None
-                after = found + len(eot)
+                after = found + len(heads.eot)
         plan.append((slot, hole, holes[k + 1] if k + 1 < len(holes) else -1, before, after))
     return tuple(plan)
