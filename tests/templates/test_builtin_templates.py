@@ -292,3 +292,39 @@ def test_qwen_vl_templates_render_as_the_models_own(name: str) -> None:
     tools = Conversation(c.messages, tools=[{"type": "function", "function": {"name": "f"}}])
     with pytest.raises(SampleError, match="template_error"):
         BUILTIN[name].render(tools, ctx)
+
+
+def test_control_tokens_a_vocabulary_lacks_are_named(caplog: pytest.LogCaptureFixture) -> None:
+    # a vocabulary without <|im_start|> / <|eot_id|> encodes them as text: the wrong template
+    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+
+    from chute.recipe import Recipe
+    from chute.tokenize import HFTokenizer
+    from recipe_helpers import tiny_tokenizer
+
+    rust = Tokenizer(models.BPE())
+    rust.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    trainer = trainers.BpeTrainer(
+        vocab_size=300,
+        special_tokens=["<s>", "</s>"],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    rust.train_from_iterator(["hello world"] * 5, trainer)
+    plain = HFTokenizer(rust, special={"bos": "<s>", "eos": "</s>"})
+    assert BUILTIN["chatml"].missing_control_tokens(plain) == ["<|im_start|>", "<|im_end|>"]
+    assert BUILTIN["llama3"].missing_control_tokens(plain) == [
+        "<|start_header_id|>",
+        "<|end_header_id|>",
+        "<|eot_id|>",
+    ]
+    assert BUILTIN["vicuna"].missing_control_tokens(plain) == []  # bos/eos only
+    with caplog.at_level("WARNING", logger="chute.recipe"):
+        Recipe(tokenizer=plain, template="qwen3")
+    assert (
+        "'qwen3' writes <|im_start|>, <|im_end|>, which this tokenizer has no token" in caplog.text
+    )
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="chute.recipe"):
+        Recipe(tokenizer=tiny_tokenizer(), template="qwen3")  # a vocabulary made for it
+    assert "has no token" not in caplog.text

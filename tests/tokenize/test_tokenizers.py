@@ -258,6 +258,16 @@ def test_tiktoken_presets_match_tokenizer_json(
 
 
 @pytest.mark.shared_data
+def test_a_folder_holding_llama3s_tiktoken_model_loads_it_as_tiktoken(shared_data: Path) -> None:
+    # through transformers it loaded without special tokens: <|eot_id|> became six text tokens
+    folder = load_tokenizer(shared_data / "tokenizers/llama3")
+    file = load_tokenizer(shared_data / "tokenizers/llama3/tokenizer.model")
+    assert isinstance(folder, TiktokenTokenizer) and folder.preset == "llama3"
+    assert folder.encode("<|eot_id|>") == [128009] == file.encode("<|eot_id|>")
+    assert folder.fingerprint() == file.fingerprint()
+
+
+@pytest.mark.shared_data
 def test_gpt2_preset(shared_data: Path) -> None:
     tok = load_tokenizer(shared_data / "tokenizers/gpt2-tiktoken/gpt2.tiktoken")
     assert tok.preset == "gpt2" and tok.eos_token == "<|endoftext|>"

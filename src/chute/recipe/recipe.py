@@ -188,6 +188,7 @@ class Recipe:
         if template_source is None and self.format.name == "text":
             template_source = "raw"
         self.template = get_template(template_source, self.tokenizer)
+        _warn_missing_control_tokens(self.template, self.tokenizer)
         max_length, overflow = self.length.max_length, self.length.overflow
         task = o["task"]
         check_policies(max_length, overflow, self.length.truncation, task)  # with the task
@@ -814,6 +815,21 @@ def _pair_task(data: Any) -> str | None:
     if isinstance(data.get("label"), bool) and ("messages" in data or "completion" in data):
         return "kto"
     return None
+
+
+def _warn_missing_control_tokens(template: Any, tokenizer: Any) -> None:
+    """Warn (once a process) when a built-in template's markup is text to this tokenizer."""
+    missing = getattr(template, "missing_control_tokens", None)
+    lost = missing(tokenizer) if missing is not None else []
+    if lost:
+        warn_once(
+            log,
+            "template %r writes %s, which this tokenizer has no token for: they are encoded as "
+            "text, and the model is never taught its end-of-turn token; pick the template made "
+            "for this tokenizer (its own chat template: leave the template unset)",
+            template.name,
+            ", ".join(lost),
+        )
 
 
 def _pairs_hint(task: str) -> str:

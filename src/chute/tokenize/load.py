@@ -125,6 +125,9 @@ def _from_path(
         if (path / "tokenizer.json").is_file():
             return HFTokenizer.from_path(path, special_tokens, backend=backend)
         bpe = sorted(path.glob("*.tiktoken"))
+        if not bpe:  # Llama 3's tokenizer.model is a tiktoken file, not a SentencePiece one:
+            # through transformers it would load without its special tokens (<|eot_id|> as text)
+            bpe = [m for m in sorted(path.glob("*.model")) if _looks_like_tiktoken(m)]
         if len(bpe) == 1:
             return _tiktoken(bpe[0], special_tokens, pattern, tik_specials)
         return _from_folder_without_json(path, special_tokens)
