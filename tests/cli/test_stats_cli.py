@@ -164,3 +164,18 @@ def test_real_data_with_the_qwen3_tokenizer(shared_data: Path) -> None:
     assert out["plans"]["packed"]["rows"] <= out["packing_bound"]["rows"] + 1
     assert min(out["efficiency"]["packed"], out["efficiency"]["grouped"]) > 0.9
     assert out["efficiency"]["random"] < 0.6
+
+
+def test_text_records_without_a_tokenizer_are_an_error_not_100_percent(tmp_path: Path) -> None:
+    data = tmp_path / "c4.jsonl"
+    data.write_text("".join(json.dumps({"text": f"document {i}"}) + "\n" for i in range(30)))
+    result = runner.invoke(app, ["stats", str(data), "--max-length", "64", "--batch-size", "4"])
+    assert result.exit_code == 2
+    assert (
+        "none of the 30 records is a usable sample (missing_field 30); records that are not "
+        "tokenized need --tokenizer" in result.output
+    )
+    as_json = runner.invoke(
+        app, ["stats", str(data), "--max-length", "64", "--batch-size", "4", "--json"]
+    )
+    assert "missing_field 30" in orjson.loads(as_json.stdout)["error"]["message"]

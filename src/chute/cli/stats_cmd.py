@@ -195,6 +195,18 @@ def stats(
         cost=parse_cost(cost),
     )
     result["input"] = {"paths": paths, "recipe": repr(built) if built else "pre-tokenized"}
+    if result["records"] and not result["samples"]:
+        # no plan has anything to say (each would read 100%): say why instead
+        why = ", ".join(f"{kind} {n:,}" for kind, n in sorted(result["rejected"].items()))
+        hint = (
+            "records that are not tokenized need --tokenizer (and --template)"
+            if built is None
+            else "check them with `chute validate ... --rejects FILE`"
+        )
+        raise ConfigError(
+            f"none of the {result['records']:,} records is a usable sample ({why or 'none kept'}); "
+            f"{hint}"
+        )
     if plot is not None:
         from chute.stats.plot import plot_stats
 
