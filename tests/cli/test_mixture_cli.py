@@ -64,6 +64,11 @@ def test_stats_of_a_mixture_prints_the_dataset_table_and_plot(
     assert sum(r["epoch_samples"] for r in rows.values()) == out["epoch"]["samples"]
     assert set(rows["tools"]["efficiency"]) >= {"random", "grouped", "budget", "packed"}
     assert out["plans"]["random"]["samples"] == out["epoch"]["samples"]
+    # the packing bound is over what the plans pack (the epoch's selection): no plan beats it
+    bound = out["packing_bound"]
+    assert bound["rows"] <= out["plans"]["packed"]["rows"]
+    assert bound["efficiency"] >= out["efficiency"]["packed"]
+    assert bound["rows"] * 1024 >= out["epoch"]["tokens"] > (bound["rows"] - 1) * 1024
     # the hold-out as drawn (a hash threshold: about, not exactly, 2% of 1,000), as --overlap
     # counts the val group, and a column for it in the table
     groups = orjson.loads(

@@ -31,7 +31,8 @@ from chute.plan import Planner
 from chute.plan.cost import CostOption
 from chute.plan.mixture_planner import MixturePlanner
 from chute.plan.mixture_selection import Selection
-from chute.stats.padding import PLAN_NAMES, padding_stats
+from chute.plan.packed import packing_bound
+from chute.stats.padding import PLAN_NAMES, padding_stats, plan_warnings
 
 __all__ = ["mixture_stats"]
 
@@ -117,4 +118,14 @@ def mixture_stats(
         out["records"] = sum(r["records"] for r in rows.values())
         out["split"] = sum(cut)
     out["epoch"] = {"samples": total_samples, "tokens": int(total_tokens)}
+    # the bound of what the plans pack: the epoch's selection (repeats, samples drawn, no
+    # hold-out), not every record, which a plan over fewer tokens would seem to beat
+    selected = fed[ids]
+    selected = selected[selected >= 0].astype(np.int64)
+    bound = packing_bound(selected, max_length) if selected.size else 0
+    out["packing_bound"] = {
+        "rows": bound,
+        "efficiency": round(int(selected.sum()) / (bound * max_length), 6) if bound else 1.0,
+    }
+    out["warnings"] = plan_warnings(out)
     return out

@@ -58,7 +58,7 @@ from chute.plan.shuffle import Permutation
 from chute.recipe.outcome import KEPT, OUTCOME_KINDS, TOO_LONG, TRUNCATED, overflow_outcome
 from chute.recipe.windows import check_stride
 
-__all__ = ["MODALITY_PLAN", "PERCENTILES", "PLAN_NAMES", "padding_stats"]
+__all__ = ["MODALITY_PLAN", "PERCENTILES", "PLAN_NAMES", "padding_stats", "plan_warnings"]
 
 PLAN_NAMES = ("random", "grouped", "budget", "packed")
 MODALITY_PLAN = "grouped_by_modality"
@@ -212,7 +212,7 @@ def padding_stats(
         "attention_share": round(share, 4),
         "long_samples": share >= LONG_SHARE,
     }
-    out["warnings"] = _warnings(out)
+    out["warnings"] = plan_warnings(out)
     return out
 
 
@@ -293,7 +293,8 @@ def _histogram(values: np.ndarray, bins: int, max_length: int) -> dict[str, Any]
     return {"edges": edges.tolist(), "counts": counts.tolist(), "over": over}
 
 
-def _warnings(stats: dict[str, Any]) -> list[str]:
+def plan_warnings(stats: dict[str, Any]) -> list[str]:
+    """What the statistics say to change (packing far below its bound, few usable records)."""
     out = []
     packed = stats["efficiency"].get("packed")
     allowed = stats["packing_bound"]["efficiency"]
