@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 from chute.cli import app
 from chute.errors import ConfigError
 from chute.mixture import Mixture
-from chute.mixture.migrate import from_llamafactory, from_xtuner
+from chute.mixture.migrate import from_llamafactory, from_xtuner, migrate_xtuner
 
 runner = CliRunner()
 
@@ -112,6 +112,20 @@ def test_xtuner_concat_dataset_without_xtuner_installed(shared_data: Path, tmp_p
     assert [d.recipe_options["format"] for d in mix] == ["alpaca", "messages"]
     assert all(d.weight is None and d.repeat is None for d in mix)  # each once: ConcatDataset
     assert mix.recipe == {"tokenizer": "tok.json", "max_length": 2048}
+    # the template and packing it cannot carry over are notes, not silence
+    notes = {n.key: n for n in migrate_xtuner(config, recipe={"tokenizer": "tok.json"}).notes}
+    assert notes["prompt_template"].value == "internlm2_chat"
+    assert notes["prompt_template"].kind == "dropped"
+    packed = config.read_text().replace(
+        "max_length=max_length,", "max_length=max_length, pack_to_max_length=True,"
+    )
+    config.write_text(packed.replace("internlm2_chat", "qwen_chat"))
+    moved = migrate_xtuner(config, recipe={"tokenizer": "tok.json"})
+    assert moved.mixture.recipe["template"] == "chatml"
+    assert {n.key: n.kind for n in moved.notes} == {
+        "prompt_template": "approximated",
+        "pack_to_max_length": "dropped",
+    }
 
 
 # -- every key dropped or approximated is a warning and a comment (issue 27) -------------------

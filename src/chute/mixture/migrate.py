@@ -320,7 +320,7 @@ def migrate_xtuner(
     run = dict(recipe or {})
     if max_length and "max_length" not in run:
         run["max_length"] = int(max_length)
-    notes = []
+    notes = _xtuner_template_and_packing(parts, run)
     if "tokenizer" not in run:
         notes.append(
             Note(
@@ -334,6 +334,72 @@ def migrate_xtuner(
         )
     mixture = Mixture(datasets, recipe=run if "tokenizer" in run else None)
     return Migration(mixture, notes, source)
+
+
+# XTuner's PROMPT_TEMPLATE entries with a built-in of the same markup (default systems and
+# stop words aside: approximated)
+_XTUNER_TEMPLATES = {
+    "qwen_chat": "chatml",
+    "llama3_chat": "llama3",
+    "llama2_chat": "llama2",
+    "mistral": "mistral",
+    "vicuna": "vicuna",
+}
+
+
+def _xtuner_template_and_packing(parts: Sequence[Any], run: dict[str, Any]) -> list[Note]:
+    """Notes for the parts' prompt template and packing; a built-in template set where one fits."""
+    notes: list[Note] = []
+    names = set()
+    for part in parts:
+        mapping = part.get("template_map_fn")
+        if isinstance(mapping, Mapping) and mapping.get("template") is not None:
+            names.add(_type_name(mapping["template"]))
+    if len(names) == 1 and "template" not in run:
+        (name,) = names
+        builtin = _XTUNER_TEMPLATES.get(name)
+        if builtin is not None:
+            run["template"] = builtin
+            notes.append(
+                Note(
+                    "prompt_template",
+                    name,
+                    "approximated",
+                    f"template {builtin}: the same markup (check its default system prompt)",
+                )
+            )
+        else:
+            notes.append(
+                Note(
+                    "prompt_template",
+                    name,
+                    "dropped",
+                    "no built-in writes it: the tokenizer's own chat template renders instead; "
+                    "set recipe.template (a built-in name, a tokenizer_config.json or a .jinja)",
+                )
+            )
+    elif len(names) > 1:
+        notes.append(
+            Note(
+                "prompt_template",
+                sorted(names),
+                "dropped",
+                "the datasets use different templates; a mixture renders with one recipe "
+                "template: set recipe.template, or a dataset's own recipe keys",
+            )
+        )
+    packing = [part.get("pack_to_max_length") for part in parts]
+    if any(value is True for value in packing):
+        notes.append(
+            Note(
+                "pack_to_max_length",
+                True,
+                "dropped",
+                "chute packs when it loads, not in the data: Loader(plan='packed') or "
+                "--plan packed (shuffle_before_pack: its plans shuffle before they pack)",
+            )
+        )
+    return notes
 
 
 def _xtuner_part(part: Mapping[str, Any], k: int) -> tuple[str, list[str], dict[str, Any]]:
