@@ -199,6 +199,8 @@ SAMPLE_ERROR_KINDS: dict[str, str] = {
     # Recipe: media references
     "image_placeholder_mismatch": "the number of <image>/<video>/<audio> placeholders differs from "
     "the number of media the record lists",
+    "no_shared_prompt": "a preference pair given as two whole conversations that differ from "
+    "their first message: no prompt both sides answer",
     "media_in_response": "a preference pair's or KTO record's response holds an image (or video, "
     "audio); media belong to the prompt both sides share",
     "image_missing": "an image file does not exist (or is a directory)",

@@ -95,6 +95,30 @@ def test_trl_standard_and_remapped_columns() -> None:
         read_rated({"prompt": "Q", "completion": "A", "label": "yes"}, reader)
 
 
+def test_pairs_without_a_shared_prompt_and_kto_records_ending_on_a_user_are_rejected() -> None:
+    reader = FormatReader(FormatSpec("auto"))
+    differ = {  # two whole conversations that answer different questions
+        "chosen": [{"role": "user", "content": "2+2?"}, {"role": "assistant", "content": "4"}],
+        "rejected": [{"role": "user", "content": "3+3?"}, {"role": "assistant", "content": "7"}],
+    }
+    with pytest.raises(SampleError, match="no_shared_prompt: the 'chosen' and 'rejected'"):
+        read_pair(differ, reader)
+    v1 = SHAPES["llama-factory v1"]
+    other_system = [{"role": "system", "content": "Be rude."}, *v1["rejected_messages"][1:]]
+    with pytest.raises(SampleError, match="no_shared_prompt"):
+        read_pair({**v1, "rejected_messages": other_system}, reader)
+    for messages in (
+        [{"role": "user", "content": "Tell me a secret."}],
+        [
+            {"role": "user", "content": "q"},
+            {"role": "assistant", "content": "x"},
+            {"role": "user", "content": "you are wrong"},
+        ],
+    ):
+        with pytest.raises(SampleError, match="bad_role_order: the rated response is the last"):
+            read_rated({"messages": messages, "label": True}, reader)
+
+
 def test_dataset_info_ranking_entries(shared_data: Path) -> None:
     info = shared_data / "llama-factory" / "dataset_info.json"
     spec = FormatSpec.from_dataset_info(info, "dpo_en_demo")

@@ -113,6 +113,15 @@ def read_pair(data: Any, reader: Any) -> Pair:
         shared = 0
         while shared < min(len(chosen), len(rejected)) - 1 and chosen[shared] == rejected[shared]:
             shared += 1
+        if shared == 0 and chosen and rejected:
+            # no prompt: the sides answer different conversations (TRL's extract_prompt finds
+            # none and fails); trained whole, each side's prompt would be its "response"
+            raise SampleError(
+                "no_shared_prompt",
+                f"the {ckey!r} and {rkey!r} conversations differ from their first message: "
+                f"a pair answers one prompt, which both sides begin with",
+                field=ckey,
+            )
         rest[_message_key(rest, reader)] = chosen[:shared]
         chosen, rejected = chosen[shared:], rejected[shared:]
     c_conv, c_n = _conversation(rest, chosen, ckey, reader)
@@ -145,10 +154,19 @@ def read_rated(data: Any, reader: Any) -> Rated:
     if "completion" in rest and not isinstance(rest["completion"], str):
         completion = rest.pop("completion")  # TRL conversational: messages
         conv, n = _conversation(rest, completion, "completion", reader)
-        return Rated(conv, n, label)
-    # a whole record (LLaMA-Factory: messages; TRL standard: prompt + completion): the last
-    # message is the rated response
-    return Rated(_read(rest, reader, "completion"), 1, label)
+    else:
+        # a whole record (LLaMA-Factory: messages; TRL standard: prompt + completion): the last
+        # message is the rated response
+        conv, n = _read(rest, reader, "completion"), 1
+    last = conv.messages[-1].role
+    if last != "assistant":  # a user's text would be trained as the rated answer
+        raise SampleError(
+            "bad_role_order",
+            f"the rated response is the last message, and it is a {last!r} one: a KTO record "
+            f"ends with the assistant's answer",
+            field="completion",
+        )
+    return Rated(conv, n, label)
 
 
 def _has_prompt(rest: dict[str, Any], reader: Any) -> bool:
