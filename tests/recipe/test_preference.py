@@ -177,6 +177,31 @@ def test_pairs_equal_trl_dpo_tokenization_on_real_rows(shared_data: Path) -> Non
         assert_same_as_trl(recipe.process(trl_row), want, f"row {i} (TRL form)")
 
 
+@pytest.mark.parametrize("template", [None, "qwen3"])
+def test_pairs_equal_trl_under_enable_thinking_false(shared_data: Path, template: Any) -> None:
+    """Qwen3 prompted with an empty think block (enable_thinking: false): TRL's prompt is that
+    generation prompt, so a chosen side with reasoning is trained from after ``<think>``, and an
+    empty response is its end of turn alone; the built-in and the real template agree."""
+    q = {"role": "user", "content": "2+2?"}
+    answers = [
+        {"role": "assistant", "content": "<think>\nadd\n</think>\n\n4"},
+        {"role": "assistant", "content": "4", "reasoning_content": "add them"},
+        {"role": "assistant", "content": ""},
+        {"role": "assistant", "content": "4"},
+    ]
+    five = {"role": "assistant", "content": "5"}
+    rows = [{"prompt": [q], "chosen": [a], "rejected": [five]} for a in answers]
+    variables = {"enable_thinking": False}
+    expected = trl_tokenized(
+        [{**r, "chat_template_kwargs": variables} for r in rows], shared_data / QWEN
+    )
+    recipe = Recipe(
+        tokenizer=shared_data / QWEN, template=template, template_vars=variables, task="preference"
+    )
+    for i, (row, want) in enumerate(zip(rows, expected, strict=True)):
+        assert_same_as_trl(recipe.process(row), want, f"row {i}")
+
+
 def test_plain_pairs_equal_trl_standard_format(shared_data: Path) -> None:
     rows = json.loads((shared_data / DPO).read_text())
     plain = [

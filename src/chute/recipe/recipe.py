@@ -620,7 +620,9 @@ class Recipe:
             rendered, self.tokenizer, self.media.tokens, slots, self.media.guard, need=self._need
         )
         if side is not None and rendered.spans:
-            text = rendered.text[: rendered.spans[0][0]]
+            # the prompt as TRL encodes it: the generation prompt, which a turn with reasoning
+            # under Qwen3's enable_thinking: false departs from
+            text = self.template.generation_prompt(rendered.text[: rendered.spans[0][0]], self._ctx)
             prompt = None if prompts is None else prompts.get(text)
             if prompt is None:  # both sides of a pair share it: encoded once
                 if rendered.media:  # they expand as in the whole text (all lie in the prompt)

@@ -183,6 +183,17 @@ class Template:
         """What identifies the template's output (for the recipe fingerprint)."""
         return {"name": self.name}
 
+    def generation_prompt(self, before: str, ctx: RenderContext) -> str:
+        """The generation prompt of a turn whose trained text starts after ``before``.
+
+        ``before`` itself, unless the turn departs from the generation header: Qwen3 under
+        ``enable_thinking: false`` prompts with an empty think block, which a turn with
+        reasoning does not write; its trained text starts after the role header
+        (``<|im_start|>assistant``) and the prompt TRL encodes (``add_generation_prompt``) goes
+        on with ``<think>...``.
+        """
+        return before
+
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.name!r})"
 

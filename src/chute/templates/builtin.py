@@ -269,6 +269,12 @@ class ChatML(BuiltinTemplate):
             return content.lstrip("\n")
         return content
 
+    def generation_prompt(self, before: str, ctx: RenderContext) -> str:
+        role = "<|im_start|>assistant\n"
+        if self.think and ctx.variables.get("enable_thinking") is False and before.endswith(role):
+            return before + "<think>\n\n</think>\n\n"  # Qwen3's prompt under it
+        return before
+
     def spec(self) -> dict[str, Any]:
         # think 2: enable_thinking: false leaves an empty think block untrained (caches built
         # with it trained the block; with think, the spec differs from theirs, so they are refused)

@@ -109,6 +109,10 @@ class JinjaTemplate(Template):
         # text are placed otherwise; caches built before had such labels wrong: refused
         return {"name": self.name, "kind": "jinja", "sha256": self.sha256, "spans": 2}
 
+    def generation_prompt(self, before: str, ctx: RenderContext) -> str:
+        heads = self._probe(ctx)
+        return heads.prompt_after(before)
+
     def __getstate__(self) -> dict[str, Any]:
         return {"source": self.source, "name": self.name, "origin": self.origin}
 
@@ -476,6 +480,13 @@ class _Headers:
     header: str
     eot: str
     role: str
+
+    def prompt_after(self, before: str) -> str:
+        """``before`` completed to the generation header, where it ends at the role header."""
+        header, role = self.header, self.role
+        if role and header != role and before.endswith(role) and header.startswith(role):
+            return before + header[len(role) :]
+        return before
 
     def end_in(self, text: str, lo: int, hi: int) -> int | None:
         """Where the trained part of the turn whose content starts at ``hi`` may start.
