@@ -218,6 +218,21 @@ def test_a_lost_rank_times_out_the_others_then_runs_alone(job: dict) -> None:
     message = str(info.value)
     assert "waited 0.5 s (cache.wait_timeout) for 20 chunk(s)" in message
     assert "chunk(s) 1, 3, 5" in message and "of shard(s) 1/2" in message
+    # shard 1 never took its lock nor committed a chunk: the usual cause is named (preprocess
+    # called on rank 0 alone, under torchrun), with the way to build on one rank
+    assert "shard(s) 1/2 have not started building" in message and "shard='0/1'" in message
     report = preprocess(job["config"], out=out, shard="1/2", workers=1)
     assert report.built == 20 and report.finalized
     assert tree_digest(out) == tree_digest(job["root"] / "reference")
+
+
+def test_a_rank_that_never_starts_is_named_while_waiting(
+    job: dict, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    import chute.cache.workdir as workdir
+
+    monkeypatch.setattr(workdir, "_NOT_STARTED_NOTICE", 0.2)  # a minute, in a test
+    with caplog.at_level("WARNING", logger="chute.cache"), pytest.raises(CacheError):
+        preprocess(job["config"], out=job["root"] / "alone", shard="0/2", workers=1, wait_timeout=2)
+    notices = [r.getMessage() for r in caplog.records if "have not started" in r.getMessage()]
+    assert len(notices) == 1 and "every rank must call preprocess()" in notices[0]

@@ -59,6 +59,9 @@ _LOCK_LOOK_SECONDS = 2.0
 # A waiting rank that sees every chunk committed gives the last rank this long to write the
 # manifest before it writes it itself (the last rank may have died right after its last chunk).
 _FINALIZE_GRACE = 30.0
+# Seconds a rank waits for another that has shown no sign of building (no lock held, no chunk
+# committed) before it says what that usually means: preprocess() called on one rank only
+_NOT_STARTED_NOTICE = 60.0
 _HEARTBEAT_SECONDS = 5.0
 
 
@@ -194,7 +197,7 @@ def finish(
     build = build_digest(plan)
     started = time.monotonic()
     deadline = started + wait_timeout
-    first, all_seen_at = True, None
+    first, all_seen_at, noticed = True, None, False
     foreign: list[int] = []  # chunks of another build: missing until their rank rebuilds them
     at_work = set() if at_work is None else at_work  # ranks seen building (lock held)
     looked = -_LOCK_LOOK_SECONDS  # when the locks were last looked at: at once the first time
@@ -240,11 +243,20 @@ def finish(
                 if any(k % world.world_size == world.rank for k in foreign):
                     raise CacheError(_foreign_message(layout, plan, records, foreign))
             all_seen_at = all_seen_at or now
-        elif time.monotonic() > deadline:
+        elif not noticed and time.monotonic() - started >= _NOT_STARTED_NOTICE:
+            noticed = True
+            idle = _not_started(layout, missing, world, at_work)
+            if idle:
+                log.warning(_not_started_message(layout, world, idle))
+        if missing and time.monotonic() > deadline:
             if foreign:
                 records = [layout.read_json(layout.record(k)) for k in range(plan["chunks"])]
                 raise CacheError(_foreign_message(layout, plan, records, foreign))
-            raise CacheError(_waited_message(layout, missing, world, wait_timeout))
+            idle = _not_started(layout, missing, world, at_work)
+            message = _waited_message(layout, missing, world, wait_timeout)
+            if idle:
+                message = _not_started_message(layout, world, idle) + " " + message
+            raise CacheError(message)
         first = False
         time.sleep(poll_interval(time.monotonic() - started))
 
@@ -437,6 +449,35 @@ def _vanished_message(layout: Layout, missing: list[int]) -> str:
         f"{len(missing)} chunk(s) this run committed in {layout.shown} are gone (chunk(s) "
         f"{shown}): another run deleted them while this one ran (--overwrite into the same "
         f"folder?). Run the command again once no other build writes there"
+    )
+
+
+def _not_started(layout: Layout, missing: list[int], world: World, at_work: set[int]) -> list[int]:
+    """The ranks owning missing chunks that show no sign of building: never seen holding their
+    lock, and none of their chunks committed (``[]`` where locks are unknown: object storage)."""
+    if shard_lock(layout, world.rank, world.world_size) is None:
+        return []
+    recorded = set(layout.recorded())
+    idle = []
+    for rank in sorted({k % world.world_size for k in missing} - {world.rank} - at_work):
+        lock = shard_lock(layout, rank, world.world_size)
+        if lock is not None and builder_state(lock) == "held":
+            at_work.add(rank)
+            continue
+        if not any(k % world.world_size == rank for k in recorded):
+            idle.append(rank)
+    return idle
+
+
+def _not_started_message(layout: Layout, world: World, idle: list[int]) -> str:
+    shards = ", ".join(f"{r}/{world.world_size}" for r in idle[:10])
+    more = f" and {len(idle) - 10} more" if len(idle) > 10 else ""
+    return (
+        f"{layout.shown}: shard(s) {shards}{more} have not started building (no lock taken, no "
+        f"chunk committed). This rank is shard {world.rank}/{world.world_size} (from RANK / "
+        f"WORLD_SIZE or the process group): every rank must call preprocess(), each building "
+        f"its share; to build on this rank alone while the others wait, pass shard='0/1' "
+        f"(--shard 0/1)."
     )
 
 
