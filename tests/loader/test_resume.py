@@ -65,6 +65,33 @@ def test_counts_and_budget_continue_after_resume(id_source) -> None:
     assert resumed.summary()["samples"] == 40
 
 
+@pytest.mark.parametrize("new", [2, 3])
+def test_counts_over_ranks_stay_the_epochs_when_every_rank_loads_rank_0s_state(
+    id_source, new: int
+) -> None:
+    # the usual checkpoint: rank 0 saves, every rank (of this world or a larger one) loads it;
+    # rank 0's counts were copied to every rank, and the epoch's total counted them again
+    source = id_source(203, broken=range(0, 203, 10))
+
+    def make(rank: int, world: int) -> Loader:
+        return Loader(source, batch_size=4, seed=2, world=World(rank=rank, world_size=world))
+
+    first = [make(r, 2) for r in range(2)]
+    for loader in first:
+        take(loader, 10)
+    state = first[0].state_dict()
+    resumed = [make(r, new) for r in range(new)]
+    for loader in resumed:
+        loader.load_state_dict(state)
+        take(loader, loader.batches_left)
+    before = first[1].summary()  # rank 1's counts before the checkpoint: its state was not loaded
+    total = sum(r.summary()["samples"] for r in resumed) + before["samples"]
+    assert total == 203
+    bad = sum(r.summary()["rejected"] for r in resumed)
+    assert bad + before["rejected"] == 21  # ids 0, 10, ..., 200
+    assert resumed[0].summary()["samples"] >= first[0].summary()["samples"]  # its own go on
+
+
 @pytest.mark.parametrize("old,new", [(2, 3), (3, 2), (2, 1), (1, 3)])
 def test_elastic_resume_sees_every_sample_once(id_source, old: int, new: int) -> None:
     source = id_source(101)

@@ -620,6 +620,13 @@ class Loader:
             self._done_epoch = self._epoch
 
     def _load_books(self, state: dict[str, Any]) -> None:
+        # The counts (samples, rejects, the budget's tally) are the saving rank's own: restored
+        # only from this rank's own state. Every rank loading rank 0's state (the usual
+        # checkpoint), or a rank new after an elastic resume, would count rank 0's samples
+        # again; those start from zero (the position is any rank's, as before).
+        saved_rank = state.get("rank")
+        if saved_rank is not None and int(saved_rank) != self.world.rank:
+            return
         self.books.load_state_dict(state)
         # absent from the states one-dataset loaders saved before they had per-dataset counts
         self.datasets.load_state_dict(state.get("datasets"))
