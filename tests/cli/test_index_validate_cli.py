@@ -93,3 +93,20 @@ def test_an_error_with_json_is_one_json_object_on_stdout(tmp_path: Path) -> None
         assert got["error"]["exit_code"] == 2 and "no such file" in got["error"]["message"]
     result = runner.invoke(app, ["validate", str(missing)])  # without --json: stderr only
     assert result.exit_code == 2 and result.stdout == ""
+
+
+def test_a_misspelt_option_with_json_is_a_json_error_on_stdout(tmp_path: Path) -> None:
+    p = write(tmp_path / "d.jsonl")
+    result = runner.invoke(app, ["validate", str(p), "--tempalte", "qwen3", "--json"])
+    assert result.exit_code == 2
+    error = orjson.loads(result.stdout)["error"]
+    assert "No such option: --tempalte" in error["message"] and error["exit_code"] == 2
+    plain = runner.invoke(app, ["validate", str(p), "--tempalte", "qwen3"])
+    assert plain.exit_code == 2 and plain.stdout == ""  # without --json: stderr only
+
+
+def test_workers_below_one_are_refused(tmp_path: Path) -> None:
+    p = write(tmp_path / "d.jsonl")
+    for n in ("0", "-1"):
+        result = runner.invoke(app, ["validate", str(p), "--workers", n])
+        assert result.exit_code == 2 and "--workers" in result.output

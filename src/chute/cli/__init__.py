@@ -97,6 +97,10 @@ class _Commands(MutableMapping[str, _Command]):
         return len(dict.fromkeys([*_COMMANDS, *self._loaded]))
 
 
+# click's UsageError as typer carries it (its own copy of click): BadParameter's base
+_USAGE_ERROR: Any = next(c for c in typer.BadParameter.__mro__ if c.__name__ == "UsageError")
+
+
 class _LazyGroup(typer.core.TyperGroup):
     """The ``chute`` group, its commands in a ``_Commands`` mapping (imported on first use)."""
 
@@ -106,6 +110,19 @@ class _LazyGroup(typer.core.TyperGroup):
 
     def list_commands(self, ctx: Any) -> list[str]:
         return list(self.commands)  # the names alone: listing them imports nothing
+
+    def invoke(self, ctx: Any) -> Any:
+        given = [*getattr(ctx, "_protected_args", ()), *ctx.args]  # before click takes them
+        try:
+            return super().invoke(ctx)
+        except _USAGE_ERROR as exc:
+            # a misspelt option fails before the command runs: with --json, stdout still gets
+            # the error as its one JSON object, as for the command's own errors
+            if "--json" in given:
+                from chute.cli._output import emit_json
+
+                emit_json({"error": {"message": exc.format_message(), "exit_code": exc.exit_code}})
+            raise
 
 
 app = typer.Typer(

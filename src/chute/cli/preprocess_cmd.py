@@ -38,7 +38,7 @@ def preprocess(
         help="The cache directory, or a URL (s3://bucket/caches/run1); default: the config's out.",
     ),
     workers: int | None = typer.Option(
-        None, help="Processes on this rank (default: this machine's cores / ranks on it)."
+        None, min=1, help="Processes on this rank (default: this machine's cores / ranks on it)."
     ),
     shard: str | None = typer.Option(
         None, help="Build share i of N (e.g. 0/4); default: RANK/WORLD_SIZE, else everything."

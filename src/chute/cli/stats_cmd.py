@@ -114,7 +114,9 @@ def stats(
     plot: Path | None = typer.Option(
         None, "--plot", help="Draw the histogram and efficiencies to this PNG (chute[plot])."
     ),
-    workers: int | None = typer.Option(None, help="Processes for the lengths pass (all cores)."),
+    workers: int | None = typer.Option(
+        None, min=1, help="Processes for the lengths pass (all cores)."
+    ),
     cache_dir: Path | None = typer.Option(None, help="Index and lengths cache directory."),
     *,
     recipe: RecipeArgs,
