@@ -106,6 +106,15 @@ def test_validate_a_cache(built: dict, tmp_path: Path) -> None:
     )
 
 
+def test_stats_of_a_cache_counts_the_records_its_build_read_and_rejected(built: dict) -> None:
+    args = ["stats", str(built["out"]), "--max-length", "128", "--batch-size", "4", "--json"]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    out = orjson.loads(result.stdout)
+    assert (out["records"], out["samples"]) == (400, 398)  # the build's records, not its rows
+    assert sum(out["rejected"].values()) == 2
+
+
 def test_validate_a_cache_names_its_rejects_file_only_when_records_were_rejected(
     built: dict, tmp_path: Path
 ) -> None:

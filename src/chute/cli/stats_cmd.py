@@ -40,11 +40,12 @@ def load_lengths(
     cache_dir: Path | None,
     workers: int | None,
     show_progress: bool,
-) -> tuple[Lengths, DataFiles | None]:
+) -> tuple[Lengths, DataFiles | None, dict[str, Any] | None]:
     """The lengths of the data named on the command line: data files, or one cache directory.
 
     A cache (``chute preprocess``) holds its lengths already (memory-mapped, no tokenizing).
-    Returns the files read too (``None`` for a cache), with any set aside as holding no data.
+    Returns the files read too (``None`` for a cache), with any set aside as holding no data,
+    and for a cache its build's counts (``records`` read, rejects ``by_reason``).
     """
     from chute.cache import open_cache
 
@@ -55,13 +56,16 @@ def load_lengths(
                 f"{cache} is a cache: its lengths come from the recipe that built it; leave "
                 f"out --tokenizer and the other recipe options"
             )
-        return lengths_of(open_cache(cache, verify_sources=False)), None
+        opened = open_cache(cache, verify_sources=False)
+        built = opened.manifest
+        counts = {"records": built.get("records"), "by_reason": built.get("by_reason", {})}
+        return lengths_of(opened), None, counts
     data = open_data_files(paths, cache_dir=cache_dir)
     source = open_source(data.paths, cache_dir=cache_dir)
     lengths = lengths_of(
         source, recipe, workers=workers, cache_dir=cache_dir, progress=shown(show_progress)
     )
-    return lengths, data
+    return lengths, data, None
 
 
 @guarded
@@ -179,7 +183,7 @@ def stats(
             require_matplotlib()  # fail before the lengths pass, not after
         except ImportError as exc:
             raise ConfigError(str(exc)) from None  # one line (and JSON with --json)
-    lengths, data = load_lengths(
+    lengths, data, build = load_lengths(
         paths, built, cache_dir=cache_dir, workers=workers, show_progress=output.progress
     )
     result = padding_stats(
@@ -197,6 +201,12 @@ def stats(
         cost=parse_cost(cost),
     )
     result["input"] = {"paths": paths, "recipe": repr(built) if built else "pre-tokenized"}
+    if build is not None and build["records"] is not None:
+        # a cache holds the samples its build kept: count the records it read and rejected
+        # too, as for the data files
+        result["records"] = int(build["records"])
+        for kind, n in build["by_reason"].items():
+            result["rejected"][kind] = result["rejected"].get(kind, 0) + int(n)
     if result["records"] and not result["samples"]:
         # no plan has anything to say (each would read 100%): say why instead
         why = ", ".join(f"{kind} {n:,}" for kind, n in sorted(result["rejected"].items()))
