@@ -211,6 +211,11 @@ def test_bench_reads_a_token_cache(data: Path, tok: Path, tmp_path: Path) -> Non
     packed = runner.invoke(app, [*args, "--plan", "packed", "--plan-option", "max_length=128"])
     assert packed.exit_code == 0, packed.output
     assert json.loads(packed.stdout)["runs"][0]["samples"] == 54
+    # --max-length alone (no recipe over a cache) is the packed plan's row length, as its
+    # error says: it was refused for want of --tokenizer
+    rows = runner.invoke(app, [*args, "--plan", "packed", "--max-length", "128"])
+    assert rows.exit_code == 0, rows.output
+    assert json.loads(rows.stdout)["runs"][0]["samples"] == 54
     # the recipe is checked against the one that built the cache
     other = ["--tokenizer", str(tok), "--template", "chatml", "--max-length", "64"]
     result = runner.invoke(app, [*args, *other])

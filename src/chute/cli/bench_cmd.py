@@ -177,7 +177,12 @@ def bench(
             described=f"each dataset's own, from the mixture {mixture.describe()}",
         )
         return
-    recipe.refuse_without_tokenizer("drop them to bench pre-tokenized records")
+    # without a recipe (a cache, pre-tokenized records) --max-length is still the packed
+    # plan's row length and the budget plan's cap
+    recipe.refuse_without_tokenizer(
+        "drop them to bench pre-tokenized records",
+        ignore=("max_length",) if plan in ("packed", "budget") else (),
+    )
     built = recipe.build() if recipe.tokenizer is not None else None
     max_length = recipe.max_length
     if plan in ("packed", "budget") and max_length is not None:
