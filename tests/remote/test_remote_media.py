@@ -87,6 +87,8 @@ def test_size_limit_before_download_and_a_bounded_cache(
     local = small.local(images.url("images/1.jpg"), None)
     assert Path(local).read_bytes() == images.get("images/1.jpg")
     bounded = RemoteMedia(paths, cache_bytes=40_000)
+    # reports (chute bench --json) print it: what it is, not its address
+    assert repr(bounded) == "RemoteMedia(max_bytes=268435456, cache_bytes=40000)"
     for i in (1, 2, 3):
         bounded.local(images.url(f"images/{i}.jpg"), None)
     bounded.sweep()

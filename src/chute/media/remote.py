@@ -76,6 +76,9 @@ class RemoteMedia:
     def __getstate__(self) -> dict[str, Any]:
         return {k: v for k, v in self.__dict__.items() if k != "_downloads"}
 
+    def __repr__(self) -> str:  # what it is, not where it lies (reports print it)
+        return f"RemoteMedia(max_bytes={self.max_bytes}, cache_bytes={self.cache_bytes})"
+
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
         self._downloads = 0
