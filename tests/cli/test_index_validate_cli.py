@@ -110,3 +110,28 @@ def test_workers_below_one_are_refused(tmp_path: Path) -> None:
     for n in ("0", "-1"):
         result = runner.invoke(app, ["validate", str(p), "--workers", n])
         assert result.exit_code == 2 and "--workers" in result.output
+
+
+def test_files_unreadable_as_utf8_lines_say_why(tmp_path: Path) -> None:
+    lines = [b'{"id": %d}' % i for i in range(5)]
+    cases = {
+        "utf16.jsonl": (b"\n".join(lines) + b"\n").decode().encode("utf-16"),
+        "mac.jsonl": b"\r".join(lines) + b"\r",
+        "empty.json": b"[]",
+    }
+    expected = {
+        "utf16.jsonl": "looks UTF-16 encoded",
+        "mac.jsonl": "lines end with a lone CR",
+        "empty.json": "holds no records (an empty JSON array)",
+    }
+    for name, data in cases.items():
+        (tmp_path / name).write_bytes(data)
+        result = runner.invoke(app, ["validate", str(tmp_path / name)])
+        assert result.exit_code == 2 and expected[name] in result.output, result.output
+    # a JSON array with lone-CR line ends reads fine: its records do not depend on lines
+    array = tmp_path / "array.json"
+    array.write_bytes(b"[\r" + b",\r".join(lines) + b"\r]")
+    assert runner.invoke(app, ["validate", str(array), "-q"]).exit_code == 0
+    one = tmp_path / "one.jsonl"  # one record ended by a CR: a record, not classic Mac lines
+    one.write_bytes(lines[0] + b"\r")
+    assert runner.invoke(app, ["validate", str(one), "-q"]).exit_code == 0

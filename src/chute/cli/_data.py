@@ -76,8 +76,12 @@ def open_data_files(
             continue
         if len(index) == 0:  # an export that failed, a shard never written: say so, not "0"
             blank = getattr(index, "blank_lines", 0)
-            why = f"only {blank} blank line(s)" if blank else "an empty file"
+            why = f"only {blank} blank line(s)" if blank else _empty(path)
             out.skipped.append((path, f"holds no records ({why})"))
+            continue
+        unreadable = _not_utf8_lines(path, len(index))
+        if unreadable:  # every record would be rejected for the file's encoding or line ends
+            out.skipped.append((path, unreadable))
             continue
         out.paths.append(path)
         out.indexes.append(index)
@@ -88,6 +92,39 @@ def open_data_files(
         names = "; ".join(f"{Path(p).name}: {why}" for p, why in out.skipped)
         raise SourceError(f"none of the {len(out.skipped)} files holds records ({names})")
     return out
+
+
+def _empty(path: str) -> str:
+    """Why a file with no records and no blank line holds none."""
+    try:
+        size = os.path.getsize(path)
+    except OSError:  # a remote file
+        return "an empty file"
+    return "an empty file" if size == 0 else "an empty JSON array"
+
+
+def _not_utf8_lines(path: str, records: int) -> str | None:
+    """What makes a local text file unreadable as UTF-8 lines, or ``None``.
+
+    A UTF-16 file (Windows Notepad's "Unicode") has a NUL in every other byte: each of its
+    lines is rejected as ``nul_byte``, which does not name the cause; a file whose lines end
+    with a lone CR (classic Mac OS) reads as one record.
+    """
+    compressed = str(path).endswith((".gz", ".zst", ".bz2", ".xz"))
+    if is_parquet(path) or is_tar(path) or compressed or "://" in str(path):
+        return None
+    try:
+        with open(path, "rb") as f:
+            head = f.read(65536)
+    except OSError:
+        return None
+    if head[:2] in (b"\xff\xfe", b"\xfe\xff") or head[:4096].count(b"\x00") > len(head[:4096]) // 4:
+        return "the file looks UTF-16 encoded (a byte-order mark or a NUL in every other byte): save it as UTF-8"
+    lines = not head.lstrip(b"\xef\xbb\xbf \t").startswith(b"[")  # a JSON array: any line ends
+    inner_cr = b"\r" in head.rstrip(b"\r \t")  # a trailing CR alone ends one record
+    if lines and records == 1 and inner_cr and b"\n" not in head:
+        return "its lines end with a lone CR (classic Mac OS line ends): convert them to \\n"
+    return None
 
 
 def the_cache_among(paths: Sequence[str]) -> str | None:
