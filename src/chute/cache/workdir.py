@@ -453,8 +453,11 @@ def _vanished_message(layout: Layout, missing: list[int]) -> str:
 
 
 def _not_started(layout: Layout, missing: list[int], world: World, at_work: set[int]) -> list[int]:
-    """The ranks owning missing chunks that show no sign of building: never seen holding their
-    lock, and none of their chunks committed (``[]`` where locks are unknown: object storage)."""
+    """The ranks owning missing chunks that show no sign of building.
+
+    Never seen holding their lock, and none of their chunks committed (``[]`` where locks are
+    unknown: a cache in object storage).
+    """
     if shard_lock(layout, world.rank, world.world_size) is None:
         return []
     recorded = set(layout.recorded())

@@ -74,9 +74,7 @@ def validate(
     rejects: Path | None = typer.Option(
         None, help="Write every rejected record (location, reason, text) to this JSONL file."
     ),
-    workers: int | None = typer.Option(
-        None, min=1, help="Worker processes (default: all cores)."
-    ),
+    workers: int | None = typer.Option(None, min=1, help="Worker processes (default: all cores)."),
     cache_dir: Path | None = CACHE_DIR,
     decode: bool = typer.Option(
         True,
