@@ -302,3 +302,12 @@ def test_demo_names_a_mixture_given_as_data(mixture: Path, tmp_path: Path) -> No
     )
     line = _one_line_error(result)
     assert "is a mixture YAML; chute demo runs on one JSONL / JSON data file" in line
+
+
+def test_demo_refuses_records_with_data_instead_of_ignoring_it(tmp_path: Path) -> None:
+    pytest.importorskip("torch")
+    data = tmp_path / "d.jsonl"
+    data.write_text('{"instruction": "a", "output": "b"}\n')
+    args = ["demo", "--data", str(data), "--tokenizer", str(tmp_path / "tok"), "--records", "30"]
+    line = _one_line_error(runner.invoke(app, args))
+    assert "--records sizes the generated data; with --data the demo reads every record" in line

@@ -27,7 +27,9 @@ def demo(
     data: Path | None = typer.Option(
         None, help="Run on your JSONL / JSON instead of generated data (with --tokenizer)."
     ),
-    records: int = typer.Option(3000, help="Generated records."),
+    records: int | None = typer.Option(
+        None, min=1, help="Generated records (default 3,000; with --data, every record is read)."
+    ),
     steps: int = typer.Option(100, help="Training steps."),
     batch_size: int = typer.Option(8, help="Packed rows per batch."),
     max_length: int = typer.Option(256, help="Tokens per packed row (the recipe's max_length)."),
@@ -54,6 +56,11 @@ def demo(
             raise ConfigError("--tokenizer applies to --data (the generated data has its own)")
     else:
         _refuse_mixture(data)
+        if records is not None:
+            raise ConfigError(
+                "--records sizes the generated data; with --data the demo reads every record "
+                "of your file (give it a smaller file to run on fewer)"
+            )
         if recipe.tokenizer is None:
             raise ConfigError(
                 "--data needs --tokenizer (a tokenizer.json, folder or tiktoken file)"
@@ -70,7 +77,7 @@ def demo(
         data=data,
         tokenizer=tokenizer,
         recipe_options=options,
-        records=records,
+        records=3000 if records is None else records,
         steps=steps,
         batch_size=batch_size,
         max_length=max_length,
