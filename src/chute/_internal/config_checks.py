@@ -55,7 +55,8 @@ def read_config_file(
     """
     path = Path(path)
     if not path.is_file():
-        raise ConfigError(f"{path}: no such file ({what})", param="config")
+        why = "no such file" if not path.exists() else "not a regular file"  # /dev/null, a folder
+        raise ConfigError(f"{path}: {why} ({what})", param="config")
     try:
         data = yaml.safe_load(path.read_text(encoding="utf-8"))
     except (yaml.YAMLError, UnicodeDecodeError) as exc:  # not YAML, not UTF-8

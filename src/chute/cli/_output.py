@@ -74,7 +74,7 @@ def fail(message: str, code: int = 2) -> typer.Exit:
 
 # What to do about an operating-system error, by its kind (the OS's own words say what failed).
 _OS_HINTS: dict[type[OSError], str] = {
-    FileNotFoundError: "check the path, and that its folder exists and can hold files",
+    FileNotFoundError: "check the path: a file read must exist, a file written needs its folder",
     PermissionError: "check its permissions, or use a path you may read or write",
     IsADirectoryError: "pass a file there, not a folder",
     NotADirectoryError: "a part of the path is a file, not a folder: check the path",
@@ -91,7 +91,7 @@ def os_error_message(exc: OSError) -> str:
 
     Example:
         >>> os_error_message(FileNotFoundError(2, "No such file or directory", "/proc/nope"))
-        '/proc/nope: No such file or directory (check the path, and that its folder exists and can hold files)'
+        '/proc/nope: No such file or directory (check the path: a file read must exist, a file written needs its folder)'
     """
     reason = exc.strerror or str(exc) or type(exc).__name__
     where = [str(name) for name in (exc.filename, exc.filename2) if name is not None]
