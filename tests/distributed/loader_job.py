@@ -9,6 +9,8 @@ Modes:
           deliver the rest of the epoch; rank 0 writes every rank's batches.
   nothing step through the epoch in lockstep over data with little or nothing valid; rank 0
           writes how many batches each rank got and the error that stopped it, if any.
+  differ  rank 1 reads another file (fewer records): the first pass must stop on both ranks
+          at once with LockstepError, not hang; each rank writes the error it got.
   cp      context parallelism (CHUTE_CP in the environment): one epoch of packed rows cut into
           each rank's zig-zag slice; each step's loss summed over the cp group (a process group
           per group, from World.groups); rank 0 writes every rank's slices and losses, and the
@@ -88,7 +90,9 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--data", required=True)
     ap.add_argument("--out", required=True)
-    ap.add_argument("--mode", choices=["epoch", "train", "resume", "nothing", "cp"], required=True)
+    ap.add_argument(
+        "--mode", choices=["epoch", "train", "resume", "nothing", "cp", "differ"], required=True
+    )
     ap.add_argument("--every", type=int, default=2)
     ap.add_argument("--delay", type=float, default=0.05)
     ap.add_argument("--plan", choices=["random", "packed"], default="random")
@@ -103,8 +107,11 @@ def main() -> None:
         return
     # world=None: the loader finds its rank through World.detect() and torch.distributed
     media = augmented_loader(args.augment) if args.augment else {}
+    data = args.data
+    if args.mode == "differ" and rank == 1:
+        data = data.replace(".jsonl", ".short.jsonl")  # a stale copy on one node
     loader = Loader(
-        args.data,
+        data,
         media.pop("recipe", None),
         media=media.pop("media", None),
         batch_size=BATCH_SIZE,
@@ -118,6 +125,15 @@ def main() -> None:
     )
     if args.mode == "nothing":
         nothing(loader, out, rank, world_size)
+        return
+    if args.mode == "differ":
+        try:
+            next(iter(loader))
+            error = None
+        except LockstepError as exc:
+            error = str(exc)
+        write_atomic(out / f"differ.rank{rank}.json", {"error": error})
+        dist.destroy_process_group()
         return
     if args.mode == "resume":
         step = latest_checkpoint(ckpt)

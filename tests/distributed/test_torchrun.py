@@ -254,3 +254,18 @@ def test_four_ranks_dp2_cp2_share_samples_and_slices_make_the_whole_batches(
             seen += [i for i in batch["sample_ids"].tolist() if i >= 0]
     assert sorted(seen) == VALID
     assert sum(result["stats"].values()) == len(BROKEN)  # not twice: cp ranks read the same
+
+
+def test_ranks_reading_different_data_stop_at_once_instead_of_hanging(
+    data: Path, tmp_path: Path
+) -> None:
+    # a stale copy on one node: 50 records there, 203 here; the plans differ, and the first
+    # collective one rank never reaches hung until the process group's timeout
+    write_id_jsonl(data.with_name("ids.short.jsonl"), 50)
+    run(2, "--data", str(data), "--out", str(tmp_path), "--mode", "differ")
+    for rank in (0, 1):
+        error = orjson.loads((tmp_path / f"differ.rank{rank}.json").read_bytes())["error"]
+        assert error is not None and "ranks start from different data or positions" in error
+        assert (
+            "rank 0: samples 203, batches 26" in error and "rank 1: samples 50, batches 7" in error
+        )

@@ -13,7 +13,7 @@ from chute._internal.lazy_torch import require_torch
 from chute.errors import LockstepError
 from chute.world import World
 
-__all__ = ["all_gather", "check_lockstep", "dp_shares", "sum_over_ranks"]
+__all__ = ["all_gather", "check_lockstep", "check_same_start", "dp_shares", "sum_over_ranks"]
 
 
 def all_gather(value: Any, world_size: int | None = None) -> list[Any] | None:
@@ -76,4 +76,29 @@ def check_lockstep(position: tuple[Any, ...]) -> None:
         f"ranks are not in lockstep (epoch, batches consumed, earlier layouts): {shown}. A "
         f"resume state taken now would skip or repeat samples on some ranks; take loader "
         f"checkpoints after the same training step on every rank."
+    )
+
+
+def check_same_start(start: dict[str, Any], world: World) -> None:
+    """Raise ``LockstepError`` unless every rank starts iterating from the same ``start``.
+
+    ``start``: what a rank's plan and position are made of (samples, batches per rank, epoch,
+    batches consumed, the planner's options). Ranks that differ read different data (a stale
+    copy on one node), different options or different states: their plans yield different
+    numbers of batches, and the first rank to run out waits in a collective the others never
+    reach, until the process group's timeout. Gathered once, where every rank starts its first
+    pass; nothing without a process group of ``world``'s size.
+    """
+    gathered = all_gather(start, world.world_size)
+    if gathered is None or all(g == gathered[0] for g in gathered):
+        return
+    keys = [k for k in start if any(g.get(k) != gathered[0].get(k) for g in gathered)]
+    shown = "; ".join(
+        f"rank {r}: " + ", ".join(f"{k} {g.get(k)}" for k in keys) for r, g in enumerate(gathered)
+    )
+    raise LockstepError(
+        f"ranks start from different data or positions ({shown}): every rank must read the "
+        f"same data with the same options (a file that differs on one node, a stale copy?) "
+        f"and load the same state; their plans would yield different numbers of batches, and "
+        f"training would hang at the first collective one rank never reaches"
     )

@@ -20,7 +20,7 @@ import numpy as np
 from chute._internal.lazy_torch import require_torch
 from chute.errors import ConfigError, LoaderTimeout, RejectTally
 from chute.loader.accounting import Accounting
-from chute.loader.collectives import check_lockstep, sum_over_ranks
+from chute.loader.collectives import check_lockstep, check_same_start, sum_over_ranks
 from chute.loader.delivery import DeliveryCheck
 from chute.loader.dispatch import TaskSampler, make_dataloader, next_batch, shutdown_workers
 from chute.loader.mixture_binding import (
@@ -316,6 +316,7 @@ class Loader:
         self._sampler = TaskSampler()
         self._dataloader: Any = None
         self._generation = 0
+        self._started = False  # whether a pass began (the ranks' starts were compared)
         if self.plan.num_batches == 0:
             raise ConfigError(
                 f"this plan yields no batches: {self.num_samples} samples, batch_size="
@@ -413,6 +414,9 @@ class Loader:
         return self._run(self._generation)
 
     def _run(self, generation: int) -> Iterator[dict[str, Any]]:
+        if not self._started:  # once, before anything that could differ between ranks
+            self._started = True
+            check_same_start(self._start_of_pass(), self.world)
         empty, self._empty_pass, self._done_epoch = self._empty_pass, False, None
         if empty:  # set_epoch named the epoch a loaded state had finished
             return
@@ -454,6 +458,17 @@ class Loader:
         finally:
             if not self.persistent_workers:
                 shutdown_workers(it)
+
+    def _start_of_pass(self) -> dict[str, Any]:
+        """What every rank's first pass must agree on (``check_same_start``)."""
+        finished = self._consumed >= self.plan.num_batches
+        return {
+            "samples": self.num_samples,
+            "batches": self.plan.num_batches,
+            "epoch": self._epoch + 1 if finished and not self._empty_pass else self._epoch,
+            "consumed": 0 if finished else self._consumed,
+            "planner": repr(sorted(self.planner.params().items())),
+        }
 
     def _next(self, it: Iterator[Any], plan: Plan, k: int) -> tuple[dict[str, Any], BatchReport]:
         try:
