@@ -258,6 +258,18 @@ def test_tiktoken_presets_match_tokenizer_json(
 
 
 @pytest.mark.shared_data
+def test_the_qwen_preset_normalizes_to_nfc_as_qwens_tokenizers_do(shared_data: Path) -> None:
+    tiktok = load_tokenizer(shared_data / "tokenizers/qwen/qwen.tiktoken")
+    ref = real_tokenizer(str(shared_data / "tokenizers/qwen3/tokenizer.json"))
+    decomposed = ["Cafe\u0301", "Vie\u0323\u0302t Nam", "\u1100\u1161\u11a8", "n\u0303o\u0308 a"]
+    for text in decomposed:
+        ids, offsets = tiktok.encode_with_offsets(text)
+        assert ids == ref.encode(text) == tiktok.encode(text), text
+        assert offsets[0][0] == 0 and offsets[-1][1] == len(text)  # the text as given
+    assert tiktok.fingerprint()["normalizer"] == "NFC"
+
+
+@pytest.mark.shared_data
 def test_a_folder_holding_llama3s_tiktoken_model_loads_it_as_tiktoken(shared_data: Path) -> None:
     # through transformers it loaded without special tokens: <|eot_id|> became six text tokens
     folder = load_tokenizer(shared_data / "tokenizers/llama3")

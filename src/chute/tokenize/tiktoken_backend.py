@@ -15,6 +15,10 @@ preset        ranks      special tokens (ids from the number of ranks up)
 ``gpt2``      50,256     ``<|endoftext|>``
 ============  =========  ==========================================================
 
+The ``qwen`` preset normalizes text to NFC first, as Qwen's tokenizers do (Qwen1's
+``QWenTokenizer`` and the NFC normalizer of Qwen2/3's ``tokenizer.json``): a decomposed ``é``
+(``e`` + U+0301) is the composed one's token. Offsets still index the text as given.
+
 Example:
     >>> tok = TiktokenTokenizer.from_file("tokenizers/qwen/qwen.tiktoken")  # doctest: +SKIP
     >>> tok.encode("Hello world!")  # doctest: +SKIP
@@ -24,6 +28,7 @@ Example:
 from __future__ import annotations
 
 import os
+import unicodedata
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -162,6 +167,7 @@ class TiktokenTokenizer(Tokenizer):
             )
         specials.update(extra)
         self.preset, self.pattern = preset, pat
+        self.normal_form = "NFC" if preset == "qwen" else None
         self._enc = tiktoken.Encoding(
             name=Path(self.path).stem,
             pat_str=pat,
@@ -173,9 +179,24 @@ class TiktokenTokenizer(Tokenizer):
         self._set_special(defaults, special)
 
     def encode(self, text: str) -> list[int]:
+        if self._denormal(text):
+            text = unicodedata.normalize(self.normal_form, text)  # type: ignore[arg-type]
         return self._enc.encode(text, allowed_special=self._all_special, disallowed_special=())
 
+    def _denormal(self, text: str) -> bool:
+        form = self.normal_form
+        return form is not None and not text.isascii() and not unicodedata.is_normalized(form, text)  # type: ignore[arg-type]
+
     def encode_with_offsets(self, text: str) -> tuple[list[int], list[tuple[int, int]]]:
+        if self._denormal(text):
+            normal, starts, ends = normalize_mapped(text, self.normal_form)  # type: ignore[arg-type]
+            ids, offsets = self._encode_with_offsets(normal)
+            return ids, [
+                (starts[a], ends[b - 1]) if b > a else (starts[a], starts[a]) for a, b in offsets
+            ]
+        return self._encode_with_offsets(text)
+
+    def _encode_with_offsets(self, text: str) -> tuple[list[int], list[tuple[int, int]]]:
         ids = self.encode(text)
         if not ids:
             return ids, []
@@ -205,11 +226,14 @@ class TiktokenTokenizer(Tokenizer):
         return self._enc.n_vocab
 
     def _identity(self) -> dict[str, Any]:
-        return {
+        identity = {
             "files": {Path(self.path).name: file_sha256(self.path)},
             "pattern": self.pattern,
             "added_tokens": dict(sorted(self._specials.items(), key=lambda kv: kv[1])),
         }
+        if self.normal_form is not None:  # only where it is: other presets' keys stay as they were
+            identity["normalizer"] = self.normal_form
+        return identity
 
     def __getstate__(self) -> dict[str, Any]:
         return {"path": self.path, "_args": self._args}
@@ -218,3 +242,45 @@ class TiktokenTokenizer(Tokenizer):
         Tokenizer.__init__(self)
         self.path, self._args = state["path"], state["_args"]
         self._build()
+
+
+def _joins_previous(char: str) -> bool:
+    """Whether normalizing may join ``char`` to the character before it.
+
+    Combining marks do, and so do Hangul's medial vowels and final consonants (conjoining jamo
+    that compose with the syllable's initial): a segment runs to the next character that does
+    not.
+    """
+    return unicodedata.combining(char) != 0 or "\u1160" <= char <= "\u11ff"
+
+
+def normalize_mapped(text: str, form: str) -> tuple[str, list[int], list[int]]:
+    """``text`` in the Unicode normal ``form``, and the span of ``text`` each character is from.
+
+    ``(normal, starts, ends)``: character ``j`` of ``normal`` came from ``text[starts[j]:
+    ends[j]]``. Normalized segment by segment (a character and the marks that may join it); where that
+    differs from normalizing the whole text (a script whose vowels compose with a starter),
+    the text is one segment: every character maps to all of it.
+
+    Example:
+        >>> normalize_mapped("Cafe\u0301!", "NFC")
+        ('Café!', [0, 1, 2, 3, 5], [1, 2, 3, 5, 6])
+    """
+    out: list[str] = []
+    starts: list[int] = []
+    ends: list[int] = []
+    i, n = 0, len(text)
+    while i < n:
+        k = i + 1
+        while k < n and _joins_previous(text[k]):
+            k += 1
+        piece = unicodedata.normalize(form, text[i:k])  # type: ignore[arg-type]
+        out.append(piece)
+        starts += [i] * len(piece)
+        ends += [k] * len(piece)
+        i = k
+    normal = "".join(out)
+    whole = unicodedata.normalize(form, text)  # type: ignore[arg-type]
+    if normal != whole:
+        return whole, [0] * len(whole), [n] * len(whole)
+    return normal, starts, ends
