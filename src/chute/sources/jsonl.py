@@ -19,6 +19,7 @@ Example:
 from __future__ import annotations
 
 import builtins
+import contextlib
 import os
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Protocol
@@ -353,6 +354,13 @@ class _FileReader:
             self._changed(start)
 
     def _changed(self, offset: int) -> None:
+        # The stored index is stale though the file's size and mtime match it (rewritten with
+        # them kept: cp -p, rsync -t): removed, so that re-opening re-indexes instead of reusing
+        # it. A process reading it keeps its own mapped copy.
+        sidecar = self.index.sidecar
+        if sidecar is not None:
+            with contextlib.suppress(OSError):
+                sidecar.unlink()
         raise SourceChanged(
             f"{self.index.path}: bytes at offset {offset} no longer match the index (the file was "
             f"modified in place); re-open the source to re-index it"
