@@ -115,6 +115,25 @@ def test_stats_of_a_cache_counts_the_records_its_build_read_and_rejected(built: 
     assert sum(out["rejected"].values()) == 2
 
 
+def test_stats_and_inspect_of_a_stale_cache_warn(tmp_path: Path, built: dict) -> None:
+    from chute.cache import preprocess
+
+    data = write_alpaca(tmp_path / "d.jsonl", 20)
+    recipe = {"tokenizer": str(built["tok"]), "template": "chatml"}
+    preprocess(sources=[str(data)], recipe=recipe, cache={"workers": 1}, out=tmp_path / "c")
+    stats = ["stats", str(tmp_path / "c"), "--max-length", "128", "--batch-size", "4", "-q"]
+    inspect = ["inspect", str(tmp_path / "c"), "--index", "0"]
+    for args in (stats, inspect):
+        assert "changed since" not in runner.invoke(app, args).output
+    with open(data, "a") as f:
+        f.write('{"instruction": "one more", "output": "record"}\n')
+    for args in (stats, inspect):
+        result = runner.invoke(app, args)
+        assert result.exit_code == 0, result.output  # the cache as built, with a warning
+        assert "built from files that changed since (" in result.output
+        assert f"chute validate {tmp_path / 'c'}" in result.output
+
+
 def test_validate_a_cache_names_its_rejects_file_only_when_records_were_rejected(
     built: dict, tmp_path: Path
 ) -> None:

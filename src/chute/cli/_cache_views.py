@@ -20,7 +20,7 @@ from chute.cli._output import emit_json, progress_bar, table
 from chute.cli._render import decode_marked, pretty_sample
 from chute.errors import ConfigError
 
-__all__ = ["inspect_cache", "validate_cache"]
+__all__ = ["inspect_cache", "validate_cache", "warn_if_stale"]
 
 
 def validate_cache(
@@ -92,11 +92,39 @@ def _print_check(check: Any, summary: dict[str, Any]) -> None:
         typer.echo(f"\nno record was rejected ({summary['rejects_file']} is empty)")
 
 
+def warn_if_stale(cache: Any) -> None:
+    """Say on stderr when a cache's local source files changed since it was built.
+
+    ``stats`` and ``inspect`` read a cache as it was built (``verify_sources=False``); a
+    warning says it no longer matches its files (``chute validate DIR`` names each change).
+    Whole-file hashes and objects in storage are left to ``validate``: too costly for a look.
+    """
+    from chute._internal.remote import is_url
+    from chute.cache.fingerprint import source_changes
+
+    sources = cache.manifest["fingerprint"]["sources"]
+    if sources.get("full_hash"):
+        return
+    local = {**sources, "files": [f for f in sources.get("files", []) if not is_url(f["path"])]}
+    changed = source_changes(local)
+    if changed:
+        names = sorted({name.split(": ")[0].removeprefix("source ") for name, _, _ in changed})
+        shown = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+        typer.secho(
+            f"warning: {cache.root}: built from files that changed since ({shown}): this is "
+            f"the cache as built; `chute validate {cache.root}` names each change, and chute "
+            f"preprocess rebuilds it",
+            err=True,
+            fg=typer.colors.YELLOW,
+        )
+
+
 def inspect_cache(path: str, index: int, tokenizer: str | None, as_json: bool, color: Any) -> None:
     from chute.cache import open_cache
     from chute.tokenize import load_tokenizer
 
     cache = open_cache(path, verify_sources=False)
+    warn_if_stale(cache)
     try:
         sample = cache[index]
     except IndexError:

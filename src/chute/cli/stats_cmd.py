@@ -56,7 +56,10 @@ def load_lengths(
                 f"{cache} is a cache: its lengths come from the recipe that built it; leave "
                 f"out --tokenizer and the other recipe options"
             )
+        from chute.cli._cache_views import warn_if_stale
+
         opened = open_cache(cache, verify_sources=False)
+        warn_if_stale(opened)
         built = opened.manifest
         counts = {"records": built.get("records"), "by_reason": built.get("by_reason", {})}
         return lengths_of(opened), None, counts
