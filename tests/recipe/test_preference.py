@@ -107,6 +107,17 @@ def test_pairs_without_a_shared_prompt_and_kto_records_ending_on_a_user_are_reje
     other_system = [{"role": "system", "content": "Be rude."}, *v1["rejected_messages"][1:]]
     with pytest.raises(SampleError, match="no_shared_prompt"):
         read_pair({**v1, "rejected_messages": other_system}, reader)
+    # TRL's implicit prompt over plain texts: said so, not "no format recognises ... completion"
+    with pytest.raises(SampleError, match="missing_field: a preference record with text 'chosen'"):
+        read_pair({"chosen": "Q: hi A: yes", "rejected": "Q: hi A: no"}, reader)
+    # an error inside a response names the record's field, not the merged conversation's
+    ranking = {
+        "conversations": [{"from": "human", "value": "q"}],
+        "chosen": {"from": "gpt", "value": 7},
+        "rejected": {"from": "gpt", "value": "b"},
+    }
+    with pytest.raises(SampleError, match=r"\(field 'chosen.value'\)"):
+        read_pair(ranking, reader)
     for messages in (
         [{"role": "user", "content": "Tell me a secret."}],
         [

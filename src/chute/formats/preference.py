@@ -35,6 +35,7 @@ Example:
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -107,6 +108,16 @@ def read_pair(data: Any, reader: Any) -> Pair:
         found.append((value, key))
     (chosen, ckey), (rejected, rkey) = found
     rest = {k: v for k, v in data.items() if k not in (ckey, rkey)}
+    if isinstance(chosen, str) and isinstance(rejected, str) and not _has_prompt(rest, reader):
+        raise SampleError(
+            "missing_field",
+            f"a preference record with text {ckey!r} and {rkey!r} responses needs its prompt "
+            f"apart ('prompt', 'instruction' or messages; keys present: "
+            f"{', '.join(sorted(data))}); two whole texts that each begin with the prompt "
+            f"(TRL's implicit prompt over text) are not split: remap it with "
+            f"{spell('columns')} (prompt=...)",
+            field="prompt",
+        )
     if isinstance(chosen, list) and isinstance(rejected, list) and not _has_prompt(rest, reader):
         # Whole conversations (TRL's implicit prompt, LLaMA-Factory v1): the prompt is their
         # longest common prefix, as TRL's extract_prompt takes it.
@@ -188,7 +199,8 @@ def _conversation(
     rest: dict[str, Any], response: Any, field: str, reader: Any
 ) -> tuple[Conversation, int]:
     """The prompt plus ``response`` read as an SFT record, and how many messages the response is."""
-    if isinstance(response, dict):  # LLaMA-Factory ranking: one message
+    single = isinstance(response, dict)
+    if single:  # LLaMA-Factory ranking: one message
         response = [response]
     key = _message_key(rest, reader)
     prompt = rest.get(key)
@@ -208,7 +220,10 @@ def _conversation(
             )
         record = {k: v for k, v in rest.items() if k != "prompt"}
         record[key] = [*prompt, *response]
-        return _read(record, reader, field), len(response)
+        try:
+            return _read(record, reader, field), len(response)
+        except SampleError as exc:
+            raise _named_in_response(exc, key, len(prompt), field, single) from None
     if not isinstance(response, str):
         raise SampleError(
             "wrong_type", f"expected text or messages, got {_json_type(response)}", field=field
@@ -232,6 +247,23 @@ def _conversation(
         )
     record[keys[0]] = response
     return _read(record, reader, field), 1
+
+
+def _named_in_response(
+    exc: SampleError, key: str, prompt: int, field: str, single: bool
+) -> SampleError:
+    """``exc`` naming the response's own field where it was found in the response's messages.
+
+    The sides are read as the prompt's messages plus the response (``conversations[1].value``
+    is the response's ``value`` when the prompt holds one message): the record has no such
+    field, so the error names the one it has (``chosen.value``, ``chosen[0].value``).
+    """
+    match = re.fullmatch(rf"{re.escape(key)}\[(\d+)\](.*)", exc.field or "")
+    if match is None or int(match[1]) < prompt:
+        return exc
+    k, rest = int(match[1]) - prompt, match[2]
+    named = f"{field}{rest}" if single else f"{field}[{k}]{rest}"
+    return SampleError(exc.kind, exc.message, path=exc.path, line=exc.line, field=named)
 
 
 def _read(record: dict[str, Any], reader: Any, field: str) -> Conversation:
