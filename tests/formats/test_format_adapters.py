@@ -546,3 +546,40 @@ def test_reader_is_reusable_and_keeps_tables() -> None:
     b = reader({"text": "c"})
     assert a.messages[1] == Message("assistant", "b") and b.kind == "text"
     assert set(reader._resolved) == {"alpaca", "text"}
+
+
+def test_what_the_probe_found_in_the_adapters() -> None:
+    def user_parts(record: dict, fmt: object = "messages") -> list:
+        return list(to_conversation(record, fmt).messages[0].content)
+
+    # OpenAI's inline audio is base64 bytes and a format: a data: URL, not a path
+    audio = {"type": "input_audio", "input_audio": {"data": "UklGRg==", "format": "wav"}}
+    record = {
+        "messages": [
+            {"role": "user", "content": [audio, {"type": "text", "text": "Transcribe."}]},
+            {"role": "assistant", "content": "hello"},
+        ]
+    }
+    part = user_parts(record)[0]
+    assert (part.kind, part.value) == ("audio", "data:audio/wav;base64,UklGRg==")
+    # a part's null keys (Parquet / HF datasets store parts as a union of every part's keys)
+    # are absent keys: the source is the one that is set, or the images list's
+    for image in ({"image": None, "url": "a.jpg"}, {"image_url": None, "image": "a.jpg"}):
+        parts = [{"type": "image", **image}, {"type": "text", "text": "q"}]
+        record = {
+            "messages": [{"role": "user", "content": parts}, {"role": "assistant", "content": "b"}]
+        }
+        assert user_parts(record)[0].value == "a.jpg"
+    listed = [{"type": "image", "image": None}, {"type": "text", "text": "q", "image": None}]
+    record = {
+        "messages": [{"role": "user", "content": listed}, {"role": "assistant", "content": "b"}],
+        "images": ["a.jpg"],
+    }
+    assert user_parts(record)[0].value == "a.jpg"
+    # alpaca: an empty instruction and an input is the input alone (LLaMA-Factory joins the
+    # non-empty ones)
+    conv = to_conversation({"instruction": "", "input": "What is 2+2?", "output": "4"}, "alpaca")
+    assert conv.messages[0].content == "What is 2+2?"
+    # text: a prompt column (LLaMA-Factory's name for a pretraining text) is the text
+    spec = FormatSpec("text", columns={"prompt": "content"})
+    assert to_conversation({"content": "a web page"}, spec).messages[0].content == "a web page"

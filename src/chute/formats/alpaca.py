@@ -2,7 +2,8 @@ r"""Alpaca-style records: one instruction, an optional input, one output.
 
 ``{"instruction", "input"?, "output", "system"?, "history"?}``; ``history`` is a list of
 ``[user, assistant]`` pairs that come before the instruction. The user turn is
-``instruction + "\n" + input`` when the input is non-empty (LLaMA-Factory's rule). The same
+``instruction + "\n" + input`` when the input is non-empty (the input alone when the
+instruction is empty: LLaMA-Factory's rule). The same
 adapter reads ``prompt_completion`` records (``{"prompt", "completion"}``) and any keys remapped
 with ``columns``. Images (``images`` or ``image``) go where ``<image>`` placeholders are, or at
 the start of the instruction.
@@ -75,7 +76,7 @@ def _read_all(data: Any, spec: ResolvedSpec) -> Conversation:
                 )
             messages.append(Message("user", pair[0]))
             messages.append(Message("assistant", pair[1]))
-    messages.append(Message("user", f"{prompt}\n{query}" if query else prompt))
+    messages.append(Message("user", _joined(prompt, query)))
     messages.append(Message("assistant", response))
 
     tools_value, tools_key = lookup(data, columns.get("tools", ()))
@@ -138,7 +139,7 @@ def _plain_record(data: dict[str, Any], spec: ResolvedSpec) -> Conversation | No
         system is not None and system.__class__ is not str
     ):
         return None
-    user = f"{prompt}\n{query}" if query else prompt
+    user = _joined(prompt, query)
     for mark in keys.marks:
         if mark in user or mark in response or (system and mark in system):
             return None
@@ -198,3 +199,14 @@ def _text(data: dict[str, Any], keys: tuple[str, ...], fmt: str, *, required: bo
     if type(value) is not str:
         raise SampleError("wrong_type", f"expected a string, got {_json_type(value)}", field=key)
     return value
+
+
+def _joined(prompt: str, query: str | None) -> str:
+    r"""The user turn: instruction and input, each only when non-empty (LLaMA-Factory's rule).
+
+    >>> _joined("Add", "1+1"), _joined("", "What is 2+2?"), _joined("Hi", "")
+    ('Add\n1+1', 'What is 2+2?', 'Hi')
+    """
+    if not query:
+        return prompt
+    return f"{prompt}\n{query}" if prompt else query

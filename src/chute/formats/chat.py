@@ -255,9 +255,12 @@ def _parts(items: list[Any], field: str) -> list[Part]:
 def _part_source(item: dict[str, Any], kind: str, where: str) -> str | None:
     """The source of a media part, or None for a bare ``{"type": "image"}`` placeholder."""
     for key in (f"{kind}_url", kind, "url", "path", "value", "image_url", "input_audio"):
-        if key not in item:
-            continue
+        if item.get(key) is None:  # absent, or null: Parquet and HF datasets store parts as
+            continue  # a union of every part's keys, the others' null
         value = item[key]
+        if key == "input_audio" and isinstance(value, dict) and isinstance(value.get("data"), str):
+            # OpenAI's inline audio: base64 bytes and their format, not a path
+            return f"data:audio/{value.get('format') or 'wav'};base64,{value['data']}"
         if isinstance(value, dict):
             value = value.get("url") or value.get("path") or value.get("data")
         if isinstance(value, str) and value:
