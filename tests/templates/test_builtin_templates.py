@@ -222,7 +222,7 @@ def test_documents_are_bos_text_eos_all_trained(name: str) -> None:
     )
     r = BUILTIN[name].render(doc, CTX)
     assert r.text == "<s><image>A cat.</s>"
-    assert r.spans == [(0, len(r.text))]
+    assert r.spans == [(0, 3), (10, len(r.text))]  # all but the image's text
     assert r.media == [Part("image", "a.jpg")]
 
 
@@ -328,3 +328,18 @@ def test_control_tokens_a_vocabulary_lacks_are_named(caplog: pytest.LogCaptureFi
     with caplog.at_level("WARNING", logger="chute.recipe"):
         Recipe(tokenizer=tiny_tokenizer(), template="qwen3")  # a vocabulary made for it
     assert "has no token" not in caplog.text
+
+
+def test_the_markers_around_a_media_token_are_not_trained() -> None:
+    # Qwen2-VL writes an image as <|vision_start|><|image_pad|><|vision_end|>: the pads were
+    # masked, the markers trained, in an assistant turn with an image and in caption records
+    media = {"image": "<|vision_start|><|image_pad|><|vision_end|>"}
+    ctx = RenderContext(media_text=media)
+    answer = Message("assistant", [Part("text", "Here: "), Part("image", "a.jpg")])
+    conv = Conversation([Message("user", "Show it"), answer])
+    assert BUILTIN["chatml"].render(conv, ctx).trained_text() == "Here: <|im_end|>"
+    caption = Conversation(
+        [Message("assistant", [Part("image", "cat.jpg"), Part("text", "A cat.")])], kind="text"
+    )
+    trained = BUILTIN["chatml"].render(caption, RenderContext(eos="</s>", media_text=media))
+    assert "vision" not in trained.trained_text() and "A cat." in trained.trained_text()

@@ -99,7 +99,8 @@ __all__ = [
 
 # Bump when the same inputs would give different samples (the cache keys on it).
 # 3: templates no longer read the clock (strftime_now is a fixed date)
-# 4: an alpaca record with an empty instruction is its input alone (it began with "\n")
+# 4: an alpaca record with an empty instruction is its input alone (it began with "\n"); the
+#    markers around a media token are not trained (<|vision_start|> in an assistant turn)
 RECIPE_VERSION = 4
 # where a record came from: path, line, index, window
 _Where = tuple[str | None, int | None, int | None, int | None]

@@ -171,10 +171,14 @@ class Template:
 
     def render(self, conv: Conversation, ctx: RenderContext) -> Rendered:
         if conv.kind == "text":
-            return render_document(conv, ctx)
-        if not self.supports_tools:
-            _refuse_tools(conv, self.name)
-        return self._render(conv, ctx)
+            rendered = render_document(conv, ctx)
+        else:
+            if not self.supports_tools:
+                _refuse_tools(conv, self.name)
+            rendered = self._render(conv, ctx)
+        if rendered.media and rendered.spans:
+            rendered = untrain_media_text(rendered, ctx.media_text)
+        return rendered
 
     def _render(self, conv: Conversation, ctx: RenderContext) -> Rendered:
         raise NotImplementedError
@@ -196,6 +200,39 @@ class Template:
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.name!r})"
+
+
+def untrain_media_text(rendered: Rendered, media_text: dict[str, str]) -> Rendered:
+    """``rendered`` with the whole text of each media item out of its trained spans.
+
+    A media item's text is more than its token (Qwen2-VL: ``<|vision_start|><|image_pad|>
+    <|vision_end|>``); the tokens are never trained, and neither are the markers around them:
+    an image in an assistant turn or a caption record trained the markers alone.
+
+    Example:
+        >>> r = Rendered("a<s><i></s>b", [(0, 12)], [Part("image", "x.jpg")])
+        >>> untrain_media_text(r, {"image": "<s><i></s>"}).spans
+        [(0, 1), (11, 12)]
+    """
+    cuts = []
+    for text in {t for t in media_text.values() if t}:
+        at = rendered.text.find(text)
+        while at >= 0:
+            cuts.append((at, at + len(text)))
+            at = rendered.text.find(text, at + len(text))
+    if not cuts:
+        return rendered
+    spans = []
+    for a, b in rendered.spans:
+        for c, d in sorted(cuts):
+            if d <= a or c >= b:
+                continue
+            if c > a:
+                spans.append((a, c))
+            a = max(a, d)
+        if a < b:
+            spans.append((a, b))
+    return Rendered(rendered.text, spans, rendered.media)
 
 
 def _refuse_tools(conv: Conversation, name: str) -> None:
