@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -117,3 +118,49 @@ def test_hf_packed_inputs_of_a_padded_batch_says_what_it_takes() -> None:
     padded = Collate()([{"input_ids": np.array([1, 2, 3])}, {"input_ids": np.array([4])}])
     with pytest.raises(ConfigError, match=r"takes a packed batch .*a padded batch goes to the"):
         hf_packed_inputs(padded)
+
+
+@pytest.mark.slow
+def test_hf_packed_inputs_carry_onevisions_images_per_sample(tmp_path: Path) -> None:
+    # without batch_num_images OneVision tiles each image of a multi-image sample, and a packed
+    # row's image features outnumber its image tokens (the model raised)
+    import json
+
+    import torch
+    from PIL import Image
+
+    from chute import Loader, Recipe
+    from llava_helpers import tiny_model
+    from recipe_helpers import tiny_tokenizer
+
+    rng = np.random.default_rng(0)
+    for name, (w, h) in {"a.png": (333, 217), "b.png": (56, 700), "c.png": (1000, 56)}.items():
+        Image.fromarray(rng.integers(0, 256, (h, w, 3), dtype=np.uint8)).save(tmp_path / name)
+
+    def record(question: str, answer: str, images: list[str]) -> dict:
+        turns = [{"role": "user", "content": question}, {"role": "assistant", "content": answer}]
+        return {"messages": turns, "images": images}
+
+    records = [
+        record("<image><image>two", "t w o", ["a.png", "b.png"]),
+        record("<image>one", "o n e", ["c.png"]),
+    ]
+    (tmp_path / "data.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    tok = tiny_tokenizer()
+    recipe = Recipe(
+        tokenizer=tok,
+        template="chatml",
+        image_tokens="llava-onevision",
+        image_token="<image>",
+        image_token_id=tok.vocab_size,
+        max_length=8000,
+    )
+    loader = Loader(tmp_path / "data.jsonl", recipe, batch_size=1, plan="packed", shuffle=False)
+    batch = next(iter(loader))
+    inputs = hf_packed_inputs(batch)
+    assert inputs["batch_num_images"].tolist() == [2, 1]
+    model = tiny_model(
+        "llava-onevision", vocab_size=tok.vocab_size + 1, image_token_id=tok.vocab_size
+    )
+    with torch.no_grad():
+        assert torch.isfinite(model(**inputs).loss)

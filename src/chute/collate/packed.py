@@ -425,6 +425,7 @@ _PACKED_INPUTS = frozenset(
         "video_grid_thw",
         "second_per_grid_ts",
         "image_sizes",
+        "batch_num_images",  # LLaVA-OneVision: a sample with several images gets no tiles
     )
 )
 
