@@ -21,7 +21,7 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
 from chute import Loader, Recipe, open_source  # noqa: E402
-from chute.collate.packed import hf_packed_inputs  # noqa: E402
+from chute.collate.packed import PackedCollate, hf_packed_inputs  # noqa: E402
 from chute.media.positions import MRopePositions  # noqa: E402
 from qwen_vl_helpers import (  # noqa: E402
     FAMILIES,
@@ -101,6 +101,15 @@ def test_packed_loss_equals_the_per_sample_loss(
         assert diff < 1e-5, diff
         packed = model(**hf_packed_inputs(batch)).loss.item()
         assert packed == pytest.approx(total / targets, abs=1e-4)
+        # a collate of one's own (docs/padding.md's SDPA recipe) gets the recipe's 3-D
+        # positions too: it made 1-D ones, silently; the caller's object is left as it was
+        pad = r.tokenizer.token_to_id(r.tokenizer.pad_token)
+        mine = PackedCollate(max_length=2048, pad_id=pad, block_mask=True)
+        options = {"batch_size": 6, "plan": "packed", "shuffle": False, "collate": mine}
+        own = next(iter(Loader(data["images"], r, **options)))
+        assert own["position_ids"].shape[0] == 4 and "mm_token_type_ids" in own
+        assert model(**hf_packed_inputs(own)).loss.item() == pytest.approx(packed, abs=1e-6)
+        assert mine.positions is None
         # what chute gave before: 1-D positions restarting per sample give another loss
         flat = hf_packed_inputs(batch)
         flat["position_ids"] = flat["position_ids"][0]

@@ -54,6 +54,7 @@ from chute.loader.planning import (
     slice_options,
     split_source,
     task_of,
+    with_positions,
 )
 from chute.loader.state import (
     STATE_FORMAT,
@@ -271,7 +272,7 @@ class Loader:
         self.sample_timeout = self.workers.sample_timeout
         self.multiprocessing_context = self.workers.multiprocessing_context
         check_packed_collate(setup, collate)
-        self.collate = collate or setup.collate
+        self.collate = with_positions(collate, setup) or setup.collate
         # bound to the recipe itself (also for a cache, whose samples it made)
         self.media, self.collate = media_stage_for(
             media, self.recipe, self.collate, self.source, setup.lengths

@@ -17,6 +17,7 @@ Example:
 
 from __future__ import annotations
 
+import copy
 import inspect
 import logging
 from collections.abc import Callable, Iterator, Mapping
@@ -56,6 +57,7 @@ __all__ = [
     "split_source",
     "task_of",
     "warn_if_thrashing",
+    "with_positions",
 ]
 
 log = logging.getLogger("chute.loader")
@@ -278,6 +280,24 @@ def check_collate(collate: Any, pad_id: Any, pad_to_multiple_of: Any) -> None:
             "pad_id and pad_to_multiple_of configure the default collate; with a custom "
             "collate=..., set padding on that collate instead"
         )
+
+
+def with_positions(collate: Any, setup: PlanSetup) -> Any:
+    """A chute collate given without ``positions``, with the recipe's 3-D positions rule.
+
+    ``PackedCollate(max_length=..., pad_id=..., block_mask=True)`` (the SDPA recipe of
+    docs/padding.md) over a Qwen-VL recipe made 1-D positions and no ``mm_token_type_ids``:
+    the model then gave every image token a text position, silently. A copy is returned (the
+    caller's object is left as it is); a collate of another kind is the caller's to fill.
+    """
+    rule = getattr(setup.collate, "positions", None)
+    if collate is None or rule is None or not hasattr(collate, "positions"):
+        return collate
+    if collate.positions is not None:
+        return collate
+    filled = copy.copy(collate)
+    filled.positions = rule
+    return filled
 
 
 def check_packed_collate(setup: PlanSetup, collate: Any) -> None:
