@@ -386,3 +386,40 @@ def test_validate_finds_an_image_whose_size_changed_since_it_was_counted(
     assert "c.png: 90x120 when counted, 300x300 now" in problem and "--overwrite" in problem
     result = CliRunner().invoke(app, ["validate", str(out)])
     assert result.exit_code == 1 and "c.png: 90x120 when counted" in result.output
+
+
+@pytest.mark.parametrize("pixels", [None, True])
+def test_a_cache_of_videos_loads_them_as_the_files_do(tmp_path: Path, pixels: bool | None) -> None:
+    # the manifest counts image tokens only: a cache whose samples hold videos was read with no
+    # media stage (its video tokens trained on no pixels), and with pixels its stage had no video
+    from chute import Recipe
+    from video_helpers import make_video
+
+    make_video(tmp_path / "clip.mp4", frames=20, fps=7)
+    Image.fromarray(np.full((56, 84, 3), 90, np.uint8)).save(tmp_path / "a.png")
+    records = [
+        {"messages": [{"role": "user", "content": "<video>What?"}, {"role": "assistant", "content": "Grey."}], "videos": ["clip.mp4"]},
+        {"messages": [{"role": "user", "content": "<image>And?"}, {"role": "assistant", "content": "Flat."}], "images": ["a.png"]},
+    ]  # fmt: skip
+    data = tmp_path / "data.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in records))
+    tok = write_tokenizer(tmp_path / "tok")
+    options = {
+        "tokenizer": str(tok),
+        "template": "chatml",
+        "image_tokens": "qwen2.5-vl",
+        "video_tokens": "fps",
+    }
+    preprocess(
+        sources=[str(data)], recipe=options, cache={"workers": 1}, out=tmp_path / "c", pixels=pixels
+    )
+    recipe = Recipe(**options)
+    loader = {"batch_size": 1, "shuffle": False, "world": World(0, 1)}
+    direct = list(Loader(data, recipe, **loader))
+    for args in ((), (recipe,)):
+        cached = list(Loader(open_cache(tmp_path / "c"), *args, **loader))
+        for a, b in zip(direct, cached, strict=True):
+            assert sorted(a) == sorted(b)
+            for key in ("pixel_values_videos", "video_grid_thw", "pixel_values", "input_ids"):
+                if key in a:
+                    assert np.array_equal(a[key].numpy(), b[key].numpy()), key

@@ -199,15 +199,25 @@ def test_stats_report_modality_grouping() -> None:
 
 
 def test_a_cache_without_a_recipe_gets_its_recipes_default_stage() -> None:
+    import types
+
     from chute.loader.options import _cache_image_rule, _default_stage
 
     def cache(image_tokens: int, rule: dict | None) -> object:
         fingerprint = {"recipe": {"media": {"image_tokens": rule}}}
+        config = types.SimpleNamespace(recipe=types.SimpleNamespace(video_tokens=None))
         return type(
-            "C", (), {"manifest": {"image_tokens": image_tokens, "fingerprint": fingerprint}}
+            "C",
+            (),
+            {
+                "manifest": {"image_tokens": image_tokens, "fingerprint": fingerprint},
+                "recipe_config": lambda self: config,
+                "__len__": lambda self: 0,
+            },
         )()
 
-    assert _cache_image_rule(cache(0, {"rule": "fixed", "tokens": 576})) is None  # text only
+    assert _cache_image_rule(cache(0, {"rule": "fixed", "tokens": 576})).tokens == 576
+    assert _default_stage(None, cache(0, {"rule": "fixed", "tokens": 576})) is None  # text only
     stage = _default_stage(None, cache(5760, {"rule": "fixed", "tokens": 576}))
     assert stage.image.output_size == (336, 336)
     dynamic = {"rule": "dynamic", "patch_size": 14, "merge_size": 2, "min_pixels": 3136,

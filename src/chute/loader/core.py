@@ -300,7 +300,7 @@ class Loader:
             top_up=bool(top_up),
             keep_rejects=self.rejects_path is not None,
             media=self.media,
-            media_guard=self.media is None and media_guard(media, self.recipe),
+            media_guard=self.media is None and media_guard(media, self.recipe, self.source),
             seed=seed,
         )
         self._fingerprint = fingerprint_of(self.source)

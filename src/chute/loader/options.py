@@ -146,7 +146,7 @@ def media_stage_for(
         return None, collate  # no media stage, even over a cache with pre-decoded images
     pixels = getattr(source, "pixels", None)
     if media is None and pixels is not None:
-        media = source.media_stage()
+        media = _with_cache_videos(source.media_stage(), source)
     if media is None:
         # Images without pixels would train the model on placeholder tokens: when the recipe
         # counts images, its rule's default stage loads them (or a ConfigError names media=).
@@ -188,16 +188,35 @@ def media_stage_for(
     return stage, collate if isinstance(collate, MediaCollate) else MediaCollate(collate)
 
 
-def media_guard(media: Any, recipe: RecipeContract | None) -> bool:
+def _with_cache_videos(stage: Any, source: Any) -> Any:
+    """A cache's pixel stage (images pre-decoded) that also loads the videos its recipe counts.
+
+    The pixel store holds images only; its stage had no ``video``, and a cache with videos
+    stopped at its first batch.
+    """
+    rules = _cache_rules(source)
+    video = rules[1] if rules is not None else None
+    if stage is None or stage.video is not None or not hasattr(video, "fingerprint"):
+        return stage
+    import dataclasses
+
+    return dataclasses.replace(stage, video=video)
+
+
+def media_guard(media: Any, recipe: RecipeContract | None, source: Any = None) -> bool:
     """Whether workers must refuse samples with media: no stage, and none turned off on purpose.
 
-    A recipe that counts images (or videos, audio) may meet them; ``media=False`` says the text
-    alone is wanted, and a recipe without any media rule refuses media itself.
+    A recipe that counts images (or videos, audio) may meet them, and so may a cache read
+    without its recipe, whose recipe counted them; ``media=False`` says the text alone is
+    wanted, and a recipe without any media rule refuses media itself.
     """
     plan = recipe.media if recipe is not None else None
     counts = plan is not None and any(
         rule is not None for rule in (plan.image_rule, plan.video_tokens, plan.audio_tokens)
     )
+    if recipe is None:
+        rules = _cache_rules(source)
+        counts = rules is not None and any(rule is not None for rule in rules)
     return media is None and counts
 
 
@@ -205,7 +224,7 @@ def _references_media(recipe: RecipeContract, source: Any, lengths: Any) -> bool
     """Whether the samples reference media: a cache's manifest, the lengths, or a probe."""
     manifest = getattr(source, "manifest", None)
     if isinstance(manifest, dict):  # a cache: its samples are made already
-        return bool(manifest.get("image_tokens"))
+        return _cache_references_media(source)
     own = getattr(source, "lengths", None)
     lengths = lengths if lengths is not None else own
     image = getattr(lengths, "image_tokens", None)
@@ -234,10 +253,13 @@ def _default_stage(recipe: RecipeContract | None, source: Any, lengths: Any = No
             return None  # no sample references an image (or the recipe refuses them)
         stage = default_media_stage(plan.image_rule, plan.video_tokens, plan.audio_tokens)
     else:
-        rule = _cache_image_rule(source)
-        if rule is None:
+        rules = _cache_rules(source)
+        if rules is None or not _cache_references_media(source):
             return None
-        stage = default_media_stage(rule)
+        image, video = rules
+        if image is None:
+            return None
+        stage = default_media_stage(image, video)
     log.info(
         "media: no media= given and the recipe counts image tokens; loading images with %r "
         "(media=False trains on the text alone)",
@@ -258,10 +280,44 @@ def _default_stage(recipe: RecipeContract | None, source: Any, lengths: Any = No
     return stage
 
 
-def _cache_image_rule(source: Any) -> Any:
-    """The image rule of the recipe that built a cache whose samples hold image tokens."""
+def _cache_rules(source: Any) -> tuple[Any, Any] | None:
+    """``(image rule, video rule)`` of the recipe that built a cache; ``None``: not a cache.
+
+    Read from the cache itself (its fingerprint and config), so a Loader over it without the
+    recipe loads what its samples reference: images and videos alike (a cache of videos was
+    read with no stage, and its video tokens trained on no pixels).
+    """
     manifest = getattr(source, "manifest", None)
-    if not isinstance(manifest, dict) or not manifest.get("image_tokens"):
+    config = getattr(source, "recipe_config", None)
+    if not isinstance(manifest, dict) or not callable(config):
+        return None
+    from chute.media.video_spec import video_tokens_rule
+
+    image = _cache_image_rule(source)
+    value = config().recipe.video_tokens
+    video = None if value is None else video_tokens_rule(value, getattr(image, "family", None))
+    return image, video
+
+
+def _cache_references_media(source: Any) -> bool:
+    """Whether a cache's samples reference media: image tokens counted, or videos in rows.
+
+    The manifest counts image tokens only: where the cache's recipe counts videos, they are
+    looked for in its first 256 rows (one chunk's reads, also from object storage). A video
+    further on, with no stage, is refused by the workers (``media_guard``), not trained on.
+    """
+    if source.manifest.get("image_tokens"):
+        return True
+    rules = _cache_rules(source)
+    if rules is None or rules[1] is None:
+        return False
+    return any(source[i].get("videos") for i in range(min(len(source), 256)))
+
+
+def _cache_image_rule(source: Any) -> Any:
+    """The image rule of the recipe that built a cache (``None``: it counts no images)."""
+    manifest = getattr(source, "manifest", None)
+    if not isinstance(manifest, dict):
         return None
     from chute.media.tokens import image_tokens_rule
 
