@@ -239,6 +239,12 @@ def test_validate_format_only_and_option_errors(data: Path) -> None:
     assert bad.exit_code == 2 and "--max-length need --tokenizer" in bad.output
     pairs = runner.invoke(app, ["validate", str(data), "--format", "alpaca", "--columns", "prompt"])
     assert pairs.exit_code == 2 and "--columns: expected key=value pairs" in pairs.output
+    # --columns given twice maps both (the first was dropped, silently)
+    twice = ["--columns", "response=instruction", "--columns", "prompt=instruction"]
+    both = runner.invoke(app, ["validate", str(data), "--format", "alpaca", *twice, "--json"])
+    once = ["--columns", "response=instruction,prompt=instruction"]
+    comma = runner.invoke(app, ["validate", str(data), "--format", "alpaca", *once, "--json"])
+    assert orjson.loads(both.stdout)["by_reason"] == orjson.loads(comma.stdout)["by_reason"]
 
 
 @pytest.mark.shared_data

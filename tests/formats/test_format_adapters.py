@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -583,3 +584,24 @@ def test_what_the_probe_found_in_the_adapters() -> None:
     # text: a prompt column (LLaMA-Factory's name for a pretraining text) is the text
     spec = FormatSpec("text", columns={"prompt": "content"})
     assert to_conversation({"content": "a web page"}, spec).messages[0].content == "a web page"
+
+
+def test_a_malformed_dataset_info_is_a_config_error_naming_the_entry(tmp_path: Path) -> None:
+    info = {
+        "str_columns": {"file_name": "a.json", "columns": "messages"},
+        "list_tags": {"file_name": "a.json", "formatting": "sharegpt", "tags": ["role"]},
+        "not_a_dict": "a.json",
+    }
+    path = tmp_path / "dataset_info.json"
+    path.write_text(json.dumps(info))
+    expected = {
+        "str_columns": "entry 'str_columns' columns must be an object, got str",
+        "list_tags": "entry 'list_tags' tags must be an object, got list",
+        "not_a_dict": "entry 'not_a_dict' must be an object, got str",
+    }
+    for name, message in expected.items():
+        with pytest.raises(ConfigError, match=message):
+            FormatSpec.from_dataset_info(path, name)
+    path.write_text("[1, 2]")
+    with pytest.raises(ConfigError, match="expected an object of entries by name, got list"):
+        FormatSpec.from_dataset_info(path, "x")

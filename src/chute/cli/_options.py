@@ -120,15 +120,19 @@ CACHE_DIR = typer.Option(
 )
 
 
-def parse_pairs(text: str | None, option: str) -> dict[str, str]:
-    """``"a=b,c=d"`` -> ``{"a": "b", "c": "d"}``.
+def parse_pairs(text: str | Iterable[str] | None, option: str) -> dict[str, str]:
+    """``"a=b,c=d"`` -> ``{"a": "b", "c": "d"}``; a flag given several times, all of them.
 
     Example:
         >>> parse_pairs("prompt=q,response=a", "--columns")
         {'prompt': 'q', 'response': 'a'}
+        >>> parse_pairs(["prompt=q", "response=a"], "--columns")  # --columns twice
+        {'prompt': 'q', 'response': 'a'}
     """
     if not text:
         return {}
+    if not isinstance(text, str):
+        return {k: v for part in text for k, v in parse_pairs(part, option).items()}
     out = {}
     for item in text.split(","):
         key, sep, value = item.partition("=")

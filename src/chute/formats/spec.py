@@ -259,11 +259,26 @@ class FormatSpec:
                 info = orjson.loads(f.read())
         except (OSError, orjson.JSONDecodeError) as exc:
             raise ConfigError(f"dataset_info {path}: cannot read it as JSON ({exc})") from None
+        if not isinstance(info, dict):
+            raise ConfigError(
+                f"dataset_info {path}: expected an object of entries by name, got "
+                f"{type(info).__name__}"
+            )
         if dataset not in info:
             raise ConfigError(
                 f"dataset_info {path}: no entry {dataset!r}; entries: {', '.join(sorted(info))}"
             )
         entry = info[dataset]
+        parts = [("", entry)]
+        if isinstance(entry, dict):
+            parts += [(key, entry[key]) for key in ("columns", "tags") if key in entry]
+        for key, value in parts:  # the entry, its columns and its tags are objects
+            if not isinstance(value, dict):
+                what = f"entry {dataset!r}" + (f" {key}" if key else "")
+                raise ConfigError(
+                    f"dataset_info {path}: {what} must be an object, got "
+                    f"{type(value).__name__} {value!r:.60}"
+                )
         formatting = entry.get("formatting", "alpaca")
         columns = dict(entry.get("columns", {}))
         if formatting == "sharegpt":

@@ -173,8 +173,8 @@ class RecipeOptions:
     columns: dict[str, str] = option(
         factory=dict,
         cli=CliFlag(
-            "Record keys by meaning, e.g. 'prompt=question,response=answer'.",
-            annotation=str | None,
+            "Record keys by meaning, e.g. 'prompt=question,response=answer' (repeatable).",
+            annotation=list[str] | None,
             default=None,
             parse="pairs",
         ),
@@ -183,8 +183,8 @@ class RecipeOptions:
     tags: dict[str, str] = option(
         factory=dict,
         cli=CliFlag(
-            "Role names, e.g. 'user_tag=Q,assistant_tag=A'.",
-            annotation=str | None,
+            "Role names, e.g. 'user_tag=Q,assistant_tag=A' (repeatable).",
+            annotation=list[str] | None,
             default=None,
             parse="pairs",
         ),
