@@ -605,3 +605,29 @@ def test_a_malformed_dataset_info_is_a_config_error_naming_the_entry(tmp_path: P
     path.write_text("[1, 2]")
     with pytest.raises(ConfigError, match="expected an object of entries by name, got list"):
         FormatSpec.from_dataset_info(path, "x")
+
+
+def test_qwen_vl_is_detected_by_tags_in_user_turns_of_records_without_an_image_list() -> None:
+    qwen = {
+        "conversations": [
+            {"from": "user", "value": "Picture 1: <img>a.jpg</img>\nWhat is it?"},
+            {"from": "assistant", "value": "A cat."},
+        ]
+    }
+    assert detect_format(qwen) == "qwen_vl"
+    # markup written about in an answer is text; a LLaVA record's XML answer stays LLaVA's
+    about = {
+        "conversations": [
+            {"from": "human", "value": "How do I reference a file?"},
+            {"from": "gpt", "value": "Write Picture 1: <img>path.jpg</img> first."},
+        ]
+    }
+    assert detect_format(about) == "sharegpt"
+    llava = {
+        "image": "a.jpg",
+        "conversations": [
+            {"from": "human", "value": "<image>\nWrite the XML."},
+            {"from": "gpt", "value": "<figure><img>a.jpg</img></figure>"},
+        ],
+    }
+    assert detect_format(llava) == "llava"

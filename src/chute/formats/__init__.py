@@ -12,7 +12,7 @@ record                                                format
 ====================================================  ==================
 a list of ``{role, content}`` objects                 messages (bare list)
 has ``messages``                                      messages
-has ``conversations`` with ``<img>...</img>`` tags     qwen_vl
+``conversations``, ``<img>..</img>`` in a user turn   qwen_vl (no ``image(s)`` list)
 has ``conversations`` and ``image``                   llava
 has ``conversations``                                 sharegpt
 has ``instruction``                                   alpaca

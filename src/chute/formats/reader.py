@@ -50,9 +50,18 @@ def detect_format(data: Any) -> str | None:
         return "messages"
     if "conversations" in data:
         turns = data["conversations"]
-        if isinstance(turns, list) and any(
-            isinstance(t, dict) and "</img>" in str(t.get("value", t.get("content", "")))
-            for t in turns
+        listed = "image" in data or "images" in data
+        # Qwen-VL writes its images inline, in the user's turns ("Picture 1: <img>a.jpg</img>");
+        # a tag in an answer, or a record that lists its images, is text about markup
+        if (
+            not listed
+            and isinstance(turns, list)
+            and any(
+                isinstance(t, dict)
+                and t.get("from", t.get("role")) in ("user", "human")
+                and "</img>" in str(t.get("value", t.get("content", "")))
+                for t in turns
+            )
         ):
             return "qwen_vl"
         return "llava" if "image" in data else "sharegpt"
