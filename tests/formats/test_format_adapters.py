@@ -584,6 +584,8 @@ def test_what_the_probe_found_in_the_adapters() -> None:
     # text: a prompt column (LLaMA-Factory's name for a pretraining text) is the text
     spec = FormatSpec("text", columns={"prompt": "content"})
     assert to_conversation({"content": "a web page"}, spec).messages[0].content == "a web page"
+    both = FormatSpec("text", columns={"text": "body", "prompt": "p"})  # the text column wins
+    assert to_conversation({"body": "hello", "p": "x"}, both).messages[0].content == "hello"
 
 
 def test_a_malformed_dataset_info_is_a_config_error_naming_the_entry(tmp_path: Path) -> None:

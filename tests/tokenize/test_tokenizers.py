@@ -267,6 +267,21 @@ def test_the_qwen_preset_normalizes_to_nfc_as_qwens_tokenizers_do(shared_data: P
         assert ids == ref.encode(text) == tiktok.encode(text), text
         assert offsets[0][0] == 0 and offsets[-1][1] == len(text)  # the text as given
     assert tiktok.fingerprint()["normalizer"] == "NFC"
+    # a vowel sign that composes with a starter (Tamil's ொ: U+0BC6 U+0BBE, combining class 0):
+    # its offsets stay its own, so a record's labels stay on the answer (every character of the
+    # text was mapped to the whole text, and every token of the record trained)
+    from chute.recipe import Recipe
+
+    recipe = Recipe(tokenizer=str(shared_data / "tokenizers/qwen/qwen.tiktoken"), template="chatml")
+    for user, answer in (("hello \u0b95\u0bc6\u0bbe", "answer"), ("hi", "ans \u0b95\u0bc6\u0bbe")):
+        messages = [{"role": "user", "content": user}, {"role": "assistant", "content": answer}]
+        sample = recipe.process({"messages": messages})
+        trained = [
+            int(t)
+            for t, label in zip(sample["input_ids"], sample["labels"], strict=True)
+            if label >= 0
+        ]
+        assert tiktok.decode(trained) == tiktok.decode(tiktok.encode(answer + "<|im_end|>"))
 
 
 @pytest.mark.shared_data

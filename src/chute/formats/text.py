@@ -29,9 +29,11 @@ def convert_text(data: Any, spec: ResolvedSpec) -> Conversation:
     """A pretraining document as a one-message ``text`` conversation."""
     if not isinstance(data, dict):
         raise SampleError("wrong_type", f"expected a JSON object, got {_json_type(data)}")
-    # a prompt column is LLaMA-Factory's name for a pretraining text: given, it is the text
-    # (the default text column is always there, so it comes second)
-    keys = spec.columns.get("prompt") or spec.columns.get("text") or ("text",)
+    # a prompt column is LLaMA-Factory's name for a pretraining text: given, it is the text,
+    # unless a text column is given too (the default text column is always there)
+    text_keys, prompt_keys = spec.columns.get("text"), spec.columns.get("prompt")
+    keys = prompt_keys if prompt_keys and text_keys in (None, ("text",)) else text_keys
+    keys = keys or ("text",)
     text, key = lookup(data, keys)
     if key is not None and text is None:
         raise SampleError(

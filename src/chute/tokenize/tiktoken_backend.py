@@ -189,15 +189,23 @@ class TiktokenTokenizer(Tokenizer):
 
     def encode_with_offsets(self, text: str) -> tuple[list[int], list[tuple[int, int]]]:
         if self._denormal(text):
-            normal, starts, ends = normalize_mapped(text, self.normal_form)  # type: ignore[arg-type]
+            mapped = normalize_mapped(text, self.normal_form)  # type: ignore[arg-type]
+            if mapped is None:  # no character map: the text as given (exact offsets)
+                return self._encode_with_offsets(text, normalize=False)
+            normal, starts, ends = mapped
             ids, offsets = self._encode_with_offsets(normal)
             return ids, [
                 (starts[a], ends[b - 1]) if b > a else (starts[a], starts[a]) for a, b in offsets
             ]
         return self._encode_with_offsets(text)
 
-    def _encode_with_offsets(self, text: str) -> tuple[list[int], list[tuple[int, int]]]:
-        ids = self.encode(text)
+    def _encode_with_offsets(
+        self, text: str, normalize: bool = True
+    ) -> tuple[list[int], list[tuple[int, int]]]:
+        if normalize:
+            ids = self.encode(text)
+        else:
+            ids = self._enc.encode(text, allowed_special=self._all_special, disallowed_special=())
         if not ids:
             return ids, []
         pieces = self._enc.decode_tokens_bytes(ids)
@@ -244,27 +252,34 @@ class TiktokenTokenizer(Tokenizer):
         self._build()
 
 
-def _joins_previous(char: str) -> bool:
-    """Whether normalizing may join ``char`` to the character before it.
+def _joins(segment: str, char: str, form: str) -> bool:
+    """Whether normalizing may join ``char`` to the ``segment`` before it.
 
-    Combining marks do, and so do Hangul's medial vowels and final consonants (conjoining jamo
-    that compose with the syllable's initial): a segment runs to the next character that does
-    not.
+    Combining marks and Hangul's medial vowels and final consonants always may; so may a
+    character that composes with the segment though its combining class is 0 (Tamil's ொ is
+    U+0BC6 + U+0BBE, two "starters"): normalizing the two apart then differs from together.
     """
-    return unicodedata.combining(char) != 0 or "\u1160" <= char <= "\u11ff"
+    if unicodedata.combining(char) != 0 or "\u1160" <= char <= "\u11ff":
+        return True
+    if char.isascii():
+        return False
+    apart = unicodedata.normalize(form, segment) + unicodedata.normalize(form, char)  # type: ignore[arg-type]
+    return unicodedata.normalize(form, segment + char) != apart  # type: ignore[arg-type]
 
 
-def normalize_mapped(text: str, form: str) -> tuple[str, list[int], list[int]]:
+def normalize_mapped(text: str, form: str) -> tuple[str, list[int], list[int]] | None:
     """``text`` in the Unicode normal ``form``, and the span of ``text`` each character is from.
 
     ``(normal, starts, ends)``: character ``j`` of ``normal`` came from ``text[starts[j]:
-    ends[j]]``. Normalized segment by segment (a character and the marks that may join it); where that
-    differs from normalizing the whole text (a script whose vowels compose with a starter),
-    the text is one segment: every character maps to all of it.
+    ends[j]]``. Normalized segment by segment (a character and what may join it); ``None``
+    where that still differs from normalizing the whole text (the caller then encodes the
+    text as given: a span of the whole text for every character would train every token).
 
     Example:
         >>> normalize_mapped("Cafe\u0301!", "NFC")
         ('Café!', [0, 1, 2, 3, 5], [1, 2, 3, 5, 6])
+        >>> normalize_mapped("\u0b95\u0bc6\u0bbe a", "NFC")[1:]  # Tamil: two starters, one letter
+        ([0, 1, 3, 4], [1, 3, 4, 5])
     """
     out: list[str] = []
     starts: list[int] = []
@@ -272,7 +287,7 @@ def normalize_mapped(text: str, form: str) -> tuple[str, list[int], list[int]]:
     i, n = 0, len(text)
     while i < n:
         k = i + 1
-        while k < n and _joins_previous(text[k]):
+        while k < n and _joins(text[i:k], text[k], form):
             k += 1
         piece = unicodedata.normalize(form, text[i:k])  # type: ignore[arg-type]
         out.append(piece)
@@ -280,7 +295,6 @@ def normalize_mapped(text: str, form: str) -> tuple[str, list[int], list[int]]:
         ends += [k] * len(piece)
         i = k
     normal = "".join(out)
-    whole = unicodedata.normalize(form, text)  # type: ignore[arg-type]
-    if normal != whole:
-        return whole, [0] * len(whole), [n] * len(whole)
+    if normal != unicodedata.normalize(form, text):  # type: ignore[arg-type]
+        return None
     return normal, starts, ends
