@@ -385,8 +385,8 @@ class RejectTally:
             return "no rejected records"
         lines = []
         for kind, n in self.counts.most_common():
-            example = self.examples.get(kind, [""])[0]
-            lines.append(f"  {kind}: {n}  e.g. {example}")
+            example = (self.examples.get(kind) or [""])[0]
+            lines.append(f"  {kind}: {n}" + (f"  e.g. {example}" if example else ""))
         return "\n".join(lines)
 
     def to_json(self) -> dict[str, Any]:

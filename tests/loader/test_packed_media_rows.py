@@ -2,7 +2,9 @@
 
 The plan gives a sample longer than a row a row of its own, which the packed collate cuts.
 Cut through an image's tokens, the batch would carry more pixels than image tokens and the
-model stops at its first step; such a sample is left out, counted, with the fix in its message.
+model stops at its first step; such a sample is left out before the plan deals it, counted in
+``Loader.excluded``, with the fix in a warning (and, for a video the lengths do not count, by
+the worker that meets it, with the fix in its message).
 """
 
 from __future__ import annotations
@@ -63,10 +65,11 @@ def test_a_sample_with_media_longer_than_a_row_is_left_out_and_counted(
         images = batch["pixel_values"].shape[0] if "pixel_values" in batch else 0
         assert int((batch["input_ids"] == image).sum()) == TOKENS_PER_IMAGE * images
         assert batch["input_ids"].shape[-1] == 24
-    assert loader.tally.counts == {"media_too_long_for_row": 6}
-    (example,) = loader.tally.examples["media_too_long_for_row"][:1]
-    assert "more than a packed row's max_length=24" in example
-    assert "set the recipe's max_length to 24" in example
+    # left out before the plan deals them (each took a row of its own, then a placeholder)
+    assert loader.excluded == {"media_too_long_for_row": 6} and not loader.tally.counts
+    assert all(i >= 0 for b in batches for i in b["sample_ids"].tolist())
+    assert "6 samples with images are longer than a packed row (max_length=24)" in caplog.text
+    assert "set the recipe's max_length" in caplog.text
     # the plan cut the long text samples on purpose: no warning that lengths were wrong
     assert "packed row held more than" not in caplog.text
 
@@ -77,3 +80,18 @@ def test_rows_that_hold_the_samples_deliver_every_one(data: tuple[Path, Recipe])
     assert delivered == list(range(10)) and not loader.tally.counts
     pixels = sum(b["pixel_values"].shape[0] for b in batches if "pixel_values" in b)
     assert pixels == 6
+
+
+def test_the_worker_still_refuses_media_the_lengths_do_not_count() -> None:
+    # videos and audio are not in the lengths' image counts: the worker that meets one longer
+    # than its row leaves it out, with the fix in its message
+    import numpy as np
+
+    from chute.errors import SampleError
+    from chute.loader.worker import refuse_media_longer_than_a_row
+
+    sample = {"input_ids": np.zeros(30, dtype=np.int32), "videos": [{"path": "v.mp4"}]}
+    with pytest.raises(SampleError, match="media_too_long_for_row: 30 tokens with its videos"):
+        refuse_media_longer_than_a_row(sample, 24)
+    refuse_media_longer_than_a_row({**sample, "videos": []}, 24)  # text is cut, not refused
+    refuse_media_longer_than_a_row(sample, 30)

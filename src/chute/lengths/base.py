@@ -27,6 +27,7 @@ Example:
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -116,6 +117,31 @@ class Lengths:
 
     def __len__(self) -> int:
         return len(self.length)
+
+    def rejecting(self, mask: np.ndarray, kind: str) -> Lengths:
+        """A copy with the samples of ``mask`` rejected as ``kind`` (counted; no plan deals them).
+
+        Example:
+            >>> out = Lengths.of([5, 9, -1]).rejecting(np.array([False, True, False]), "too_long")
+            >>> out.length.tolist(), out.rejected
+            ([5, -1, -1], {'rejected': 1, 'too_long': 1})
+        """
+        kinds = self.kinds or ("rejected",)
+        if self.status is not None and self.kinds:
+            status = self.status.copy()
+        else:  # earlier rejects of no known kind: "rejected"
+            status = np.where(self.length < 0, STATUS_REJECTED, STATUS_OK).astype(np.int32)
+        if kind not in kinds:
+            kinds = (*kinds, kind)
+        status[mask] = STATUS_REJECTED + kinds.index(kind)
+        length = self.length.copy()
+        length[mask] = -1
+        tally = RejectTally(self.tally.max_examples)
+        tally.merge(self.tally)
+        tally.counts[kind] += int(np.count_nonzero(mask))
+        return dataclasses.replace(
+            self, length=length, status=status, kinds=kinds, tally=tally, _fingerprint=None
+        )
 
     @property
     def pad_lengths(self) -> np.ndarray:

@@ -137,6 +137,8 @@ def resolve_plan(
         if planner.lengths is None:
             planner = planner.with_lengths(lengths_of(source, recipe, local_rank=local_rank))
         lengths = planner.require_lengths()
+        if isinstance(planner, PackedPlanner) and not planner.split:
+            planner, lengths = _media_longer_than_rows(planner, lengths)
         if planner.share is None and node_ranks() > 1:
             planner = planner.with_share(PlanShare(cache_root() / "plans"))
     collate = default_collate(
@@ -300,6 +302,34 @@ def with_positions(collate: Any, setup: PlanSetup) -> Any:
     return filled
 
 
+def _media_longer_than_rows(
+    planner: PackedPlanner, lengths: Lengths
+) -> tuple[LengthPlanner, Lengths]:
+    """Samples with images longer than a packed row, rejected before the plan deals them.
+
+    A row cannot be cut through an image's tokens, so the Loader leaves such a sample out
+    (``media_too_long_for_row``); dealt, it took a row of its own that became a placeholder,
+    and the plan said it was cut. Videos are not counted in the lengths: the Loader still
+    leaves those out when it meets them.
+    """
+    image = lengths.image_tokens
+    if image is None:
+        return planner, lengths
+    over = (lengths.length > planner.max_length) & (np.asarray(image) > 0)
+    if not over.any():
+        return planner, lengths
+    log.warning(
+        "%d samples with images are longer than a packed row (max_length=%d): a row cannot "
+        "be cut through an image, so they are left out (media_too_long_for_row); raise "
+        "plan_options max_length, or set the recipe's max_length (its truncation stops "
+        "before an image)",
+        int(np.count_nonzero(over)),
+        planner.max_length,
+    )
+    lengths = lengths.rejecting(over, "media_too_long_for_row")
+    return planner.with_lengths(lengths), lengths
+
+
 def check_packed_collate(setup: PlanSetup, collate: Any) -> None:
     """Refuse a custom collate that cannot take the rows of a packed plan."""
     if not setup.packed or collate is None:
@@ -348,8 +378,8 @@ def check_excluded(setup: PlanSetup, budget: ErrorBudget) -> None:
     level = logging.WARNING if first_in_process("excluded", seen) else logging.DEBUG
     log.log(
         level,
-        "%d of %d samples were rejected by the recipe while computing lengths and are left out "
-        "of the plan (Loader.excluded):\n%s",
+        "%d of %d samples were rejected while computing lengths (by the recipe, or as longer "
+        "than a packed row) and are left out of the plan (Loader.excluded):\n%s",
         bad,
         total,
         lengths.tally.summary(),
