@@ -294,8 +294,11 @@ def _cache_rules(source: Any) -> tuple[Any, Any] | None:
     from chute.media.video_spec import video_tokens_rule
 
     image = _cache_image_rule(source)
-    value = config().recipe.video_tokens
-    video = None if value is None else video_tokens_rule(value, getattr(image, "family", None))
+    try:
+        value = config().recipe.video_tokens
+        video = None if value is None else video_tokens_rule(value, getattr(image, "family", None))
+    except ConfigError:  # a config an older chute wrote that no longer reads: its images only
+        video = None
     return image, video
 
 
