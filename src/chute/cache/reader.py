@@ -268,6 +268,7 @@ class Cache:
     def _enter(self) -> None:
         self._pid = os.getpid()
         self._layout: Layout | None = None
+        self._config: Any = None  # config.yaml, read on first use (a complete cache's is fixed)
         self._views: dict[int, ChunkRows] = {}
         self._lengths: np.ndarray | None = None
         self._image_tokens: np.ndarray | None = None
@@ -317,10 +318,12 @@ class Cache:
         return list(self._paths)
 
     def recipe_config(self) -> Any:
-        """The ``PreprocessConfig`` the cache was built from (``config.yaml``)."""
-        from chute.cache.config import load_config
+        """The ``PreprocessConfig`` the cache was built from (``config.yaml``), read once."""
+        if self._config is None:
+            from chute.cache.config import load_config
 
-        return load_config(self.layout.fetch(self.layout.config))
+            self._config = load_config(self.layout.fetch(self.layout.config))
+        return self._config
 
     @property
     def max_length(self) -> int | None:

@@ -115,10 +115,10 @@ def _not_utf8_lines(path: str, records: int) -> str | None:
         return None
     try:
         with open(path, "rb") as f:
-            head = f.read(65536)
+            head = f.read(4096)
     except OSError:
         return None
-    if head[:2] in (b"\xff\xfe", b"\xfe\xff") or head[:4096].count(b"\x00") > len(head[:4096]) // 4:
+    if head[:2] in (b"\xff\xfe", b"\xfe\xff") or head.count(b"\x00") > len(head) // 4:
         return "the file looks UTF-16 encoded (a byte-order mark or a NUL in every other byte): save it as UTF-8"
     lines = not head.lstrip(b"\xef\xbb\xbf \t").startswith(b"[")  # a JSON array: any line ends
     inner_cr = b"\r" in head.rstrip(b"\r \t")  # a trailing CR alone ends one record

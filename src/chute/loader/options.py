@@ -224,7 +224,7 @@ def _references_media(recipe: RecipeContract, source: Any, lengths: Any) -> bool
     """Whether the samples reference media: a cache's manifest, the lengths, or a probe."""
     manifest = getattr(source, "manifest", None)
     if isinstance(manifest, dict):  # a cache: its samples are made already
-        return _cache_references_media(source)
+        return _cache_references_media(source, _cache_rules(source))
     own = getattr(source, "lengths", None)
     lengths = lengths if lengths is not None else own
     image = getattr(lengths, "image_tokens", None)
@@ -254,7 +254,7 @@ def _default_stage(recipe: RecipeContract | None, source: Any, lengths: Any = No
         stage = default_media_stage(plan.image_rule, plan.video_tokens, plan.audio_tokens)
     else:
         rules = _cache_rules(source)
-        if rules is None or not _cache_references_media(source):
+        if rules is None or not _cache_references_media(source, rules):
             return None
         image, video = rules
         if image is None:
@@ -302,7 +302,7 @@ def _cache_rules(source: Any) -> tuple[Any, Any] | None:
     return image, video
 
 
-def _cache_references_media(source: Any) -> bool:
+def _cache_references_media(source: Any, rules: tuple[Any, Any] | None) -> bool:
     """Whether a cache's samples reference media: image tokens counted, or videos in rows.
 
     The manifest counts image tokens only: where the cache's recipe counts videos, they are
@@ -311,7 +311,6 @@ def _cache_references_media(source: Any) -> bool:
     """
     if source.manifest.get("image_tokens"):
         return True
-    rules = _cache_rules(source)
     if rules is None or rules[1] is None:
         return False
     return any(source[i].get("videos") for i in range(min(len(source), 256)))

@@ -824,8 +824,7 @@ def _pair_task(data: Any) -> str | None:
 
 def _warn_missing_control_tokens(template: Any, tokenizer: Any) -> None:
     """Warn (once a process) when a built-in template's markup is text to this tokenizer."""
-    missing = getattr(template, "missing_control_tokens", None)
-    lost = missing(tokenizer) if missing is not None else []
+    lost = template.missing_control_tokens(tokenizer)
     if lost:
         warn_once(
             log,

@@ -168,6 +168,9 @@ class Template:
 
     name = "template"
     supports_tools = False
+    # the markup tokens the model is trained to emit and read: each one token in a vocabulary
+    # made for this template (a Jinja template's are its own tokenizer's)
+    control_tokens: tuple[str, ...] = ()
 
     def render(self, conv: Conversation, ctx: RenderContext) -> Rendered:
         if conv.kind == "text":
@@ -186,6 +189,14 @@ class Template:
     def spec(self) -> dict[str, Any]:
         """What identifies the template's output (for the recipe fingerprint)."""
         return {"name": self.name}
+
+    def missing_control_tokens(self, tokenizer: Any) -> list[str]:
+        """The template's markup tokens (``control_tokens``) ``tokenizer`` has no token for.
+
+        A vocabulary without them encodes ``<|im_end|>`` as six text pieces: the model is never
+        taught its real end-of-turn token; almost always the wrong template for the tokenizer.
+        """
+        return [t for t in self.control_tokens if tokenizer.token_to_id(t) is None]
 
     def generation_prompt(self, before: str, ctx: RenderContext) -> str:
         """The generation prompt of a turn whose trained text starts after ``before``.
@@ -222,9 +233,10 @@ def untrain_media_text(rendered: Rendered, media_text: dict[str, str]) -> Render
             at = rendered.text.find(text, at + len(text))
     if not cuts:
         return rendered
+    cuts.sort()
     spans = []
     for a, b in rendered.spans:
-        for c, d in sorted(cuts):
+        for c, d in cuts:
             if d <= a or c >= b:
                 continue
             if c > a:

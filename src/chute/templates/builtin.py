@@ -82,9 +82,6 @@ class BuiltinTemplate(Template):
     """Base of the Python templates; ``_turns`` writes the chat, this class the bookkeeping."""
 
     default_system: str | None = None
-    # the markup tokens the model is trained to emit and read: each one token in a vocabulary
-    # made for this template (``missing_control_tokens``)
-    control_tokens: tuple[str, ...] = ()
 
     def __init__(self, name: str):
         self.name = name
@@ -117,14 +114,6 @@ class BuiltinTemplate(Template):
 
     def spec(self) -> dict[str, Any]:
         return {"name": self.name, "kind": "builtin", "version": BUILTIN_VERSION}
-
-    def missing_control_tokens(self, tokenizer: Any) -> list[str]:
-        """The template's markup tokens that ``tokenizer`` has no single token for.
-
-        A vocabulary without them encodes ``<|im_end|>`` as six text pieces: the model is never
-        taught its real end-of-turn token; almost always the wrong template for the tokenizer.
-        """
-        return [t for t in self.control_tokens if tokenizer.token_to_id(t) is None]
 
 
 # -- ChatML (Qwen2 / 2.5) and Qwen3 ----------------------------------------------------------

@@ -181,6 +181,10 @@ class TiktokenTokenizer(Tokenizer):
     def encode(self, text: str) -> list[int]:
         if self._denormal(text):
             text = unicodedata.normalize(self.normal_form, text)  # type: ignore[arg-type]
+        return self._ids(text)
+
+    def _ids(self, text: str) -> list[int]:
+        """The ids of ``text`` as it is (normalized already, or on purpose not)."""
         return self._enc.encode(text, allowed_special=self._all_special, disallowed_special=())
 
     def _denormal(self, text: str) -> bool:
@@ -191,7 +195,7 @@ class TiktokenTokenizer(Tokenizer):
         if self._denormal(text):
             mapped = normalize_mapped(text, self.normal_form)  # type: ignore[arg-type]
             if mapped is None:  # no character map: the text as given (exact offsets)
-                return self._encode_with_offsets(text, normalize=False)
+                return self._encode_with_offsets(text)
             normal, starts, ends = mapped
             ids, offsets = self._encode_with_offsets(normal)
             return ids, [
@@ -199,13 +203,9 @@ class TiktokenTokenizer(Tokenizer):
             ]
         return self._encode_with_offsets(text)
 
-    def _encode_with_offsets(
-        self, text: str, normalize: bool = True
-    ) -> tuple[list[int], list[tuple[int, int]]]:
-        if normalize:
-            ids = self.encode(text)
-        else:
-            ids = self._enc.encode(text, allowed_special=self._all_special, disallowed_special=())
+    def _encode_with_offsets(self, text: str) -> tuple[list[int], list[tuple[int, int]]]:
+        """Ids and offsets of ``text`` as it is."""
+        ids = self._ids(text)
         if not ids:
             return ids, []
         pieces = self._enc.decode_tokens_bytes(ids)
