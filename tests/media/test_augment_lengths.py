@@ -105,7 +105,8 @@ def test_no_draw_makes_a_sample_longer_than_its_planned_length(tmp_path: Path, c
             checked += 1
     assert checked >= 150
     # the un-augmented lengths would have been exceeded: the bound is what keeps plans true
-    assert longer_than_plain > 0
+    # (``normalized`` text unmoved keeps its two decimals, and a draw writes at most as many)
+    assert longer_than_plain > 0 or convention == "normalized"
 
 
 @pytest.mark.parametrize(

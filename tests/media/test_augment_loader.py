@@ -163,6 +163,21 @@ def test_crops_without_a_geometry_are_refused(tmp_path: Path):
         MediaStage(lambda image: image, augment=AUG)
 
 
+def test_crops_of_preference_pairs_say_they_are_sft_only(tmp_path: Path):
+    write_box_image(tmp_path / "0.png", BOXES[0])
+    pair = {
+        "messages": [{"role": "user", "content": "<image>Where?"}],
+        "chosen": {"role": "assistant", "content": "Top left."},
+        "rejected": {"role": "assistant", "content": "Nowhere."},
+        "images": ["0.png"],
+    }
+    data = tmp_path / "pairs.jsonl"
+    data.write_text(json.dumps(pair) + "\n")
+    recipe = _recipe(task="preference")
+    with pytest.raises(ConfigError, match="task='sft' only .*augment colours only"):
+        Loader(data, recipe, batch_size=1, media=MediaStage(TRANSFORM, augment=AUG))
+
+
 def _mixture(tmp_path: Path, boxes: Path, **recipe_options):  # type: ignore[no-untyped-def]
     """The boxes dataset first (its ids are the same as alone) and a text dataset after it."""
     from chute import Mixture, MixtureEntry

@@ -147,7 +147,7 @@ def test_points_in_the_objects_column_are_written_and_follow_the_crop(tmp_path: 
     assert _answer(_recipe("qwen2.5-vl"), record, where) == (
         '[{"point_2d": [49, 42], "label": "red box"}, {"point_2d": [31, 26]}]'
     )
-    with pytest.raises(SampleError, match="qwen2.5-vl's convention only"):
+    with pytest.raises(SampleError, match="qwen2.5-vl's or qwen3-vl's convention only"):
         _recipe("qwen2-vl").process(record, path=str(where))
     with pytest.raises(SampleError, match=r"box_invalid: objects\[0\].point: expected \[x, y\]"):
         _recipe("qwen2.5-vl").process({**record, "objects": [{"point": [1]}]}, path=str(where))

@@ -48,6 +48,20 @@ def test_the_forms_read_and_what_is_not_a_time():
     assert Timestamps("check").rewrite("at 00:12", clip) == "at 00:12"  # checked, kept
 
 
+def test_decades_and_ages_are_not_seconds():
+    texts = (
+        "A man in his 30s is cooking. Music from the 80s plays; in her 70s, the '90s, "
+        "her late 20s and mid-40s."
+    )
+    assert SECONDS.rewrite(texts, [Clip(60.0)]) == texts
+    assert Timestamps("check").rewrite("in her 70s", [Clip(10.0)]) == "in her 70s"
+    # without those words it is a time: written in seconds, and past the end rejected
+    assert SECONDS.rewrite("He scores at 30s.", [Clip(60.0)]) == "He scores at 30.0 seconds."
+    assert SECONDS.rewrite("from 10s to 20s", [Clip(60.0)]) == ("from 10.0 seconds to 20.0 seconds")
+    with pytest.raises(SampleError, match="timestamp_outside"):
+        Timestamps("check").rewrite("wait 70s", [Clip(10.0)])
+
+
 def test_a_time_past_the_end_is_rejected_within_its_written_precision():
     clip = [Clip(12.6)]
     check = Timestamps("check")

@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 import orjson
 
-from chute._internal.spelling import spell, spell_set
+from chute._internal.spelling import spell, spell_set, spell_value
 from chute.errors import ConfigError, as_sample_error
 from chute.recipe.contract import RecipeContract
 from chute.recipe.recipe import Recipe
@@ -490,11 +490,21 @@ def check_augment(media: Any, recipe: RecipeContract | None) -> None:
                 param="augment",
             )
         recipe = recipe.recipes[0]
+    task = getattr(recipe, "task", "sft")
+    if isinstance(recipe, Recipe) and task != "sft":
+        raise ConfigError(
+            f"the media stage's augmentation crops or flips images, and coordinates in the "
+            f"text follow the pixels for {spell_set('task', 'sft')} only (got "
+            f"{spell_value(task)}): a {task} sample's two sides would need one draw; augment "
+            f"colours only (Augment(jitter=..., transform=...))",
+            param="augment",
+        )
     if not isinstance(recipe, Recipe) or recipe.geometry is None:
         raise ConfigError(
             f"the media stage's augmentation crops or flips images, but the recipe says "
             f"nothing of coordinates in the text; pass {spell('geometry')} with the data's "
-            f"convention (qwen2-vl, qwen2.5-vl, normalized, llava) so boxes follow the pixels, "
+            f"convention (qwen2-vl, qwen2.5-vl, qwen3-vl, normalized, llava) so boxes follow "
+            f"the pixels, "
             f"or {spell_set('geometry', 'none')} if the text holds none",
             param="geometry",
         )

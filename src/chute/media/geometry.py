@@ -12,11 +12,20 @@ convention      what the text holds (read)                                  writ
                 ``<box>...</box>``), integers 0-1000 of the image           the model's image
 ``qwen2.5-vl``  ``"bbox_2d": [x1, y1, x2, y2]``, ``"point_2d": [x, y]``:     absolute pixels of
                 absolute pixels of the original image (as collected)        the resized image
+``qwen3-vl``    ``"bbox_2d": [x1, y1, x2, y2]``, ``"point_2d": [x, y]``:     the same, 0-1000 of
+                integers 0-1000 of the image (Qwen3-VL's relative grid)     the model's image
 ``normalized``  ``[x1, y1, x2, y2]`` of numbers in [0, 1] of the image      the same, as many
                                                                             decimals as read
 ``llava``       ``[x1, y1, x2, y2]`` in [0, 1] of the image padded to a     the same
-                square (LLaVA-1.5's grounding data)
+                square (LLaVA-1.5's grounding data; the image pasted at
+                ``(side - w) // 2``, as LLaVA's ``expand2square`` does)
 ==============  ==========================================================  ===================
+
+Under ``normalized`` and ``llava`` four bracketed numbers are a box when one of them has a
+decimal point or all are 0 or 1 (``[1, 2, 3, 4]`` is not one); a box with a number outside [0,
+1] is ``box_invalid``. Coordinates move only where the convention's frame does: a relative
+convention under a plain resize (or ``llava`` under LLaVA-1.5's pad to a square and resize)
+keeps its numbers, and its text is left exactly as written.
 
 A box that leaves the image after a crop is clipped to it (``outside="clip"``) or rejects the
 sample (``outside="reject"``); a box (or point) with nothing left inside is always a counted
@@ -46,17 +55,20 @@ import numpy as np
 from chute.errors import ConfigError, SampleError
 from chute.media.augment import ImageDraw
 from chute.media.sizes import smart_resize
+from chute.media.tiles import AnyresTransform
 from chute.media.tokens import DynamicImageTokens
 from chute.media.transforms import DynamicResolution, ImageTransform
 
 __all__ = ["CONVENTIONS", "Geometry", "ImageMap", "prepared_map"]
 
-CONVENTIONS = ("qwen2-vl", "qwen2.5-vl", "normalized", "llava", "none")
+CONVENTIONS = ("qwen2-vl", "qwen2.5-vl", "qwen3-vl", "normalized", "llava", "none")
+# conventions whose numbers are a fraction of the image (0-1000 or 0-1), not its pixels
+_GRID = {"qwen2-vl": 1000.0, "qwen3-vl": 1000.0, "normalized": 1.0, "llava": 1.0}
 OUTSIDE = ("clip", "reject")
 
 _INT = r"\s*(\d+)\s*"
 _NUM = r"\s*(-?\d+(?:\.\d+)?)\s*"
-_UNIT = r"\s*((?:0|1)(?:\.\d+)?|\.\d+)\s*"
+_DEC = r"\s*(-?(?:\d+(?:\.\d+)?|\.\d+))\s*"
 _PATTERNS: dict[str, list[tuple[re.Pattern[str], int]]] = {
     # (pattern, coordinates) ; group 1 and the last group are kept around the numbers
     "qwen2-vl": [
@@ -66,8 +78,12 @@ _PATTERNS: dict[str, list[tuple[re.Pattern[str], int]]] = {
         (re.compile(rf"(\"bbox_2d\"\s*:\s*)\[{_NUM},{_NUM},{_NUM},{_NUM}\]"), 4),
         (re.compile(rf"(\"point_2d\"\s*:\s*)\[{_NUM},{_NUM}\]"), 2),
     ],
-    "normalized": [(re.compile(rf"()\[{_UNIT},{_UNIT},{_UNIT},{_UNIT}\]"), 4)],
+    "normalized": [(re.compile(rf"()\[{_DEC},{_DEC},{_DEC},{_DEC}\]"), 4)],
 }
+_PATTERNS["qwen3-vl"] = [
+    (re.compile(rf"(\"bbox_2d\"\s*:\s*)\[{_INT},{_INT},{_INT},{_INT}\]"), 4),
+    (re.compile(rf"(\"point_2d\"\s*:\s*)\[{_INT},{_INT}\]"), 2),
+]
 _PATTERNS["llava"] = _PATTERNS["normalized"]
 _PATTERNS["none"] = []  # the text holds no coordinates (crops and flips need no rewrite)
 
@@ -122,7 +138,9 @@ def prepared_map(transform: Any, width: int, height: int) -> ImageMap:
     """The map of ``transform.prepare`` for an image of ``width x height`` (no augmentation).
 
     ``transform``: a ``DynamicResolution`` or ``DynamicImageTokens`` (a resize to the rule's
-    size) or an ``ImageTransform`` (pad to square, resize, centre crop).
+    size), an ``ImageTransform`` (pad to square, resize, centre crop) or an ``AnyresTransform``
+    (LLaVA-NeXT / OneVision tiles: no single pixel frame, so the original's size; only
+    coordinates relative to the image follow it, ``Geometry.check_transform``).
 
     Example:
         >>> prepared_map(DynamicResolution(), 300, 168).size
@@ -160,6 +178,15 @@ def prepared_map(transform: Any, width: int, height: int) -> ImageMap:
             oy += (bh - nh) // 2 - (bh - ch) // 2
             nh, nw = ch, cw
         return ImageMap((width, height), (sx, sy), (ox, oy), (nh, nw))
+    if isinstance(transform, AnyresTransform):
+        if not transform.tiled:  # an image of a multi-image OneVision sample: one padded square
+            side, out = max(width, height), transform.rule.image_size
+            ox, oy = float((side - width) // 2), float((side - height) // 2)
+            k = out / side
+            return ImageMap((width, height), (k, k), (ox * k, oy * k), (out, out))
+        # every view keeps the image's proportions (the base resized to a square, the tiles of
+        # it resized and padded): a fraction of the image stays one; no pixel frame is shared
+        return ImageMap((width, height))
     raise ConfigError(
         f"coordinates in the text cannot follow a {type(transform).__name__}: its geometry is "
         f"not known; use DynamicResolution or ImageTransform, or leave geometry unset",
@@ -212,12 +239,65 @@ class Geometry:
             param="geometry",
         )
 
+    def check_transform(self, transform: Any) -> None:
+        """Refuse a transform this convention's coordinates cannot follow.
+
+        LLaVA-NeXT / OneVision tiles (``AnyresTransform``) show the image in several views of
+        its own proportions and none in one pixel frame: coordinates relative to the image
+        (``qwen2-vl``, ``qwen3-vl``, ``normalized``) stay true there; pixels (``qwen2.5-vl``)
+        and LLaVA-1.5's padded square (``llava``) do not.
+        """
+        if isinstance(transform, AnyresTransform) and self.convention in ("qwen2.5-vl", "llava"):
+            raise ConfigError(
+                f"{self.convention} coordinates cannot follow LLaVA-NeXT / OneVision tiles: "
+                f"they show the image in several views, none of them the frame the numbers "
+                f"are of; write the boxes relative to the image (geometry qwen2-vl, qwen3-vl "
+                f"or normalized)",
+                param="geometry",
+            )
+
     def fingerprint(self) -> dict[str, str]:
         return {"convention": self.convention, "outside": self.outside}
 
     def find(self, text: str) -> bool:
         """Whether ``text`` holds coordinates of this convention."""
-        return any(p.search(text) for p, _ in _PATTERNS[self.convention])
+        return any(True for _ in self._matches(text))
+
+    def _matches(self, text: str) -> Any:
+        """``(match, coordinates)`` of every coordinate group of this convention in ``text``."""
+        for pattern, n in _PATTERNS[self.convention]:
+            for match in pattern.finditer(text):
+                if self._is_coordinates(match, n):
+                    yield match, n
+
+    def _is_coordinates(self, match: re.Match[str], n: int) -> bool:
+        """Whether a bracketed run of numbers is a box.
+
+        For ``normalized`` and ``llava``: one number with a decimal point, or all 0 or 1
+        (``[1, 2, 3, 4]`` is a list, not a box). Other conventions' patterns are boxes.
+        """
+        if self.convention not in ("normalized", "llava"):
+            return True
+        raw = [match.group(i + 2) for i in range(n)]
+        return any("." in v for v in raw) or all(v.lstrip("-") in ("0", "1") for v in raw)
+
+    def moves(self, image: ImageMap) -> bool:
+        """Whether the text's numbers change for ``image`` (its resize, pad, crop or flip).
+
+        Seen in this convention's frame: a relative one keeps its numbers under a plain resize.
+
+        Example:
+            >>> resize = ImageMap((100, 50), (2.0, 2.0), (0.0, 0.0), (100, 200))
+            >>> Geometry("qwen2-vl").moves(resize), Geometry("qwen2.5-vl").moves(resize)
+            (False, True)
+        """
+        if self.convention not in _GRID:
+            return image.moves
+        corners = np.array([0.0, _GRID[self.convention]])
+        x, y = self._to_pixels(corners, corners, image)
+        fx, fy = image.forward(x, y)
+        wx, wy = self._to_grid(fx, fy, image)
+        return not (np.allclose(wx, corners, atol=1e-9) and np.allclose(wy, corners, atol=1e-9))
 
     def rewrite(
         self,
@@ -249,12 +329,9 @@ class Geometry:
             for pattern, n in _PATTERNS[self.convention]:
                 text = pattern.sub(functools.partial(self._widest, n=n, maps=maps), text)
             return text
-        if not any(m.moves for m in maps) and not (canonical and len(maps) == 1):
-            if len(maps) == 1:  # still checked: an invalid box is one whatever the image
-                for pattern, n in _PATTERNS[self.convention]:
-                    for match in pattern.finditer(text):
-                        raw = np.array([float(match.group(i + 2)) for i in range(n)])
-                        self._read(raw[0::2], raw[1::2], maps[0], match.group(0))
+        if not any(self.moves(m) for m in maps) and not (canonical and len(maps) == 1):
+            for match, n in self._matches(text):  # still checked: an invalid box is one
+                self._check_any(match, n, maps)
             return text
         if len(maps) > 1:
             raise SampleError(
@@ -268,28 +345,36 @@ class Geometry:
             text = pattern.sub(functools.partial(self._move, n=n, image=image), text)
         return text
 
-    # -- one match ---------------------------------------------------------------------------
-
-    def _widest(self, match: re.Match[str], n: int, maps: Sequence[ImageMap]) -> str:
-        raw = [match.group(i + 2) for i in range(n)]
-        vals = np.array([float(v) for v in raw])
-        for image in maps:  # invalid for every image it could refer to: as the real pass
+    def _check_any(self, match: re.Match[str], n: int, maps: Sequence[ImageMap]) -> None:
+        """Raise ``box_invalid`` for coordinates invalid for every image they could refer to."""
+        vals = np.array([float(match.group(i + 2)) for i in range(n)])
+        for image in maps:
             try:
                 self._read(vals[0::2], vals[1::2], image, match.group(0))
-                break
+                return
             except SampleError:
                 if image is maps[-1]:
                     raise
+
+    # -- one match ---------------------------------------------------------------------------
+
+    def _widest(self, match: re.Match[str], n: int, maps: Sequence[ImageMap]) -> str:
+        if not self._is_coordinates(match, n):
+            return match.group(0)
+        raw = [match.group(i + 2) for i in range(n)]
+        self._check_any(match, n, maps)  # invalid for every image it could refer to
         c = self.convention
         if c == "qwen2-vl":
             return match.group(1) + ",".join(["(1000,1000)"] * (n // 2))
-        if c == "qwen2.5-vl":
-            side = str(max(max(m.size) for m in maps))
+        if c in ("qwen2.5-vl", "qwen3-vl"):
+            side = "1000" if c == "qwen3-vl" else str(max(max(m.size) for m in maps))
             return match.group(1) + "[" + ", ".join([side] * n) + "]"
         digits = max(2, max(len(v.split(".")[1]) if "." in v else 0 for v in raw))
         return match.group(1) + "[" + ", ".join(["0." + "9" * digits] * n) + "]"
 
     def _move(self, match: re.Match[str], n: int, image: ImageMap) -> str:
+        if not self._is_coordinates(match, n):
+            return match.group(0)
         raw = [match.group(i + 2) for i in range(n)]
         vals = np.array([float(v) for v in raw])
         x, y = self._read(vals[0::2], vals[1::2], image, match.group(0))
@@ -315,38 +400,54 @@ class Geometry:
         c = self.convention
         if len(x) == 2 and (x[0] > x[1] or y[0] > y[1]):
             raise SampleError("box_invalid", f"{found}: the first corner is not the top left")
-        if c == "qwen2-vl":
-            if (x > 1000).any() or (y > 1000).any():
-                raise SampleError("box_invalid", f"{found}: qwen2-vl coordinates are 0-1000")
-            return x / 1000 * w0, y / 1000 * h0
-        if c == "qwen2.5-vl":
-            if (x < 0).any() or (y < 0).any() or (x > w0).any() or (y > h0).any():
-                raise SampleError(
-                    "box_invalid", f"{found}: outside the {w0}x{h0} image it refers to"
-                )
-            return x, y
-        if c == "normalized":
-            return x * w0, y * h0
-        side = max(w0, h0)  # llava: of the image padded to a square, centred
-        return x * side - (side - w0) / 2, y * side - (side - h0) / 2
+        top = _GRID.get(c)
+        if top is not None:
+            if (x < 0).any() or (y < 0).any() or (x > top).any() or (y > top).any():
+                span = "0-1000" if top == 1000 else "0-1"
+                raise SampleError("box_invalid", f"{found}: {c} coordinates are {span}")
+        elif (x < 0).any() or (y < 0).any() or (x > w0).any() or (y > h0).any():
+            raise SampleError("box_invalid", f"{found}: outside the {w0}x{h0} image it refers to")
+        return self._to_pixels(x, y, image)
+
+    def _to_pixels(
+        self, x: np.ndarray, y: np.ndarray, image: ImageMap
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """The convention's numbers -> pixels of the original image (no checks)."""
+        w0, h0 = image.original
+        c = self.convention
+        if c == "llava":  # of the image padded to a square, pasted at (side - w) // 2
+            side = max(w0, h0)
+            return x * side - (side - w0) // 2, y * side - (side - h0) // 2
+        if c in _GRID:
+            return x / _GRID[c] * w0, y / _GRID[c] * h0
+        return x, y
+
+    def _to_grid(
+        self, fx: np.ndarray, fy: np.ndarray, image: ImageMap
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Pixels of the model's image -> a relative convention's numbers (not rounded)."""
+        h, w = image.size
+        c = self.convention
+        if c == "llava":
+            side = max(w, h)
+            return (fx + (side - w) // 2) / side, (fy + (side - h) // 2) / side
+        return fx / w * _GRID[c], fy / h * _GRID[c]
 
     def _write(
         self, fx: np.ndarray, fy: np.ndarray, image: ImageMap, raw: list[str], n: int
     ) -> str:
-        h, w = image.size
         c = self.convention
-        if c == "qwen2-vl":
-            xs, ys = _outward(fx / w * 1000, n), _outward(fy / h * 1000, n)
-            return f"({xs[0]},{ys[0]}),({xs[1]},{ys[1]})"
-        if c == "qwen2.5-vl":
+        if c in ("qwen2-vl", "qwen3-vl"):
+            gx, gy = self._to_grid(fx, fy, image)
+            xs, ys = _outward(gx, n), _outward(gy, n)
+            if c == "qwen2-vl":
+                return f"({xs[0]},{ys[0]}),({xs[1]},{ys[1]})"
+        elif c == "qwen2.5-vl":
             xs, ys = _outward(fx, n), _outward(fy, n)
+        if c in ("qwen2.5-vl", "qwen3-vl"):
             body = ", ".join(str(v) for pair in zip(xs, ys, strict=True) for v in pair)
             return f"[{body}]"
-        if c == "llava":
-            side = max(w, h)
-            fx, fy = (fx + (side - w) / 2) / side, (fy + (side - h) / 2) / side
-        else:
-            fx, fy = fx / w, fy / h
+        fx, fy = self._to_grid(fx, fy, image)
         digits = max(2, max(len(v.split(".")[1]) if "." in v else 0 for v in raw))
         step = 10.0**digits
         xs, ys = _outward(fx * step, n), _outward(fy * step, n)

@@ -14,7 +14,8 @@ frame group (``<12.5 seconds>``) and in the unit of Qwen2.5-VL's absolute-time p
 
 A clock needs two-digit seconds (``16:9`` is not a time) and is not part of a longer run of
 numbers (``12:30:45:10``) nor a time of day (``10:30 am``, ``5:00 p.m.``, ``3:15 o'clock``); a
-decade (``1990s``) is not a time; a number without a unit is not read. A clock time of day
+decade (``1990s``, ``the 80s``, ``'90s``) or an age (``in his 30s``) is not a time; a number
+without a unit is not read. A clock time of day
 written bare (``the clock shows 10:30``) is read as a time into the video: past a short clip's
 end it is rejected, and the rejects file shows it. A time may be written less precisely than the clip is measured, so one is outside
 only past the end by more than half its last written digit (``00:13`` of a 12.6 s clip is
@@ -54,6 +55,20 @@ _CLOCK = re.compile(
 _SECONDS = re.compile(
     rf"(?<![\w.])(?!(?:1[5-9]|20)\d0s\b)({_NUM})(?:(\s*(?:-|–|to)\s*)({_NUM}))?\s?{_UNIT}"
 )
+
+
+# "30s" after these is a decade or an age ("the 80s", "in her 70s", "'90s"), not 30 seconds
+_DECADE_BEFORE = re.compile(
+    r"(?:['’]|\b(?i:the|his|her|their|its|my|your|our|early|mid|late)[\s-])$"
+)
+
+
+def _is_decade(match: re.Match[str]) -> bool:
+    """Whether a seconds-form match is a decade or an age: ``[1-9]0s`` after its words."""
+    found = match.group(0)
+    if len(found) != 3 or found[0] == "0" or found[1:] != "0s":
+        return False
+    return bool(_DECADE_BEFORE.search(match.string[max(0, match.start() - 8) : match.start()]))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -166,6 +181,8 @@ class Timestamps:
     def _one(self, match: re.Match[str], end: float, groups: Sequence[float] | None) -> str:
         found = match.group(0)
         h, m, m_only, s, frac, first, sep, second = match.groups()
+        if s is None and _is_decade(match):
+            return found
         if s is not None:  # a clock
             seconds = int(s) + (float("0." + frac) if frac else 0.0)
             seconds += 60 * int(m if m is not None else m_only) + 3600 * int(h or 0)

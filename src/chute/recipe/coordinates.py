@@ -97,6 +97,9 @@ def move_coordinates(
         return conv, flip_ok  # nothing to move: no header is read
     images = [p for p in conv.media() if p.kind == "image"]
     transform = draw.transform if draw is not None and draw.transform else default_transform()
+    geometry.check_transform(transform)
+    if callable(getattr(transform, "for_images", None)):  # OneVision pads each of several
+        transform = transform.for_images(len(images))
     maps = []
     for i, part in enumerate(images):
         resolved = media.resolve(part.value, path)
@@ -138,12 +141,13 @@ def objects_answer(
     A grounding record may hold its boxes as data rather than text: ``"objects": [{"bbox":
     [x1, y1, x2, y2], "label": "dog"}, ...]`` or a top-level ``"bbox"`` (with an optional
     ``"label"``), corners in pixels of the original image; an object may be a point instead,
-    ``{"point": [x, y]}`` (or ``"point_2d"``), written in ``qwen2.5-vl`` only. When the
+    ``{"point": [x, y]}`` (or ``"point_2d"``), written in ``qwen2.5-vl`` and ``qwen3-vl`` only. When the
     conversation ends with the user's turn (the record has no answer), the answer is those
     objects written in the ``geometry``'s convention, which the rewrite that follows then moves with the pixels, with
     the sample's own draw::
 
         qwen2.5-vl  [{"bbox_2d": [x1, y1, x2, y2], "label": "dog"}]
+        qwen3-vl    [{"bbox_2d": [100, 250, 500, 750], "label": "dog"}]   (0-1000 of the image)
         qwen2-vl    <|object_ref_start|>dog<|object_ref_end|><|box_start|>(x1,y1),(x2,y2)<|box_end|>
         normalized  [{"bbox": [0.1, 0.25, 0.5, 0.75], "label": "dog"}]   (llava: of the square)
 
@@ -184,7 +188,7 @@ def objects_answer(
 
 def _render(convention: str, obj: Any, size: tuple[int, int] | None, k: int) -> str:
     if isinstance(obj, dict) and "bbox" not in obj and ("point" in obj or "point_2d" in obj):
-        return _render_point(convention, obj, k)
+        return _render_point(convention, obj, size, k)
     box = obj.get("bbox") if isinstance(obj, dict) else None
     if not (
         isinstance(box, list)
@@ -199,15 +203,17 @@ def _render(convention: str, obj: Any, size: tuple[int, int] | None, k: int) -> 
     if convention == "qwen2.5-vl":
         return _labelled({"bbox_2d": [_num(v) for v in box]}, label)
     w, h = size or (1, 1)
-    if convention == "qwen2-vl":  # 0-1000 of the original, rounded outwards
+    if convention in ("qwen2-vl", "qwen3-vl"):  # 0-1000 of the original, rounded outwards
         a, b = math.floor(x1 / w * 1000), math.floor(y1 / h * 1000)
         c, d = math.ceil(x2 / w * 1000), math.ceil(y2 / h * 1000)
+        if convention == "qwen3-vl":
+            return _labelled({"bbox_2d": [a, b, c, d]}, label)
         ref = f"<|object_ref_start|>{label}<|object_ref_end|>" if label is not None else ""
         return f"{ref}<|box_start|>({a},{b}),({c},{d})<|box_end|>"
-    if convention == "llava":  # of the image padded to a square, centred
+    if convention == "llava":  # of the image padded to a square, pasted at (side - w) // 2
         side = max(w, h)
-        xs = [(x + (side - w) / 2) / side for x in (x1, x2)]
-        ys = [(y + (side - h) / 2) / side for y in (y1, y2)]
+        xs = [(x + (side - w) // 2) / side for x in (x1, x2)]
+        ys = [(y + (side - h) // 2) / side for y in (y1, y2)]
     else:
         xs, ys = [x1 / w, x2 / w], [y1 / h, y2 / h]
     body = [math.floor(xs[0] * 1000) / 1000, math.floor(ys[0] * 1000) / 1000]
@@ -220,10 +226,13 @@ def _labelled(entry: dict[str, Any], label: Any) -> str:
     return json.dumps({**entry, **({"label": label} if label is not None else {})})
 
 
-def _render_point(convention: str, obj: dict[str, Any], k: int) -> str:
+def _render_point(
+    convention: str, obj: dict[str, Any], size: tuple[int, int] | None, k: int
+) -> str:
     """An object that is a point, ``{"point": [x, y]}`` (or ``point_2d``), in pixels.
 
-    Written as Qwen2.5-VL's ``{"point_2d": [x, y]}``; the other conventions write no points.
+    Written as Qwen2.5-VL's ``{"point_2d": [x, y]}`` (Qwen3-VL's: 0-1000 of the image); the
+    other conventions write no points.
     """
     key = "point" if "point" in obj else "point_2d"
     point = obj[key]
@@ -235,12 +244,16 @@ def _render_point(convention: str, obj: dict[str, Any], k: int) -> str:
         raise SampleError(
             "box_invalid", f"objects[{k}].{key}: expected [x, y] in pixels, got {point!r}"
         )
-    if convention != "qwen2.5-vl":
+    if convention not in ("qwen2.5-vl", "qwen3-vl"):
         raise SampleError(
             "box_invalid",
-            f"objects[{k}].{key}: a point is written in qwen2.5-vl's convention only "
-            f'("point_2d"), not {convention}\'s',
+            f"objects[{k}].{key}: a point is written in qwen2.5-vl's or qwen3-vl's convention "
+            f'only ("point_2d"), not {convention}\'s',
         )
+    if convention == "qwen3-vl":
+        w, h = size or (1, 1)
+        grid = [round(point[0] / w * 1000), round(point[1] / h * 1000)]
+        return _labelled({"point_2d": grid}, obj.get("label"))
     return _labelled({"point_2d": [_num(v) for v in point]}, obj.get("label"))
 
 

@@ -407,14 +407,14 @@ class RecipeOptions:
         check="name_or_fields",
         cli=CliFlag(
             "How the text writes box and point coordinates, rewritten for the image the model "
-            "sees (its resize): qwen2-vl (0-1000), qwen2.5-vl (absolute pixels), normalized, "
-            "llava, or none. Boxes that cannot follow are counted (box_invalid, box_outside, "
+            "sees (its resize): qwen2-vl (0-1000), qwen2.5-vl (absolute pixels), qwen3-vl "
+            "(bbox_2d on a 0-1000 grid), normalized, llava, or none. Boxes that cannot follow are counted (box_invalid, box_outside, "
             "box_ambiguous). Default: the text is left as written.",
             annotation=str | None,
         ),
         doc=(
             "how the text writes box and point coordinates (``qwen2-vl``, ``qwen2.5-vl``, "
-            "``normalized``, ``llava``, ``none``, or a ``chute.media.geometry.Geometry``): they "
+            "``qwen3-vl``, ``normalized``, ``llava``, ``none``, or a ``chute.media.geometry.Geometry``): they "
             "are rewritten for the image the model sees (resize, and the Loader's augmentation "
             "crops and flips); ``None`` (default): the text is left as written. See "
             'docs/media.md, "Augmentation and geometry".'

@@ -240,6 +240,7 @@ class Recipe:
                 f"{spell_value(task)}",
                 param="geometry",
             )
+        _warn_grid_of_family(self.geometry, self.media.image_rule)
         self.train_on = tpl.train_on
         self._ctx = RenderContext(
             bos=self.tokenizer.bos_token,
@@ -820,6 +821,29 @@ def _pair_task(data: Any) -> str | None:
     if isinstance(data.get("label"), bool) and ("messages" in data or "completion" in data):
         return "kto"
     return None
+
+
+def _warn_grid_of_family(geometry: Geometry | None, rule: Any) -> None:
+    """Warn where the geometry reads boxes as another Qwen-VL generation writes them.
+
+    Qwen2.5-VL and Qwen3-VL both write ``"bbox_2d": [...]``: in pixels of the image (2.5) and
+    on a 0-1000 grid (3). The same text read the other way moves every box to other pixels.
+    """
+    family = getattr(rule, "family", None)
+    wrong = {"qwen3-vl": "qwen2.5-vl", "qwen2.5-vl": "qwen3-vl"}.get(family or "")
+    if geometry is not None and geometry.convention == wrong:
+        warn_once(
+            log,
+            'geometry %r reads "bbox_2d" as %s, and image_tokens %r is the family that '
+            "writes them %s: check which one the data was written for (geometry %r reads "
+            "them as %s writes them)",
+            geometry.convention,
+            "pixels" if wrong == "qwen2.5-vl" else "a 0-1000 grid",
+            family,
+            "on a 0-1000 grid" if family == "qwen3-vl" else "in pixels",
+            family,
+            family,
+        )
 
 
 def _warn_missing_control_tokens(template: Any, tokenizer: Any) -> None:
