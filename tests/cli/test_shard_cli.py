@@ -112,6 +112,26 @@ def test_missing_image_is_skipped_and_counted(tmp_path: Path) -> None:
     assert [r.key for r in back] == ["000000001"] and back[0].data == {"text": "plain text"}
 
 
+def test_an_answer_that_reads_like_a_media_path_stays_text(tmp_path: Path) -> None:
+    from PIL import Image
+
+    (tmp_path / "imgs").mkdir()
+    Image.new("RGB", (8, 8)).save(tmp_path / "imgs/cat.jpg")
+    record = {
+        "messages": [
+            {"role": "user", "content": "<image>Which file is this?"},
+            {"role": "assistant", "content": "imgs/cat.jpg"},
+        ],
+        "images": ["imgs/cat.jpg"],
+    }
+    data = tmp_path / "d.jsonl"
+    data.write_bytes(orjson.dumps(record) + b"\n")
+    write_shards(open_source(str(data)), tmp_path / "o")
+    back = TarSource(tmp_path / "o/train-000000.tar")[0].data
+    assert back["messages"][1]["content"] == "imgs/cat.jpg"  # the answer, as written
+    assert back["images"][0].startswith("tar:")  # the reference, the shard's member
+
+
 def test_a_failed_run_leaves_no_shard(tmp_path: Path) -> None:
     data = tmp_path / "d.jsonl"
     data.write_text("".join(f'{{"text": "doc {i}"}}\n' for i in range(50)))

@@ -633,3 +633,11 @@ def test_qwen_vl_is_detected_by_tags_in_user_turns_of_records_without_an_image_l
         ],
     }
     assert detect_format(llava) == "llava"
+
+
+def test_an_image_struct_with_neither_bytes_nor_path_says_so() -> None:
+    from chute.formats.media import media_list
+
+    with pytest.raises(SampleError, match="entry 0 has no media: its bytes and its path are both"):
+        media_list([{"bytes": None, "path": None}], "images")
+    assert media_list([{"bytes": None, "path": "a.png"}], "images") == ["a.png"]

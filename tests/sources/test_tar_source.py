@@ -217,6 +217,22 @@ def test_broken_samples_are_counted_with_shard_and_key(tmp_path: Path) -> None:
     assert loader.tally.counts == {"bad_json": 1, "empty_record": 1, "duplicate_member": 1}
 
 
+def test_samples_without_a_record_are_counted_into_a_rejects_file(tmp_path: Path) -> None:
+    """An image-only sample and an empty .json member are counted skips with ``rejects=``
+    too (writing their rejects line rebuilt the record and raised again, ending the run)."""
+    shard = write_shard(
+        tmp_path / "bad.tar",
+        [*id_samples([0]), ("000001", {"png": b"x"}), ("000002", {"json": b""}), *id_samples([3])],
+    )
+    rejects = tmp_path / "rejects.jsonl"
+    loader = Loader(TarSource(shard, cache_dir=tmp_path / "c"), batch_size=1, rejects=rejects)
+    assert sorted(int(i) for b in loader for i in b["sample_ids"] if i >= 0) == [0, 3]
+    assert loader.tally.counts == {"empty_record": 2}
+    lines = [orjson.loads(line) for line in rejects.read_bytes().splitlines()]
+    assert sorted(e["reason"] for e in lines) == ["empty_record", "empty_record"]
+    assert all(e["raw"] == "" for e in lines)
+
+
 @pytest.mark.shared_data
 def test_truncated_image_member_is_a_counted_skip(shared_data: Path, tmp_path: Path) -> None:
     jpg = (shared_data / LF / "mllm_demo_data/1.jpg").read_bytes()

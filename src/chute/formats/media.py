@@ -73,7 +73,14 @@ def media_list(value: Any, field: str) -> list[str]:
             if isinstance(data, bytes | bytearray) and data:
                 out.append(inline_url(bytes(data)))
                 continue
+            entry = item
             item = item.get("path") or item.get("url") or item.get("image")
+            if item is None and "bytes" in entry:  # the Hub's struct, with neither filled
+                raise SampleError(
+                    "wrong_type",
+                    f"entry {i} has no media: its bytes and its path are both empty",
+                    field=f"{field}[{i}]",
+                )
         if not isinstance(item, str) or not item:
             raise SampleError(
                 "wrong_type",

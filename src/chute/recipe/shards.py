@@ -56,7 +56,7 @@ from chute.media.paths import INLINE, MediaPaths, is_remote
 from chute.media.remote import RemoteMedia
 from chute.remote_options import RemoteOptions
 from chute.remote_options import parse_size as parse_remote_size
-from chute.sources.tar import MEDIA_EXTENSIONS, REFS_EXTENSION
+from chute.sources.tar import MEDIA_EXTENSIONS, REFS_EXTENSION, TEXT_KEYS
 from chute.sources.tar_members import MemberRef, is_member_ref, read_member
 
 __all__ = ["ShardReport", "parse_size", "write_shards"]
@@ -237,10 +237,15 @@ def _extension(value: str, kind: str) -> str:
     return suffix if MEDIA_EXTENSIONS.get(suffix) == kind else _DEFAULT_EXT.get(kind, "bin")
 
 
-def _rewrite(value: Any, names: dict[str, str]) -> Any:
-    """``value`` with each media reference replaced by its member's name."""
+def _rewrite(value: Any, names: dict[str, str], text: bool = False) -> Any:
+    """``value`` with each media reference replaced by its member's name.
+
+    ``text``: ``value`` stands under a conversation's text key (``content``, ``output``, ...,
+    ``TEXT_KEYS``), as the shard reader reads it: an answer that reads like a reference stays
+    as written (only ``<img>`` tags, Qwen-VL's references in the text, are rewritten).
+    """
     if isinstance(value, str):
-        if value in names:
+        if value in names and not text:
             return names[value]
         if "<img>" in value:
             return re.sub(
@@ -258,9 +263,9 @@ def _rewrite(value: Any, names: dict[str, str]) -> Any:
             ext = names.get(inline_url(bytes(blob)))
             if ext is not None:
                 return ext
-        return {k: _rewrite(v, names) for k, v in value.items()}
+        return {k: _rewrite(v, names, k in TEXT_KEYS) for k, v in value.items()}
     if isinstance(value, list | tuple):
-        return [_rewrite(v, names) for v in value]
+        return [_rewrite(v, names, text) for v in value]
     return value
 
 

@@ -100,7 +100,7 @@ _MEDIA_KEYS = frozenset(
 )  # fmt: skip
 # Keys whose strings are what a conversation says: a member's name there is text (an answer
 # that reads "000005.jpg"), never swapped for the member (``<img>`` tags aside).
-_TEXT_KEYS = frozenset(
+TEXT_KEYS = frozenset(
     ("content", "value", "text", "caption", "instruction", "input", "output", "prompt",
      "response", "chosen", "rejected", "completion", "query", "question", "answer", "system",
      "history")
@@ -373,7 +373,12 @@ class TarRecord(Record):
         raw = self._raw
         if isinstance(raw, bytes) and raw:
             return raw
-        return orjson.dumps(self.data)
+        # no .json/.txt bytes (an image-only sample, an empty member): the record made of its
+        # other members, or nothing where it cannot be made (its rejects line still says why)
+        try:
+            return orjson.dumps(self.data)
+        except SampleError:
+            return b""
 
     def with_window(self, window: int) -> TarRecord:
         other = TarRecord(
@@ -479,7 +484,7 @@ def _bind_members(
     def names_under(key: str, names: dict[str, str]) -> dict[str, str]:
         if key in _MEDIA_KEYS:
             return short
-        return {} if key in _TEXT_KEYS else names
+        return {} if key in TEXT_KEYS else names
 
     def swap_tag(inner: str) -> str:
         ref = short.get(inner.strip())
