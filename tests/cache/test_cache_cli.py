@@ -171,3 +171,19 @@ def test_validate_finds_a_flipped_byte(built: dict, tmp_path: Path) -> None:
     problems = orjson.loads(result.stdout)["cache"]["problems"]
     assert len(problems) == 1 and "000002.arrow: its content changed" in problems[0]
     assert np.array_equal(open_cache(built["out"]).lengths, open_cache(copy).lengths)
+
+
+def test_inspect_of_a_cache_as_json_has_a_data_files_fields(tmp_path: Path, built: dict) -> None:
+    from chute.cache import preprocess
+
+    data = write_alpaca(tmp_path / "d.jsonl", 5)
+    recipe = {"tokenizer": str(built["tok"]), "template": "chatml"}
+    preprocess(sources=[str(data)], recipe=recipe, cache={"workers": 1}, out=tmp_path / "c")
+    args = ["--index", "1", "--json"]
+    of_file = runner.invoke(app, ["inspect", str(data), "--tokenizer", str(built["tok"]),
+                                  "--template", "chatml", *args])  # fmt: skip
+    of_cache = runner.invoke(app, ["inspect", str(tmp_path / "c"), *args])
+    assert of_file.exit_code == of_cache.exit_code == 0, of_cache.output
+    file_keys, cache_keys = set(orjson.loads(of_file.stdout)), set(orjson.loads(of_cache.stdout))
+    assert file_keys <= cache_keys and cache_keys - file_keys == {"cache", "sample"}
+    assert orjson.loads(of_cache.stdout)["input_ids"] == orjson.loads(of_file.stdout)["input_ids"]

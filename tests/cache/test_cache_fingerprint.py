@@ -251,3 +251,15 @@ def test_the_rebuild_command_for_a_recipe_object_builds_what_the_recipe_makes(
     # a difference no option spells one to one: edit the config first, the message says where
     with pytest.raises(FingerprintMismatch, match=r"set your recipe's options in .*config.yaml"):
         open_cache(built["cache"], recipe=Recipe(**{**built["recipe"], "columns": {"prompt": "q"}}))
+
+
+def test_the_telling_differences_come_first_and_are_never_cut() -> None:
+    from chute.cache.fingerprint import mismatch
+
+    diffs = [(f"media.image_tokens.field{i}", i, i + 1) for i in range(12)]
+    diffs += [("template.name", "qwen3", "llama3"), ("tokenizer.vocab_size", 151669, 128257)]
+    message = str(mismatch("c", "was built for a different recipe", diffs, "recipe"))
+    lines = message.splitlines()
+    assert lines[1].startswith("  tokenizer.vocab_size differs: cache 151669, recipe 128257")
+    assert lines[2].startswith("  template.name differs")
+    assert "... and" in message  # media lines were cut, not these

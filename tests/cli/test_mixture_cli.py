@@ -131,3 +131,28 @@ def test_preprocess_a_mixture_config(mixture_yaml: Path, tmp_path: Path) -> None
     # the caches' mixture.yaml took the new weight (0.9 against 0.4); nothing was rebuilt
     share = orjson.loads(stats.stdout)["datasets"]["alpaca"]["sample_share"]
     assert abs(share - 0.9 / 1.3) < 0.005
+
+
+def test_stats_of_a_mixture_cuts_documents_as_its_recipe_says(
+    shared_data: Path, tmp_path: Path
+) -> None:
+    """A mixture whose recipe says overflow: split is measured in windows, as the Loader cuts
+    it (the command's own --overflow default, truncate, overrode it)."""
+    path = tmp_path / "split.yaml"
+    recipe = {"tokenizer": str(shared_data / "tokenizers/qwen3"), "max_length": 512}
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "recipe": {**recipe, "overflow": "split"},
+                "datasets": {
+                    "c4": {"sources": [str(shared_data / "llama-factory/c4_demo.jsonl")]},
+                },
+            }
+        )
+    )
+    args = ["stats", str(path), "--max-length", "512", "--batch-size", "8", "--json"]
+    as_written = orjson.loads(runner.invoke(app, args).stdout)
+    explicit = orjson.loads(runner.invoke(app, [*args, "--overflow", "split"]).stdout)
+    truncated = orjson.loads(runner.invoke(app, [*args, "--overflow", "truncate"]).stdout)
+    assert as_written["epoch"] == explicit["epoch"]
+    assert as_written["epoch"]["samples"] > truncated["epoch"]["samples"] == 300

@@ -198,8 +198,20 @@ def test_resume_without_a_checkpoint_is_a_clear_error(tmp_path: Path) -> None:
         args=TrainingArguments(output_dir=str(tmp_path / "empty"), report_to=[], use_cpu=True),
         train_loader=Loader(data, batch_size=4, world=World()),
     )
-    with pytest.raises(ConfigError, match="no checkpoint-\\* folder"):
+    with pytest.raises(ConfigError, match="no checkpoint-\\* folder.*last_checkpoint\\(output_dir"):
         trainer.train(resume_from_checkpoint=True)
+
+
+def test_last_checkpoint_is_none_until_one_is_saved(tmp_path: Path) -> None:
+    from chute.integrations.hf_trainer import last_checkpoint
+
+    out = tmp_path / "out"
+    assert last_checkpoint(out) is None  # the folder is not made yet (get_last_checkpoint raises)
+    out.mkdir()
+    assert last_checkpoint(out) is None
+    (out / "checkpoint-2").mkdir()
+    (out / "checkpoint-10").mkdir()
+    assert last_checkpoint(out) == str(out / "checkpoint-10")
 
 
 def test_packed_batches_reach_the_model_as_one_row_and_train_each_sample_alone(

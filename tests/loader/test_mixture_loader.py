@@ -349,6 +349,9 @@ def test_a_preprocessed_mixture_reads_the_same_and_a_new_mix_builds_nothing(
     changed = Mixture.from_dict(mix.to_dict(), ["datasets.chat.system=Answer at length."])
     with pytest.raises(FingerprintMismatch, match=r"dataset 'chat'(.|\n)*system differs"):
         Loader(open_cache(out), mixture=changed, batch_size=8)
+    # the command it names runs (without --overwrite it refuses, as the next lines check)
+    with pytest.raises(FingerprintMismatch, match=rf"--out {out} --overwrite \(with these"):
+        Loader(open_cache(out), mixture=changed, batch_size=8)
     with pytest.raises(FingerprintMismatch, match=r"dataset 'chat'"):
         preprocess(changed, out=out, overrides=chunks)
     rebuilt = preprocess(changed, out=out, overrides=chunks, overwrite=True, workers=2)

@@ -193,3 +193,18 @@ def test_counts_over_ranks_take_each_data_parallel_rank_once() -> None:
     gathered = [{"bad_json": r} for r in range(8)]
     assert dp_shares(gathered, world) == [gathered[0], gathered[4]]
     assert dp_shares(gathered, World(0, 8)) == gathered
+
+
+def test_a_recipes_row_length_that_slices_cannot_take_names_the_recipe(tmp_path) -> None:
+    from cache_helpers import write_alpaca, write_tokenizer
+    from chute import ConfigError, Recipe
+
+    recipe = Recipe(tokenizer=write_tokenizer(tmp_path / "tok"), template="chatml", max_length=1001)
+    data = write_alpaca(tmp_path / "d.jsonl", 8)
+    with pytest.raises(ConfigError, match=r"align=4(.|\n)*the recipe's max_length, 1001"):
+        Loader(data, recipe, batch_size=1, plan="packed", world=World(0, 2, cp=2), slices="cp")
+    # set on the plan, the plan's own message (no word of the recipe)
+    with pytest.raises(ConfigError, match=r"align=4") as info:
+        Loader(data, recipe, batch_size=1, plan="packed", plan_options={"max_length": 1001},
+               world=World(0, 2, cp=2), slices="cp")  # fmt: skip
+    assert "recipe's max_length" not in str(info.value)

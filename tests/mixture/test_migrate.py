@@ -242,3 +242,30 @@ def test_xtuner_without_a_tokenizer_warns(tmp_path: Path) -> None:
     assert result.exit_code == 0, result.output
     assert "warning: tokenizer: null: dropped: XTuner's is a Hub model object" in result.output
     assert "pass --tokenizer DIR" in result.output
+
+
+def test_xtuner_dataset_keys_are_carried_over_or_noted(tmp_path: Path) -> None:
+    """max_dataset_length becomes max_samples; a map function with no chute format, LLaVA's
+    pad_image_to_square and any other key left behind are notes, not silence."""
+    for name in ("a", "b"):
+        (tmp_path / f"{name}.jsonl").write_text('{"instruction": "hi", "output": "ho"}\n')
+    text = XTUNER.format(alpaca=tmp_path / "a.jsonl", openai=tmp_path / "b.jsonl")
+    text = text.replace(
+        "max_length=max_length, dataset_map_fn=openai_map_fn)",
+        "max_length=max_length, dataset_map_fn=oasst1_map_fn, max_dataset_length=50,\n"
+        "              use_varlen_attn=True)",
+    ).replace("import alpaca_map_fn,", "import alpaca_map_fn, oasst1_map_fn,")
+    text += (
+        "llava = dict(type=LLaVADataset, data_path='c.json', image_folder='imgs',\n"
+        "             pad_image_to_square=True)\n"
+        "train_dataset = dict(type=ConcatDataset, datasets=[alpaca_en, openai, llava])\n"
+    )
+    config = tmp_path / "cfg.py"
+    config.write_text("from xtuner.dataset import LLaVADataset\n" + text)
+    moved = migrate_xtuner(config, recipe={"tokenizer": "tok.json"})
+    b = moved.mixture.datasets[1]
+    assert b.name == "b" and b.max_samples == 50 and b.recipe_options["format"] == "auto"
+    notes = {n.key: n for n in moved.notes}
+    assert notes["b.dataset_map_fn"].value == "oasst1_map_fn"
+    assert notes["b.use_varlen_attn"].kind == "dropped"
+    assert "pad_to_square=True" in notes["llava2.pad_image_to_square"].text

@@ -234,6 +234,23 @@ def test_samples_without_a_record_are_counted_into_a_rejects_file(tmp_path: Path
 
 
 @pytest.mark.shared_data
+def test_a_member_the_record_names_but_the_shard_lacks_is_named(
+    shared_data: Path, tmp_path: Path
+) -> None:
+    record = {
+        "messages": [
+            {"role": "user", "content": "<image>Who?"},
+            {"role": "assistant", "content": "A player."},
+        ],
+        "images": ["000001.jpg"],
+    }
+    shard = write_shard(tmp_path / "s.tar", [("000001", {"json": orjson.dumps(record)})])
+    recipe = Recipe(tokenizer=str(shared_data / QWEN), template="qwen3", image_tokens="qwen2-vl")
+    with pytest.raises(SampleError, match=r"image_missing: s.tar holds no member 000001.jpg"):
+        recipe(TarSource(shard, cache_dir=tmp_path / "c")[0])
+
+
+@pytest.mark.shared_data
 def test_truncated_image_member_is_a_counted_skip(shared_data: Path, tmp_path: Path) -> None:
     jpg = (shared_data / LF / "mllm_demo_data/1.jpg").read_bytes()
     record = {

@@ -157,6 +157,16 @@ def resume_command(root: str | os.PathLike[str]) -> str:
     return f"chute preprocess {os.path.join(root, 'config.yaml')} --out {root}"
 
 
+# The fields that say most about a mismatch first: another tokenizer explains every other line
+# (its media tokens, its template's control tokens), so it must not sink below the cut
+_TELLING = ("tokenizer", "template", "max_length", "format", "task")
+
+
+def _telling(name: str) -> int:
+    head = name.split(".", 1)[0]
+    return _TELLING.index(head) if head in _TELLING else len(_TELLING)
+
+
 def mismatch(
     root: str | os.PathLike[str],
     headline: str,
@@ -177,7 +187,8 @@ def mismatch(
         overrides: dotted overrides that make the stored config match (shown in the command).
         fix: another way out, added to the message.
     """
-    lines = [f"  {name} differs: cache {_short(a)}, {other} {_short(b)}" for name, a, b in diffs]
+    shown = sorted(diffs, key=lambda d: _telling(str(d[0])))
+    lines = [f"  {name} differs: cache {_short(a)}, {other} {_short(b)}" for name, a, b in shown]
     if len(lines) > _SHOWN:
         lines = [*lines[:_SHOWN], f"  ... and {len(lines) - _SHOWN} more"]
     message = (

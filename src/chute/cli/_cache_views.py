@@ -17,7 +17,7 @@ from typing import Any
 import typer
 
 from chute.cli._output import emit_json, progress_bar, table
-from chute.cli._render import decode_marked, pretty_sample
+from chute.cli._render import decode_marked, pretty_sample, sample_summary
 from chute.errors import ConfigError
 
 __all__ = ["inspect_cache", "validate_cache", "warn_if_stale"]
@@ -137,14 +137,7 @@ def inspect_cache(path: str, index: int, tokenizer: str | None, as_json: bool, c
     )
     ids, labels = sample["input_ids"], sample["labels"]
     trained = labels != -100
-    summary = {
-        "length": int(sample["length"]),
-        "trained": int(trained.sum()),
-        "masked": int((~trained).sum()),
-        "image_tokens": int(sample["num_image_tokens"]),
-        "images": len(sample["images"]),
-        "truncated": bool(sample["truncated"]),
-    }
+    summary = sample_summary(sample)
     where = f"{sample['path']}:{sample['line']}"
     if as_json:
         emit_json(
@@ -154,12 +147,14 @@ def inspect_cache(path: str, index: int, tokenizer: str | None, as_json: bool, c
                 "path": sample["path"],
                 "line": sample["line"],
                 "index": sample["index"],
+                "format": stored.format,
                 "template": stored.template,
                 "input_ids": ids.tolist(),
                 "labels": labels.tolist(),
                 "text": decode_marked(tok, ids),
                 "trained_text": decode_marked(tok, ids[trained]),
                 **summary,
+                "tokenizer_engine": tok.engine,
                 "image_refs": sample["images"],
                 "videos": sample["videos"],
                 "audios": sample["audios"],

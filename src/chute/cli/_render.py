@@ -10,7 +10,20 @@ from typing import Any
 import numpy as np
 import typer
 
-__all__ = ["decode_marked", "pretty_sample"]
+__all__ = ["decode_marked", "pretty_sample", "sample_summary"]
+
+
+def sample_summary(sample: dict[str, Any]) -> dict[str, Any]:
+    """A sample's counts as ``chute inspect`` shows them (a data file's record or a cache's)."""
+    trained = sample["labels"] != -100
+    return {
+        "length": int(sample["length"]),
+        "trained": int(trained.sum()),
+        "masked": int((~trained).sum()),
+        "image_tokens": int(sample["num_image_tokens"]),
+        "images": len(sample["images"]),
+        "truncated": bool(sample["truncated"]),
+    }
 
 
 def decode_marked(tok: Any, ids: np.ndarray) -> str:

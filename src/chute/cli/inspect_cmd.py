@@ -17,7 +17,7 @@ import typer
 from chute.cli._cache_views import inspect_cache
 from chute.cli._options import CACHE_DIR, RECIPE_FLAG_HELP, RecipeArgs, recipe_options
 from chute.cli._output import emit_json, guarded
-from chute.cli._render import decode_marked, pretty_sample
+from chute.cli._render import decode_marked, pretty_sample, sample_summary
 from chute.errors import ConfigError, SampleError
 from chute.sources import open_source
 from chute.tokenize import Tokenizer
@@ -131,14 +131,7 @@ def _show(
     ids: np.ndarray = sample["input_ids"]
     labels: np.ndarray = sample["labels"]
     trained = labels != -100
-    summary = {
-        "length": int(sample["length"]),
-        "trained": int(trained.sum()),
-        "masked": int((~trained).sum()),
-        "image_tokens": int(sample["num_image_tokens"]),
-        "images": len(sample["images"]),
-        "truncated": bool(sample["truncated"]),
-    }
+    summary = sample_summary(sample)
     if as_json:
         emit_json(
             {

@@ -87,12 +87,15 @@ def stats(
         ..., "--batch-size", help="Samples (packed: rows) per batch per rank."
     ),
     world_size: int = typer.Option(1, "--world-size", help="Ranks (data-parallel replicas)."),
-    overflow: str = typer.Option(
-        "truncate",
+    overflow: str | None = typer.Option(
+        None,
         "--overflow",
-        help="Samples over --max-length: truncate, drop, or split (windows; every token kept).",
+        help="Samples over --max-length: truncate (the default), drop, or split (windows; every "
+        "token kept). A mixture YAML's recipe.overflow (and stride) apply unless given here.",
     ),
-    stride: int = typer.Option(0, "--stride", help="--overflow split: windows' overlap."),
+    stride: int | None = typer.Option(
+        None, "--stride", help="--overflow split: windows' overlap (default 0)."
+    ),
     max_tokens: int | None = typer.Option(
         None, "--max-tokens", help="Budget plan: padded tokens per batch (default B x L)."
     ),
@@ -149,13 +152,17 @@ def stats(
     mixture = mixture_args(paths, "stats")
     if mixture is not None:
         refuse_recipe_flags(mixture, recipe)
+        if overflow is None and not mixture.cached:  # as the Loader cuts this mixture
+            run_wide = mixture.load().recipe or {}
+            overflow = run_wide.get("overflow") or "truncate"
+            stride = run_wide.get("stride", 0) if stride is None else stride
         mixture_stats_command(
             mixture,
             dict(
                 max_length=max_length,
                 batch_size=batch_size,
                 world_size=world_size,
-                overflow=overflow,
+                overflow=overflow or "truncate",
                 max_tokens=max_tokens,
                 group_size=group_size,
                 window=window,
@@ -167,7 +174,7 @@ def stats(
             cache_dir=cache_dir,
             output=output,
             print_plans=_print,
-            stride=stride,
+            stride=stride or 0,
         )
         return
     cache = next((p for p in paths if is_cache_dir(p)), None)
@@ -194,8 +201,8 @@ def stats(
         max_length=max_length,
         batch_size=batch_size,
         world_size=world_size,
-        overflow=overflow,
-        stride=stride,
+        overflow=overflow or "truncate",
+        stride=stride or 0,
         max_tokens=max_tokens,
         group_size=group_size,
         window=window,

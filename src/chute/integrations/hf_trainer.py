@@ -47,6 +47,7 @@ __all__ = [  # noqa: F822 - ChuteTrainer is built on first access (module __geta
     "ChuteTrainer",
     "ChuteTrainerMixin",
     "TrainerView",
+    "last_checkpoint",
     "loader_state_file",
     "trainer_epoch",
 ]
@@ -79,6 +80,23 @@ def _require_transformers() -> Any:
             "pip install 'chute[hf]'"
         ) from None
     return transformers
+
+
+def last_checkpoint(output_dir: str | os.PathLike[str]) -> str | None:
+    """The newest ``checkpoint-N`` folder in ``output_dir``, or ``None`` (no folder, none saved).
+
+    One line that starts a run and resumes it after a crash:
+    ``trainer.train(resume_from_checkpoint=last_checkpoint(args.output_dir))``
+    (``transformers``' ``get_last_checkpoint`` raises where the folder does not exist yet).
+
+    Example:
+        >>> last_checkpoint("/nonexistent/out") is None
+        True
+    """
+    if not os.path.isdir(output_dir):
+        return None
+    found = _require_transformers().trainer_utils.get_last_checkpoint(os.fspath(output_dir))
+    return None if found is None else str(found)
 
 
 def loader_state_file(checkpoint_dir: str | os.PathLike[str], rank: int) -> str:
@@ -264,6 +282,9 @@ class ChuteTrainerMixin:
             raise ConfigError(
                 f"resume_from_checkpoint=True but no checkpoint-* folder is in "
                 f"{self.args.output_dir!r}"  # type: ignore[attr-defined]
+                f": a first run starts with None; resume_from_checkpoint=last_checkpoint("
+                f"output_dir) (chute.integrations.hf_trainer) is None until one is saved, so "
+                f"one line starts the run and resumes it"
             )
         return folder
 

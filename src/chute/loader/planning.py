@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from chute._internal.files import cache_root, first_in_process
+from chute._internal.spelling import spell
 from chute.collate import Collate, KTOCollate, PackedPreferenceCollate, PreferenceCollate
 from chute.collate.packed import PackedCollate
 from chute.errors import ConfigError, ErrorBudgetExceeded, SampleError
@@ -108,6 +109,7 @@ def resolve_plan(
             f"{sorted(k for k, c in PLANNERS.items() if _takes_options(c))}"
         )
     task = task_of(source, recipe)
+    from_recipe = False  # whether the plan's max_length is the recipe's (named in errors)
     if isinstance(plan, str) and needs:
         # the recipe's max_length; reading a cache (no recipe runs), the cache's recipe's
         max_length = (recipe.max_length if recipe is not None else None) or getattr(
@@ -116,19 +118,31 @@ def resolve_plan(
         if plan == "packed" and max_length is not None and task == "preference":
             max_length *= 2  # a row must hold both sides of a pair (each up to max_length)
         if plan in ("packed", "budget") and max_length is not None:
+            from_recipe = "max_length" not in options
             options.setdefault("max_length", max_length)
         if plan == "budget" and pad_to_multiple_of is not None:
             options.setdefault("pad_to_multiple_of", pad_to_multiple_of)
     check_plan_options(plan, options)
-    planner = make_planner(
-        plan,
-        batch_size=batch_size,
-        shuffle=shuffle,
-        seed=seed,
-        drop_last=drop_last,
-        wrap=wrap,
-        **options,
-    )
+    try:
+        planner = make_planner(
+            plan,
+            batch_size=batch_size,
+            shuffle=shuffle,
+            seed=seed,
+            drop_last=drop_last,
+            wrap=wrap,
+            **options,
+        )
+    except ConfigError as exc:
+        if exc.param != "max_length" or not from_recipe:
+            raise
+        # the row length is the recipe's: say where to change it (or how to set the plan's)
+        said = str(exc).removeprefix(f"{spell('max_length')}: ")
+        raise ConfigError(
+            f"{said} (the row length is the recipe's max_length, {options['max_length']}: "
+            f"change it there, or set the plan's own: plan_options={{'max_length': N}})",
+            param="max_length",
+        ) from None
     if isinstance(planner, ShardPlanner) and planner.shard_bounds is None and planner.shuffle:
         planner = planner.with_shards(shard_bounds_of(source))
     warn_if_thrashing(source, planner)

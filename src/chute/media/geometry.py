@@ -55,7 +55,6 @@ import numpy as np
 from chute.errors import ConfigError, SampleError
 from chute.media.augment import ImageDraw
 from chute.media.sizes import smart_resize
-from chute.media.tiles import AnyresTransform
 from chute.media.tokens import DynamicImageTokens
 from chute.media.transforms import DynamicResolution, ImageTransform
 
@@ -134,6 +133,15 @@ class ImageMap:
         return x, y
 
 
+def _is_anyres(transform: Any) -> bool:
+    """Whether ``transform`` is LLaVA-NeXT / OneVision tiles (an ``AnyresTransform``).
+
+    Asked by its ``kind``: ``chute.media.tiles`` is a media stage, which a text recipe (and so
+    this module) must not import.
+    """
+    return getattr(transform, "kind", None) == "anyres"
+
+
 def prepared_map(transform: Any, width: int, height: int) -> ImageMap:
     """The map of ``transform.prepare`` for an image of ``width x height`` (no augmentation).
 
@@ -178,7 +186,7 @@ def prepared_map(transform: Any, width: int, height: int) -> ImageMap:
             oy += (bh - nh) // 2 - (bh - ch) // 2
             nh, nw = ch, cw
         return ImageMap((width, height), (sx, sy), (ox, oy), (nh, nw))
-    if isinstance(transform, AnyresTransform):
+    if _is_anyres(transform):
         if not transform.tiled:  # an image of a multi-image OneVision sample: one padded square
             side, out = max(width, height), transform.rule.image_size
             ox, oy = float((side - width) // 2), float((side - height) // 2)
@@ -247,7 +255,7 @@ class Geometry:
         (``qwen2-vl``, ``qwen3-vl``, ``normalized``) stay true there; pixels (``qwen2.5-vl``)
         and LLaVA-1.5's padded square (``llava``) do not.
         """
-        if isinstance(transform, AnyresTransform) and self.convention in ("qwen2.5-vl", "llava"):
+        if _is_anyres(transform) and self.convention in ("qwen2.5-vl", "llava"):
             raise ConfigError(
                 f"{self.convention} coordinates cannot follow LLaVA-NeXT / OneVision tiles: "
                 f"they show the image in several views, none of them the frame the numbers "

@@ -273,6 +273,13 @@ class MediaPlan:
                 if above is not None
                 else f"set {spell('media_root')} if they are relative to another folder"
             )
+            if data_path is not None and data_path.endswith(".tar"):  # a shard's record names a member it does not hold
+                name = os.path.basename(resolved)
+                raise SampleError(
+                    "image_missing",
+                    f"{os.path.basename(data_path)} holds no member {name} for this sample, "
+                    f"and no file {resolved} is beside it ({fix})",
+                )
             raise SampleError(
                 "image_missing",
                 f"{resolved}: no such file (relative paths resolve against {where}; {fix})",

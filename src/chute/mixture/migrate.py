@@ -309,8 +309,10 @@ def migrate_xtuner(
         parts = top.get("datasets") or []
     datasets = []
     max_length = None
+    part_notes: list[Note] = []
     for k, part in enumerate(parts):
         name, sources, options = _xtuner_part(part, k)
+        part_notes += _xtuner_part_notes(part, name)
         max_length = max_length or part.get("max_length")
         datasets.append(MixtureEntry(name, sources, **options))
     if not datasets:
@@ -320,7 +322,7 @@ def migrate_xtuner(
     run = dict(recipe or {})
     if max_length and "max_length" not in run:
         run["max_length"] = int(max_length)
-    notes = _xtuner_template_and_packing(parts, run)
+    notes = _xtuner_template_and_packing(parts, run) + part_notes
     if "tokenizer" not in run:
         notes.append(
             Note(
@@ -424,5 +426,47 @@ def _xtuner_part(part: Mapping[str, Any], k: int) -> tuple[str, list[str], dict[
         )
     fmt = _XTUNER_FORMATS.get(_type_name(part.get("dataset_map_fn")))
     options["format"] = fmt or "auto"
+    if part.get("max_dataset_length"):
+        options["max_samples"] = int(part["max_dataset_length"])
     name = Path(sources[0]).stem.replace("/", "_") or f"dataset{k}"
     return name, sources, options
+
+
+# A dataset's keys the mixture carries over (or that the notes above cover); any other is
+# noted as dropped, so nothing is lost without a word
+_XTUNER_KEYS_READ = frozenset(
+    ("type", "dataset", "data_path", "image_folder", "dataset_map_fn", "template_map_fn",
+     "max_length", "max_dataset_length", "pack_to_max_length", "shuffle_before_pack",
+     "tokenizer", "remove_unused_columns", "processor", "pad_image_to_square")
+)  # fmt: skip
+
+
+def _xtuner_part_notes(part: Mapping[str, Any], name: str) -> list[Note]:
+    """Notes for one dataset's keys that the mixture does not carry over exactly."""
+    notes = []
+    map_fn = part.get("dataset_map_fn")
+    if map_fn is not None and _type_name(map_fn) not in _XTUNER_FORMATS:
+        notes.append(
+            Note(
+                f"{name}.dataset_map_fn",
+                _type_name(map_fn),
+                "dropped",
+                "no chute format maps records as it does: format auto detects the records' "
+                "layout; check one with chute inspect, or set the dataset's format and columns",
+            )
+        )
+    if part.get("pad_image_to_square"):
+        notes.append(
+            Note(
+                f"{name}.pad_image_to_square",
+                True,
+                "dropped",
+                "the media stage is the Loader's, not the mixture's: media=MediaStage("
+                "ImageTransform(size=336, crop=336, pad_to_square=True, tokens_per_image=576))",
+            )
+        )
+    for key in sorted(set(part) - _XTUNER_KEYS_READ):
+        notes.append(
+            Note(f"{name}.{key}", part[key], "dropped", "no mixture option carries it over")
+        )
+    return notes

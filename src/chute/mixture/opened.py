@@ -427,7 +427,8 @@ def _check_recipes(caches: Any, mixture: Mixture) -> None:
             caches[name].check_recipe(mixture.recipe_config(name))
         except FingerprintMismatch as exc:
             raise FingerprintMismatch(
-                f"dataset {name!r}: {exc}\nOr run chute preprocess on the mixture again: "
-                f"datasets whose options changed are rebuilt, the others reused.",
+                f"dataset {name!r}: {exc}\nOr run chute preprocess MIXTURE.yaml --out "
+                f"{os.fspath(caches.root)} --overwrite (with these overrides): only the datasets "
+                f"whose options changed are rebuilt, the others reused.",
                 [(f"datasets.{name}.{f}", a, b) for f, a, b in exc.fields],
             ) from None

@@ -210,6 +210,34 @@ def _stamped(item: Any, index: int) -> Any:
     return item
 
 
+def run_wide_media(names: Sequence[str], plans: Sequence[Any]) -> Any:
+    """The media plan a mixture's batches are prepared by: one for every dataset's rows.
+
+    The media stage and the rotary positions are run-wide, while each dataset may count its
+    images itself (``image_tokens`` is a per-dataset option). A dataset that names a Qwen-VL
+    family (``image_tokens: qwen2-vl``) beside text datasets left at ``auto`` (the same counts,
+    no family) decides: its rows need 3-D positions, and text rows take them too. The first
+    dataset's plan otherwise, as before.
+
+    Raises:
+        ConfigError: two datasets naming different families (one run trains one model).
+    """
+    named = [
+        (name, plan)
+        for name, plan in zip(names, plans, strict=True)
+        if getattr(getattr(plan, "image_rule", None), "family", None)
+    ]
+    families = {plan.image_rule.family for _, plan in named}
+    if len(families) > 1:
+        shown = ", ".join(f"{name}: {plan.image_rule.family}" for name, plan in named)
+        raise ConfigError(
+            f"the datasets' image_tokens name different model families ({shown}): one run "
+            f"trains one model, whose positions every batch follows; name one family",
+            param="image_tokens",
+        )
+    return named[0][1] if named else plans[0]
+
+
 class MixtureRecipe:
     """The recipe of dataset ``d`` for records whose global id falls in ``d``'s range.
 
@@ -227,7 +255,7 @@ class MixtureRecipe:
         self.tokenizer = first.tokenizer
         # run-wide options, like the tokenizer: the same in every dataset's recipe
         self.max_length = first.max_length
-        self.media = first.media
+        self.media = run_wide_media(self.names, [getattr(r, "media", None) for r in self.recipes])
         self.task = first.task
         self.overflow = first.overflow
         self.stride = first.stride
