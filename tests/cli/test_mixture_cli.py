@@ -143,7 +143,7 @@ def test_stats_of_a_mixture_cuts_documents_as_its_recipe_says(
     path.write_text(
         yaml.safe_dump(
             {
-                "recipe": {**recipe, "overflow": "split"},
+                "recipe": {**recipe, "overflow": "split", "stride": 16},
                 "datasets": {
                     "c4": {"sources": [str(shared_data / "llama-factory/c4_demo.jsonl")]},
                 },
@@ -154,5 +154,7 @@ def test_stats_of_a_mixture_cuts_documents_as_its_recipe_says(
     as_written = orjson.loads(runner.invoke(app, args).stdout)
     explicit = orjson.loads(runner.invoke(app, [*args, "--overflow", "split"]).stdout)
     truncated = orjson.loads(runner.invoke(app, [*args, "--overflow", "truncate"]).stdout)
-    assert as_written["epoch"] == explicit["epoch"]
+    no_overlap = orjson.loads(runner.invoke(app, [*args, "--stride", "0"]).stdout)
+    assert as_written["epoch"] == explicit["epoch"]  # the YAML's stride with --overflow split
+    assert no_overlap["epoch"]["samples"] < as_written["epoch"]["samples"]
     assert as_written["epoch"]["samples"] > truncated["epoch"]["samples"] == 300

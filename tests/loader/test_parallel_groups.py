@@ -208,3 +208,18 @@ def test_a_recipes_row_length_that_slices_cannot_take_names_the_recipe(tmp_path)
         Loader(data, recipe, batch_size=1, plan="packed", plan_options={"max_length": 1001},
                world=World(0, 2, cp=2), slices="cp")  # fmt: skip
     assert "recipe's max_length" not in str(info.value)
+
+
+def test_a_pairs_row_length_names_the_recipes_own(tmp_path) -> None:
+    import json
+
+    from cache_helpers import write_tokenizer
+    from chute import ConfigError, Recipe
+
+    tok = write_tokenizer(tmp_path / "tok")
+    recipe = Recipe(tokenizer=tok, template="chatml", max_length=1001, task="preference")
+    pair = {"prompt": "q", "chosen": "a", "rejected": "b"}
+    data = tmp_path / "p.jsonl"
+    data.write_text(json.dumps(pair) + "\n")
+    with pytest.raises(ConfigError, match=r"twice the recipe's max_length \(a row holds both"):
+        Loader(data, recipe, batch_size=1, plan="packed", plan_options={"align": 8}, world=World())

@@ -190,3 +190,48 @@ def test_several_onevision_images_are_padded_squares_where_relative_boxes_move()
     assert image.size == (384, 384)
     assert Geometry("normalized").moves(image)
     assert not Geometry("llava").moves(image)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "The readings were [12.5, 30.0, 45.2, 60.1] degrees.",
+        "Constants [3.14, 2.71, 1.41, 1.73].",
+        "One-hot: [0, 1, 0, 0].",
+        "[0.5, 1.5, 2.5, 3.5]",
+    ],
+)
+def test_numbers_that_are_not_fractions_of_an_image_are_text(text: str):
+    for convention in ("normalized", "llava"):
+        g = Geometry(convention)
+        assert not g.find(text)
+        assert g.rewrite(text, [_flip(150, 100)]) == text
+        assert g.rewrite(text, [_flip(150, 100)], widest=True) == text
+
+
+def test_several_images_under_crops_and_flips_are_ambiguous_whatever_the_draw():
+    """A draw that moves nothing this epoch must not let the sample through: it would be
+    rejected some epochs and fed others, and fed as written (longer than its planned widest
+    form)."""
+    still = [ImageMap.of((150, 100)), ImageMap.of((150, 100))]
+    g = Geometry("normalized")
+    text = '{"bbox": [0.200,  0.300,  0.600,  0.700]}'
+    assert g.rewrite(text, still) == text  # no augmentation: nothing moves, left as written
+    with pytest.raises(SampleError, match="box_ambiguous"):
+        g.rewrite(text, still, canonical=True)
+
+
+def test_llava_follows_onevisions_padded_squares_of_several_images():
+    onevision = AnyresTransform(ANYRES_PRESETS["llava-onevision"]).for_images(2)
+    Geometry("llava").check_transform(onevision)
+    maps = [prepared_map(onevision, 200, 100), prepared_map(onevision, 100, 300)]
+    assert Geometry("llava").rewrite("[0.2, 0.3, 0.6, 0.7]", maps) == "[0.2, 0.3, 0.6, 0.7]"
+    with pytest.raises(SampleError, match="box_ambiguous"):
+        Geometry("normalized").rewrite("[0.2, 0.3, 0.6, 0.7]", maps)
+    with pytest.raises(ConfigError, match="LLaVA-NeXT / OneVision"):
+        Geometry("qwen2.5-vl").check_transform(onevision)
+
+
+def test_the_rules_are_in_the_fingerprint():
+    """Texts written under the earlier rules are in caches and cached lengths: not reused."""
+    assert Geometry("qwen2-vl").fingerprint()["rules"] == 2

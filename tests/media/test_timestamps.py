@@ -60,6 +60,13 @@ def test_decades_and_ages_are_not_seconds():
     assert SECONDS.rewrite("from 10s to 20s", [Clip(60.0)]) == ("from 10.0 seconds to 20.0 seconds")
     with pytest.raises(SampleError, match="timestamp_outside"):
         Timestamps("check").rewrite("wait 70s", [Clip(10.0)])
+    # after "the", a word of time makes it one: "the 30s intro", "the 50s mark"
+    assert SECONDS.rewrite("Skip the 30s intro, then the 50s mark.", [Clip(60.0)]) == (
+        "Skip the 30.0 seconds intro, then the 50.0 seconds mark."
+    )
+    with pytest.raises(SampleError, match="timestamp_outside"):
+        Timestamps("check").rewrite("Skip the 30s intro.", [Clip(12.0)])
+    assert Timestamps("seconds").fingerprint()["rules"] == 2
 
 
 def test_a_time_past_the_end_is_rejected_within_its_written_precision():
@@ -119,7 +126,7 @@ def test_generated_clip_through_the_recipe_and_the_lengths_pass(tmp_path: Path):
     snap = _recipe(timestamps={"mode": "seconds", "snap": True})
     assert _answer(snap, _record("v.mp4", answers[0]), data) == "At 3.5 seconds."
     assert _answer(snap, _record("v.mp4", answers[1]), data) == "From 1.4 to 4.6 seconds."
-    assert recipe.fingerprint()["timestamps"] == {"mode": "seconds", "snap": False}
+    assert recipe.fingerprint()["timestamps"] == {"mode": "seconds", "snap": False, "rules": 2}
 
 
 @pytest.mark.skipif(not DEMO.exists(), reason="no shared LLaMA-Factory videos")

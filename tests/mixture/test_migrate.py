@@ -269,3 +269,23 @@ def test_xtuner_dataset_keys_are_carried_over_or_noted(tmp_path: Path) -> None:
     assert notes["b.dataset_map_fn"].value == "oasst1_map_fn"
     assert notes["b.use_varlen_attn"].kind == "dropped"
     assert "pad_to_square=True" in notes["llava2.pad_image_to_square"].text
+
+
+def test_xtuner_llava_keys_and_differing_lengths_are_noted(tmp_path: Path) -> None:
+    (tmp_path / "a.jsonl").write_text('{"instruction": "hi", "output": "ho"}\n')
+    config = tmp_path / "cfg.py"
+    config.write_text(
+        "from datasets import load_dataset\n"
+        "from xtuner.dataset import ConcatDataset, LLaVADataset, process_hf_dataset\n"
+        "from transformers import CLIPImageProcessor\n"
+        f"a = dict(type=process_hf_dataset, max_length=2048, dataset=dict(type=load_dataset, "
+        f"path='json', data_files=dict(train='{tmp_path / 'a.jsonl'}')))\n"
+        "llava = dict(type=LLaVADataset, data_path='c.json', image_folder='imgs', max_length=4096,\n"
+        "             max_dataset_length=7, processor=dict(type=CLIPImageProcessor))\n"
+        "train_dataset = dict(type=ConcatDataset, datasets=[a, llava])\n"
+    )
+    moved = migrate_xtuner(config, recipe={"tokenizer": "tok.json"})
+    assert moved.mixture.datasets[1].max_samples == 7
+    notes = {n.key: n for n in moved.notes}
+    assert notes["llava1.processor"].kind == "dropped"
+    assert notes["llava1.max_length"].text.startswith("a mixture has one max_length: 2048")

@@ -63,7 +63,7 @@ def mixture_stats_command(
             ]
             options = {**options, "overflow": "truncate"}
         else:  # the recipe runs without a max_length: --max-length and --overflow apply here
-            pins = ["recipe.max_length=null", "recipe.overflow=truncate"]
+            pins = ["recipe.max_length=null", "recipe.overflow=truncate", "recipe.stride=0"]
         pinned = MixtureArgs(mixture.path, [*mixture.overrides, *pins])
         opened = open_mixture(pinned.load(), cache_dir=cache_dir, progress=shown(output.progress))
     result = mixture_stats(opened, **options)

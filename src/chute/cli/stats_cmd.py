@@ -150,19 +150,20 @@ def stats(
     from chute.cli._mixture_stats import mixture_stats_command
 
     mixture = mixture_args(paths, "stats")
+    if mixture is not None and not mixture.cached:  # as the Loader cuts it, unless flags say
+        run_wide = mixture.load().recipe or {}
+        overflow = overflow or run_wide.get("overflow")
+        stride = run_wide.get("stride") if stride is None else stride
+    overflow, stride = overflow or "truncate", stride or 0
     if mixture is not None:
         refuse_recipe_flags(mixture, recipe)
-        if overflow is None and not mixture.cached:  # as the Loader cuts this mixture
-            run_wide = mixture.load().recipe or {}
-            overflow = run_wide.get("overflow") or "truncate"
-            stride = run_wide.get("stride", 0) if stride is None else stride
         mixture_stats_command(
             mixture,
             dict(
                 max_length=max_length,
                 batch_size=batch_size,
                 world_size=world_size,
-                overflow=overflow or "truncate",
+                overflow=overflow,
                 max_tokens=max_tokens,
                 group_size=group_size,
                 window=window,
@@ -174,7 +175,7 @@ def stats(
             cache_dir=cache_dir,
             output=output,
             print_plans=_print,
-            stride=stride or 0,
+            stride=stride,
         )
         return
     cache = next((p for p in paths if is_cache_dir(p)), None)
@@ -201,8 +202,8 @@ def stats(
         max_length=max_length,
         batch_size=batch_size,
         world_size=world_size,
-        overflow=overflow or "truncate",
-        stride=stride or 0,
+        overflow=overflow,
+        stride=stride,
         max_tokens=max_tokens,
         group_size=group_size,
         window=window,

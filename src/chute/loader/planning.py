@@ -109,16 +109,17 @@ def resolve_plan(
             f"{sorted(k for k, c in PLANNERS.items() if _takes_options(c))}"
         )
     task = task_of(source, recipe)
-    from_recipe = False  # whether the plan's max_length is the recipe's (named in errors)
+    from_recipe = None  # the recipe's max_length where the plan's comes from it (for errors)
     if isinstance(plan, str) and needs:
         # the recipe's max_length; reading a cache (no recipe runs), the cache's recipe's
         max_length = (recipe.max_length if recipe is not None else None) or getattr(
             source, "max_length", None
         )
+        recipe_length = max_length
         if plan == "packed" and max_length is not None and task == "preference":
             max_length *= 2  # a row must hold both sides of a pair (each up to max_length)
         if plan in ("packed", "budget") and max_length is not None:
-            from_recipe = "max_length" not in options
+            from_recipe = None if "max_length" in options else recipe_length
             options.setdefault("max_length", max_length)
         if plan == "budget" and pad_to_multiple_of is not None:
             options.setdefault("pad_to_multiple_of", pad_to_multiple_of)
@@ -134,13 +135,18 @@ def resolve_plan(
             **options,
         )
     except ConfigError as exc:
-        if exc.param != "max_length" or not from_recipe:
+        if exc.param != "max_length" or from_recipe is None:
             raise
         # the row length is the recipe's: say where to change it (or how to set the plan's)
         said = str(exc).removeprefix(f"{spell('max_length')}: ")
+        row = (
+            "the recipe's max_length"
+            if options["max_length"] == from_recipe
+            else ("twice the recipe's max_length (a row holds both sides of a pair)")
+        )
         raise ConfigError(
-            f"{said} (the row length is the recipe's max_length, {options['max_length']}: "
-            f"change it there, or set the plan's own: plan_options={{'max_length': N}})",
+            f"{said} (the row length is {row}, {from_recipe}: change it there, or set the "
+            f"plan's own: plan_options={{'max_length': N}})",
             param="max_length",
         ) from None
     if isinstance(planner, ShardPlanner) and planner.shard_bounds is None and planner.shuffle:

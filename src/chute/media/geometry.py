@@ -255,7 +255,8 @@ class Geometry:
         (``qwen2-vl``, ``qwen3-vl``, ``normalized``) stay true there; pixels (``qwen2.5-vl``)
         and LLaVA-1.5's padded square (``llava``) do not.
         """
-        if _is_anyres(transform) and self.convention in ("qwen2.5-vl", "llava"):
+        refused = ("qwen2.5-vl", "llava") if getattr(transform, "tiled", True) else ("qwen2.5-vl",)
+        if _is_anyres(transform) and self.convention in refused:
             raise ConfigError(
                 f"{self.convention} coordinates cannot follow LLaVA-NeXT / OneVision tiles: "
                 f"they show the image in several views, none of them the frame the numbers "
@@ -264,8 +265,11 @@ class Geometry:
                 param="geometry",
             )
 
-    def fingerprint(self) -> dict[str, str]:
-        return {"convention": self.convention, "outside": self.outside}
+    def fingerprint(self) -> dict[str, Any]:
+        # rules: 2 (Qwen3-VL's grid; relative boxes under a plain resize left as written;
+        # LLaVA's floor-offset square; fractions outside [0, 1] invalid): caches and lengths
+        # of the earlier rules' texts are not reused
+        return {"convention": self.convention, "outside": self.outside, "rules": 2}
 
     def find(self, text: str) -> bool:
         """Whether ``text`` holds coordinates of this convention."""
@@ -281,13 +285,20 @@ class Geometry:
     def _is_coordinates(self, match: re.Match[str], n: int) -> bool:
         """Whether a bracketed run of numbers is a box.
 
-        For ``normalized`` and ``llava``: one number with a decimal point, or all 0 or 1
-        (``[1, 2, 3, 4]`` is a list, not a box). Other conventions' patterns are boxes.
+        For ``normalized`` and ``llava``, four numbers that read as fractions of an image: two
+        or more with a decimal point in [0, 1] and none beyond 10 (a slip past 1 is then a
+        ``box_invalid`` box; ``[12.5, 30.0, 45.2, 60.1]``, ``[3.14, 2.71, 1.41, 1.73]`` and
+        ``[1, 2, 3, 4]`` are text), or 0s and 1s in a box's order (``[0, 0, 1, 1]``; a one-hot
+        ``[0, 1, 0, 0]`` is text). Other conventions' patterns are boxes.
         """
         if self.convention not in ("normalized", "llava"):
             return True
         raw = [match.group(i + 2) for i in range(n)]
-        return any("." in v for v in raw) or all(v.lstrip("-") in ("0", "1") for v in raw)
+        vals = [float(v) for v in raw]
+        if all(v in ("0", "1") for v in raw):
+            return vals[0] <= vals[2] and vals[1] <= vals[3]
+        fractions = sum(1 for v, x in zip(raw, vals, strict=True) if "." in v and 0 <= x <= 1)
+        return fractions >= 2 and all(abs(x) <= 10 for x in vals)
 
     def moves(self, image: ImageMap) -> bool:
         """Whether the text's numbers change for ``image`` (its resize, pad, crop or flip).
@@ -304,7 +315,7 @@ class Geometry:
         corners = np.array([0.0, _GRID[self.convention]])
         x, y = self._to_pixels(corners, corners, image)
         fx, fy = image.forward(x, y)
-        wx, wy = self._to_grid(fx, fy, image)
+        wx, wy = self.to_grid(fx, fy, image)
         return not (np.allclose(wx, corners, atol=1e-9) and np.allclose(wy, corners, atol=1e-9))
 
     def rewrite(
@@ -337,10 +348,13 @@ class Geometry:
             for pattern, n in _PATTERNS[self.convention]:
                 text = pattern.sub(functools.partial(self._widest, n=n, maps=maps), text)
             return text
-        if not any(self.moves(m) for m in maps) and not (canonical and len(maps) == 1):
+        if not canonical and not any(self.moves(m) for m in maps):
             for match, n in self._matches(text):  # still checked: an invalid box is one
-                self._check_any(match, n, maps)
+                self._image_for(match, n, maps)
             return text
+        # several images: boxes that must move, or ones under crops and flips, where each
+        # image has its own draw every epoch (rejected whatever this epoch's draw, not some
+        # epochs only)
         if len(maps) > 1:
             raise SampleError(
                 "box_ambiguous",
@@ -353,16 +367,17 @@ class Geometry:
             text = pattern.sub(functools.partial(self._move, n=n, image=image), text)
         return text
 
-    def _check_any(self, match: re.Match[str], n: int, maps: Sequence[ImageMap]) -> None:
-        """Raise ``box_invalid`` for coordinates invalid for every image they could refer to."""
+    def _image_for(self, match: re.Match[str], n: int, maps: Sequence[ImageMap]) -> ImageMap:
+        """The first image the coordinates are valid for (``box_invalid`` where none is)."""
         vals = np.array([float(match.group(i + 2)) for i in range(n)])
         for image in maps:
             try:
                 self._read(vals[0::2], vals[1::2], image, match.group(0))
-                return
+                return image
             except SampleError:
                 if image is maps[-1]:
                     raise
+        raise AssertionError("no maps")  # rewrite() returns before, without maps
 
     # -- one match ---------------------------------------------------------------------------
 
@@ -370,7 +385,7 @@ class Geometry:
         if not self._is_coordinates(match, n):
             return match.group(0)
         raw = [match.group(i + 2) for i in range(n)]
-        self._check_any(match, n, maps)  # invalid for every image it could refer to
+        self._image_for(match, n, maps)  # invalid for every image it could refer to
         c = self.convention
         if c == "qwen2-vl":
             return match.group(1) + ",".join(["(1000,1000)"] * (n // 2))
@@ -430,10 +445,15 @@ class Geometry:
             return x / _GRID[c] * w0, y / _GRID[c] * h0
         return x, y
 
-    def _to_grid(
+    def to_grid(
         self, fx: np.ndarray, fy: np.ndarray, image: ImageMap
     ) -> tuple[np.ndarray, np.ndarray]:
-        """Pixels of the model's image -> a relative convention's numbers (not rounded)."""
+        """Pixels of ``image`` -> a relative convention's numbers (not rounded).
+
+        Example:
+            >>> Geometry("llava").to_grid(np.array([0.0]), np.array([0.0]), ImageMap.of((100, 50)))
+            (array([0.]), array([0.25]))
+        """
         h, w = image.size
         c = self.convention
         if c == "llava":
@@ -446,7 +466,7 @@ class Geometry:
     ) -> str:
         c = self.convention
         if c in ("qwen2-vl", "qwen3-vl"):
-            gx, gy = self._to_grid(fx, fy, image)
+            gx, gy = self.to_grid(fx, fy, image)
             xs, ys = _outward(gx, n), _outward(gy, n)
             if c == "qwen2-vl":
                 return f"({xs[0]},{ys[0]}),({xs[1]},{ys[1]})"
@@ -455,7 +475,7 @@ class Geometry:
         if c in ("qwen2.5-vl", "qwen3-vl"):
             body = ", ".join(str(v) for pair in zip(xs, ys, strict=True) for v in pair)
             return f"[{body}]"
-        fx, fy = self._to_grid(fx, fy, image)
+        fx, fy = self.to_grid(fx, fy, image)
         digits = max(2, max(len(v.split(".")[1]) if "." in v else 0 for v in raw))
         step = 10.0**digits
         xs, ys = _outward(fx * step, n), _outward(fy * step, n)

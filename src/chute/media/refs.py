@@ -273,7 +273,9 @@ class MediaPlan:
                 if above is not None
                 else f"set {spell('media_root')} if they are relative to another folder"
             )
-            if data_path is not None and data_path.endswith(".tar"):  # a shard's record names a member it does not hold
+            if data_path is not None and data_path.endswith(
+                ".tar"
+            ):  # a shard's record names a member it does not hold
                 name = os.path.basename(resolved)
                 raise SampleError(
                     "image_missing",

@@ -57,18 +57,25 @@ _SECONDS = re.compile(
 )
 
 
-# "30s" after these is a decade or an age ("the 80s", "in her 70s", "'90s"), not 30 seconds
-_DECADE_BEFORE = re.compile(
-    r"(?:['’]|\b(?i:the|his|her|their|its|my|your|our|early|mid|late)[\s-])$"
+# "30s" after these is a decade or an age ("in her 70s", "'90s", "the late 80s"), not 30 s
+_DECADE_BEFORE = re.compile(r"(?:['’]|\b(?i:his|her|their|its|my|your|our|early|mid|late)[\s-])$")
+# after "the", a decade unless a word of time follows ("the 80s" but "the 30s mark")
+_THE_BEFORE = re.compile(r"\b(?i:the)\s$")
+_TIME_AFTER = re.compile(
+    r"\s*(?i:mark|intro|outro|clip|segment|point|part|scene|section|moment|frame|timestamp|"
+    r"second|of (?:the |this )?(?:video|clip|recording))\b"
 )
 
 
 def _is_decade(match: re.Match[str]) -> bool:
-    """Whether a seconds-form match is a decade or an age: ``[1-9]0s`` after its words."""
+    """Whether a seconds-form match is a decade or an age: ``[1-9]0s`` after their words."""
     found = match.group(0)
     if len(found) != 3 or found[0] == "0" or found[1:] != "0s":
         return False
-    return bool(_DECADE_BEFORE.search(match.string[max(0, match.start() - 8) : match.start()]))
+    before = match.string[max(0, match.start() - 8) : match.start()]
+    if _DECADE_BEFORE.search(before):
+        return True
+    return bool(_THE_BEFORE.search(before)) and not _TIME_AFTER.match(match.string, match.end())
 
 
 @dataclasses.dataclass(frozen=True)
@@ -141,7 +148,8 @@ class Timestamps:
         return MODES[self.mode] == "seconds" or self.snap
 
     def fingerprint(self) -> dict[str, Any]:
-        return {"mode": MODES[self.mode], "snap": self.snap}
+        # rules: 2 (decades and ages are not times): caches of the earlier texts not reused
+        return {"mode": MODES[self.mode], "snap": self.snap, "rules": 2}
 
     @staticmethod
     def find(text: str) -> bool:

@@ -313,7 +313,17 @@ def migrate_xtuner(
     for k, part in enumerate(parts):
         name, sources, options = _xtuner_part(part, k)
         part_notes += _xtuner_part_notes(part, name)
-        max_length = max_length or part.get("max_length")
+        length = part.get("max_length")
+        if length and max_length and length != max_length:
+            part_notes.append(
+                Note(
+                    f"{name}.max_length",
+                    length,
+                    "approximated",
+                    f"a mixture has one max_length: {max_length}, the first dataset's",
+                )
+            )
+        max_length = max_length or length
         datasets.append(MixtureEntry(name, sources, **options))
     if not datasets:
         raise ConfigError(
@@ -407,6 +417,8 @@ def _xtuner_template_and_packing(parts: Sequence[Any], run: dict[str, Any]) -> l
 def _xtuner_part(part: Mapping[str, Any], k: int) -> tuple[str, list[str], dict[str, Any]]:
     options: dict[str, Any] = {}
     kind = _type_name(part.get("type"))
+    if part.get("max_dataset_length"):
+        options["max_samples"] = int(part["max_dataset_length"])
     if kind == "LLaVADataset":
         options["format"] = "llava"
         if part.get("image_folder"):
@@ -426,14 +438,13 @@ def _xtuner_part(part: Mapping[str, Any], k: int) -> tuple[str, list[str], dict[
         )
     fmt = _XTUNER_FORMATS.get(_type_name(part.get("dataset_map_fn")))
     options["format"] = fmt or "auto"
-    if part.get("max_dataset_length"):
-        options["max_samples"] = int(part["max_dataset_length"])
     name = Path(sources[0]).stem.replace("/", "_") or f"dataset{k}"
     return name, sources, options
 
 
-# A dataset's keys the mixture carries over (or that the notes above cover); any other is
-# noted as dropped, so nothing is lost without a word
+# A dataset's keys the mixture carries over, or whose behaviour chute has anyway (its plans
+# shuffle before they pack; it keeps no unused columns), or that the notes here cover; any other
+# is noted as dropped, so nothing is lost without a word
 _XTUNER_KEYS_READ = frozenset(
     ("type", "dataset", "data_path", "image_folder", "dataset_map_fn", "template_map_fn",
      "max_length", "max_dataset_length", "pack_to_max_length", "shuffle_before_pack",
@@ -455,16 +466,18 @@ def _xtuner_part_notes(part: Mapping[str, Any], name: str) -> list[Note]:
                 "layout; check one with chute inspect, or set the dataset's format and columns",
             )
         )
-    if part.get("pad_image_to_square"):
-        notes.append(
-            Note(
-                f"{name}.pad_image_to_square",
-                True,
-                "dropped",
-                "the media stage is the Loader's, not the mixture's: media=MediaStage("
-                "ImageTransform(size=336, crop=336, pad_to_square=True, tokens_per_image=576))",
+    for key in ("processor", "pad_image_to_square"):  # LLaVA's image processing
+        if part.get(key):
+            notes.append(
+                Note(
+                    f"{name}.{key}",
+                    _type_name(part[key]) if key == "processor" else part[key],
+                    "dropped",
+                    "the media stage is the Loader's, not the mixture's: media=MediaStage("
+                    "ImageTransform(size=336, crop=336, pad_to_square=True, "
+                    "tokens_per_image=576)) for LLaVA-1.5's CLIP processor and square",
+                )
             )
-        )
     for key in sorted(set(part) - _XTUNER_KEYS_READ):
         notes.append(
             Note(f"{name}.{key}", part[key], "dropped", "no mixture option carries it over")

@@ -25,8 +25,10 @@ import re
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
+
 from chute.errors import SampleError
-from chute.media.geometry import Geometry, prepared_map
+from chute.media.geometry import Geometry, ImageMap, prepared_map
 from chute.media.paths import is_remote
 from chute.media.sizes import image_size
 from chute.media.timestamps import Clip, Timestamps
@@ -97,9 +99,9 @@ def move_coordinates(
         return conv, flip_ok  # nothing to move: no header is read
     images = [p for p in conv.media() if p.kind == "image"]
     transform = draw.transform if draw is not None and draw.transform else default_transform()
-    geometry.check_transform(transform)
     if callable(getattr(transform, "for_images", None)):  # OneVision pads each of several
         transform = transform.for_images(len(images))
+    geometry.check_transform(transform)
     maps = []
     for i, part in enumerate(images):
         resolved = media.resolve(part.value, path)
@@ -202,20 +204,16 @@ def _render(convention: str, obj: Any, size: tuple[int, int] | None, k: int) -> 
     x1, y1, x2, y2 = (float(v) for v in box)
     if convention == "qwen2.5-vl":
         return _labelled({"bbox_2d": [_num(v) for v in box]}, label)
-    w, h = size or (1, 1)
-    if convention in ("qwen2-vl", "qwen3-vl"):  # 0-1000 of the original, rounded outwards
-        a, b = math.floor(x1 / w * 1000), math.floor(y1 / h * 1000)
-        c, d = math.ceil(x2 / w * 1000), math.ceil(y2 / h * 1000)
+    # the convention's numbers of the original image (llava: of its padded square)
+    xs, ys = Geometry(convention).to_grid(
+        np.array([x1, x2]), np.array([y1, y2]), ImageMap.of(size or (1, 1))
+    )
+    if convention in ("qwen2-vl", "qwen3-vl"):  # 0-1000, rounded outwards
+        a, b, c, d = math.floor(xs[0]), math.floor(ys[0]), math.ceil(xs[1]), math.ceil(ys[1])
         if convention == "qwen3-vl":
             return _labelled({"bbox_2d": [a, b, c, d]}, label)
         ref = f"<|object_ref_start|>{label}<|object_ref_end|>" if label is not None else ""
         return f"{ref}<|box_start|>({a},{b}),({c},{d})<|box_end|>"
-    if convention == "llava":  # of the image padded to a square, pasted at (side - w) // 2
-        side = max(w, h)
-        xs = [(x + (side - w) // 2) / side for x in (x1, x2)]
-        ys = [(y + (side - h) // 2) / side for y in (y1, y2)]
-    else:
-        xs, ys = [x1 / w, x2 / w], [y1 / h, y2 / h]
     body = [math.floor(xs[0] * 1000) / 1000, math.floor(ys[0] * 1000) / 1000]
     body += [math.ceil(xs[1] * 1000) / 1000, math.ceil(ys[1] * 1000) / 1000]
     return _labelled({"bbox": [round(v, 3) for v in body]}, label)
