@@ -21,11 +21,11 @@ convention      what the text holds (read)                                  writ
                 ``(side - w) // 2``, as LLaVA's ``expand2square`` does)
 ==============  ==========================================================  ===================
 
-Under ``normalized`` and ``llava`` four bracketed numbers are a box when one of them has a
-decimal point or all are 0 or 1 (``[1, 2, 3, 4]`` is not one); a box with a number outside [0,
-1] is ``box_invalid``. Coordinates move only where the convention's frame does: a relative
-convention under a plain resize (or ``llava`` under LLaVA-1.5's pad to a square and resize)
-keeps its numbers, and its text is left exactly as written.
+Under ``normalized`` and ``llava`` four bracketed numbers are a box when they read as fractions
+of an image (``Geometry._is_coordinates``); such a box with a number outside [0, 1] is
+``box_invalid``. Coordinates move only where the convention's frame does (``Geometry.moves``): a
+relative convention under a plain resize (or ``llava`` under LLaVA-1.5's pad to a square and
+resize) keeps its numbers, and its text is left exactly as written.
 
 A box that leaves the image after a crop is clipped to it (``outside="clip"``) or rejects the
 sample (``outside="reject"``); a box (or point) with nothing left inside is always a counted
@@ -464,25 +464,26 @@ class Geometry:
     def _write(
         self, fx: np.ndarray, fy: np.ndarray, image: ImageMap, raw: list[str], n: int
     ) -> str:
+        """Pixels of the model's image -> the convention's text (corners rounded outwards)."""
         c = self.convention
-        if c in ("qwen2-vl", "qwen3-vl"):
-            gx, gy = self.to_grid(fx, fy, image)
+        if c == "qwen2.5-vl":  # pixels
+            return _listed(_outward(fx, n), _outward(fy, n), str)
+        gx, gy = self.to_grid(fx, fy, image)
+        if c in ("qwen2-vl", "qwen3-vl"):  # integers 0-1000
             xs, ys = _outward(gx, n), _outward(gy, n)
-            if c == "qwen2-vl":
-                return f"({xs[0]},{ys[0]}),({xs[1]},{ys[1]})"
-        elif c == "qwen2.5-vl":
-            xs, ys = _outward(fx, n), _outward(fy, n)
-        if c in ("qwen2.5-vl", "qwen3-vl"):
-            body = ", ".join(str(v) for pair in zip(xs, ys, strict=True) for v in pair)
-            return f"[{body}]"
-        fx, fy = self.to_grid(fx, fy, image)
+            return (
+                f"({xs[0]},{ys[0]}),({xs[1]},{ys[1]})" if c == "qwen2-vl" else _listed(xs, ys, str)
+            )
+        # fractions, with as many decimals as written (at least 2)
         digits = max(2, max(len(v.split(".")[1]) if "." in v else 0 for v in raw))
         step = 10.0**digits
-        xs, ys = _outward(fx * step, n), _outward(fy * step, n)
-        body = ", ".join(
-            _decimal(v / step, digits) for pair in zip(xs, ys, strict=True) for v in pair
-        )
-        return f"[{body}]"
+        xs, ys = _outward(gx * step, n), _outward(gy * step, n)
+        return _listed(xs, ys, lambda v: _decimal(v / step, digits))
+
+
+def _listed(xs: list[int], ys: list[int], shown: Any) -> str:
+    """``[x1, y1, x2, y2]`` (or ``[x, y]``), each number written by ``shown``."""
+    return "[" + ", ".join(shown(v) for pair in zip(xs, ys, strict=True) for v in pair) + "]"
 
 
 def _decimal(value: float, digits: int) -> str:
