@@ -58,3 +58,26 @@ def test_two_families_in_one_mixture_are_refused(shared_data: Path, tmp_path: Pa
     mixture = Mixture.load(_mixture(shared_data, tmp_path, text_tokens="qwen2.5-vl"))
     with pytest.raises(ConfigError, match=r"different model families \(alpaca: qwen2.5-vl"):
         Loader(mixture, batch_size=4, world=World())
+
+
+def test_a_preprocessed_multimodal_mixture_loads_its_images(
+    shared_data: Path, tmp_path: Path
+) -> None:
+    """Over the caches `chute preprocess` built from the mixture, no media stage was made (a
+    mixture of caches has no one recipe): image tokens were fed without pixels."""
+    import numpy as np
+
+    from chute import open_cache, preprocess
+
+    mixture = Mixture.load(_mixture(shared_data, tmp_path))
+    preprocess(mixture, out=tmp_path / "caches", workers=1)
+    raw = Loader(mixture, batch_size=4, seed=0, world=World())
+    cached = Loader(open_cache(tmp_path / "caches"), batch_size=4, seed=0, world=World())
+    pairs = list(zip(raw, cached, strict=True))
+    assert any("pixel_values" in b for b, _ in pairs)
+    for a, b in pairs:
+        assert a["sample_ids"].tolist() == b["sample_ids"].tolist()
+        assert sorted(a) == sorted(b)
+        if "pixel_values" in a:
+            assert np.array_equal(np.asarray(a["pixel_values"]), np.asarray(b["pixel_values"]))
+            assert np.array_equal(np.asarray(a["position_ids"]), np.asarray(b["position_ids"]))

@@ -222,8 +222,7 @@ def media_guard(media: Any, recipe: RecipeContract | None, source: Any = None) -
 
 def _references_media(recipe: RecipeContract, source: Any, lengths: Any) -> bool:
     """Whether the samples reference media: a cache's manifest, the lengths, or a probe."""
-    manifest = getattr(source, "manifest", None)
-    if isinstance(manifest, dict):  # a cache: its samples are made already
+    if cache_members(source):  # a cache (or caches): its samples are made already
         return _cache_references_media(source, _cache_rules(source))
     own = getattr(source, "lengths", None)
     lengths = lengths if lengths is not None else own
@@ -280,13 +279,50 @@ def _default_stage(recipe: RecipeContract | None, source: Any, lengths: Any = No
     return stage
 
 
+def cache_members(source: Any) -> list[Any]:
+    """The token caches a source reads: a mixture's datasets' caches, or the source itself."""
+    members = getattr(source, "sources", None)
+    if isinstance(members, list):  # a mixture (its own manifest sums its datasets')
+        return [s for s in members if isinstance(getattr(s, "manifest", None), dict)]
+    return [source] if isinstance(getattr(source, "manifest", None), dict) else []
+
+
+def media_cache(source: Any) -> Any:
+    """The cache whose recipe's media rules a source's samples are prepared by, or ``None``.
+
+    A cache itself; over a mixture of caches (``chute preprocess`` of a mixture), the dataset
+    whose image rule names a Qwen-VL family, else the first that counts image tokens, else the
+    first (as ``run_wide_media`` picks a mixture's recipe's: a preprocessed multimodal mixture
+    was read with no media stage, its image tokens fed without pixels).
+
+    Raises:
+        ConfigError: two datasets' caches naming different model families.
+    """
+    members = cache_members(source)
+    if len(members) <= 1:
+        return members[0] if members else None
+    families = {id(m): getattr(_cache_image_rule(m), "family", None) for m in members}
+    named = [m for m in members if families[id(m)]]
+    if len({families[id(m)] for m in named}) > 1:
+        raise ConfigError(
+            f"the mixture's caches count images for different model families "
+            f"({', '.join(sorted({str(families[id(m)]) for m in named}))}): one run trains "
+            f"one model; rebuild them with one image_tokens family",
+            param="image_tokens",
+        )
+    counting = [m for m in members if m.manifest.get("image_tokens")]
+    return (named or counting or members)[0]
+
+
 def _cache_rules(source: Any) -> tuple[Any, Any] | None:
     """``(image rule, video rule)`` of the recipe that built a cache; ``None``: not a cache.
 
     Read from the cache itself (its fingerprint and config), so a Loader over it without the
     recipe loads what its samples reference: images and videos alike (a cache of videos was
-    read with no stage, and its video tokens trained on no pixels).
+    read with no stage, and its video tokens trained on no pixels). Over a mixture of caches,
+    ``media_cache``'s.
     """
+    source = media_cache(source)
     manifest = getattr(source, "manifest", None)
     config = getattr(source, "recipe_config", None)
     if not isinstance(manifest, dict) or not callable(config):
@@ -309,11 +345,12 @@ def _cache_references_media(source: Any, rules: tuple[Any, Any] | None) -> bool:
     looked for in its first 256 rows (one chunk's reads, also from object storage). A video
     further on, with no stage, is refused by the workers (``media_guard``), not trained on.
     """
-    if source.manifest.get("image_tokens"):
+    members = cache_members(source)
+    if any(m.manifest.get("image_tokens") for m in members):
         return True
     if rules is None or rules[1] is None:
         return False
-    return any(source[i].get("videos") for i in range(min(len(source), 256)))
+    return any(m[i].get("videos") for m in members for i in range(min(len(m), 256)))
 
 
 def _cache_image_rule(source: Any) -> Any:
