@@ -180,18 +180,28 @@ def environ(values: dict[str, str]) -> Iterator[None]:
                 os.environ[k] = v
 
 
+def _sizes(folder: Path) -> dict[str, int]:
+    out = {}
+    for entry in os.scandir(folder) if folder.exists() else ():
+        with contextlib.suppress(FileNotFoundError):
+            out[entry.name] = entry.stat().st_size
+    return out
+
+
 def folder_bytes(folder: Path) -> tuple[int, set[str]]:
-    """Bytes of file data under the cache folder now (complete and partial), and the names."""
-    total, names = 0, set()
-    for sub in ("data", "partial"):
-        for entry in os.scandir(folder / sub) if (folder / sub).exists() else ():
-            try:
-                total += entry.stat().st_size
-            except FileNotFoundError:
-                continue
-            if sub == "data":
-                names.add(entry.name)
-    return total, names
+    """Bytes of file data under the cache folder now (complete and partial), and the names.
+
+    One moment, from scans made one after another: complete files are counted where they are
+    there before and after the scan of partial downloads. A file evicted between the scans
+    and a download begun in its room would otherwise both count (a false peak one file over
+    the limit, seen once on a loaded machine); a file renamed into ``data/`` meanwhile counts
+    once, as the partial download it was.
+    """
+    before = _sizes(folder / "data")
+    partial = _sizes(folder / "partial")
+    after = _sizes(folder / "data")
+    kept = {name: size for name, size in before.items() if name in after}
+    return sum(kept.values()) + sum(partial.values()), set(before) | set(after)
 
 
 class DiskSampler:
