@@ -207,3 +207,22 @@ def test_validate_and_inspect_read_shards(shared_data: Path, tmp_path: Path) -> 
     shown = runner.invoke(app, ["inspect", str(tmp_path / "train-000000.tar"), *args])
     assert shown.exit_code == 0 and "train-000000.tar:good" in shown.stdout
     assert "A football player." in shown.stdout
+
+
+@pytest.mark.shared_data
+def test_content_parts_with_a_value_round_trip(shared_data: Path, tmp_path: Path) -> None:
+    """LLaMA-Factory v1's parts, ``{"type": "image_url", "value": PATH}``: ``value`` is a text
+    key elsewhere, and the shard left the reference unwritten (read back, no image)."""
+    import shutil
+
+    (tmp_path / "data/mllm_demo_data").mkdir(parents=True)
+    for name in ("1.jpg", "2.jpg"):  # the images the first two records name
+        shutil.copy(shared_data / LF / "mllm_demo_data" / name, tmp_path / "data/mllm_demo_data")
+    data = tmp_path / "v1.jsonl"
+    lines = (shared_data / LF / "v1_multimodal_demo.jsonl").read_text().splitlines()[:2]
+    data.write_text("".join(line + "\n" for line in lines))
+    write_shards(open_source(str(data)), tmp_path / "o")
+    back = open_source(str(tmp_path / "o/train-*.tar"))
+    assert_same_samples(open_source(str(data)), back, shared_data)
+    text = back[0].data["messages"][0]["content"][1]
+    assert text == {"type": "text", "value": "Who are they?"}

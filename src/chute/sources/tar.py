@@ -478,7 +478,11 @@ def _bind_members(
         if isinstance(value, list):
             return [swap(v, names) for v in value]
         if isinstance(value, dict):
-            return {k: swap(v, names_under(k, names)) for k, v in value.items()}
+            media_part = is_media_part(value)
+            return {
+                k: swap(v, short if media_part and k == "value" else names_under(k, names))
+                for k, v in value.items()
+            }
         return value
 
     def names_under(key: str, names: dict[str, str]) -> dict[str, str]:
@@ -496,6 +500,22 @@ def _bind_members(
     for k in list(data):
         data[k] = swap(data[k], names_under(k, full))
     _attach(data, media, used)
+
+
+# The content-part types whose value is media (chute.formats.chat reads them so; the sources
+# layer sits below the formats, so the names are spelled here)
+_MEDIA_PART_TYPES = frozenset(
+    ("image", "image_url", "input_image", "video", "video_url", "audio", "audio_url",
+     "input_audio")
+)  # fmt: skip
+
+
+def is_media_part(part: dict[str, Any]) -> bool:
+    """Whether a content part is an image, video or audio (``{"type": "image", "value": ...}``).
+
+    Its ``value`` (LLaMA-Factory v1's key) is then a media reference, not text.
+    """
+    return part.get("type") in _MEDIA_PART_TYPES
 
 
 def _attach(data: dict[str, Any], media: list[tuple[str, str, str]], used: set[str]) -> None:
