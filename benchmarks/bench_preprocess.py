@@ -132,7 +132,10 @@ def encode_fn(example: dict[str, Any], tokenizer: Any, max_length: int) -> dict[
     return {"input_ids": input_ids, "labels": labels, "length": len(input_ids)}
 
 
-def xtuner_child(alpaca: str, sharegpt: str, out: str, num_proc: int) -> dict[str, Any]:
+def datasets_child(alpaca: str, sharegpt: str, out: str, tokenized: Any) -> dict[str, Any]:
+    """A ``datasets`` side in this (child) process: load each file, ``tokenized(ds, path,
+    tokenizer)`` it, concatenate, ``save_to_disk``; imports and the tokenizer's loading
+    counted."""
     t0 = time.perf_counter()
     import datasets
     from transformers import AutoTokenizer
@@ -141,21 +144,28 @@ def xtuner_child(alpaca: str, sharegpt: str, out: str, num_proc: int) -> dict[st
     datasets.disable_progress_bars()
     tokenizer = AutoTokenizer.from_pretrained(str(TOKENIZER.parent), local_files_only=True)
     parts = []
-    for path, map_fn in ((alpaca, alpaca_map_fn), (sharegpt, sharegpt_map_fn)):
+    for path in (alpaca, sharegpt):
         ds = datasets.load_dataset("json", data_files=path, split="train")
+        parts.append(tokenized(ds, path, tokenizer))
+    ds = datasets.concatenate_datasets(parts)
+    ds.save_to_disk(out)
+    seconds = time.perf_counter() - t0
+    return {"seconds": seconds, "samples": len(ds), "tokens": int(sum(ds["length"]))}
+
+
+def xtuner_child(alpaca: str, sharegpt: str, out: str, num_proc: int) -> dict[str, Any]:
+    def tokenized(ds: Any, path: str, tokenizer: Any) -> Any:
+        map_fn = alpaca_map_fn if path == alpaca else sharegpt_map_fn
         ds = ds.map(map_fn, num_proc=num_proc, remove_columns=ds.column_names)
         ds = ds.map(template_map_fn, num_proc=num_proc)
-        ds = ds.map(
+        return ds.map(
             encode_fn,
             num_proc=num_proc,
             fn_kwargs={"tokenizer": tokenizer, "max_length": MAX_LENGTH},
             remove_columns=["conversation"],
         )
-        parts.append(ds)
-    ds = datasets.concatenate_datasets(parts)
-    ds.save_to_disk(out)
-    seconds = time.perf_counter() - t0
-    return {"seconds": seconds, "samples": len(ds), "tokens": int(sum(ds["length"]))}
+
+    return datasets_child(alpaca, sharegpt, out, tokenized)
 
 
 # -- the batched baseline: the best a user writes with datasets (runs in a child process) -----
@@ -206,17 +216,8 @@ def batched_encode(batch: dict[str, list[Any]], tokenizer: Any, max_length: int)
 
 
 def batched_child(alpaca: str, sharegpt: str, out: str, num_proc: int) -> dict[str, Any]:
-    t0 = time.perf_counter()
-    import datasets
-    from transformers import AutoTokenizer
-
-    datasets.disable_caching()
-    datasets.disable_progress_bars()
-    tokenizer = AutoTokenizer.from_pretrained(str(TOKENIZER.parent), local_files_only=True)
-    parts = []
-    for path in (alpaca, sharegpt):
-        ds = datasets.load_dataset("json", data_files=path, split="train")
-        ds = ds.map(
+    def tokenized(ds: Any, path: str, tokenizer: Any) -> Any:
+        return ds.map(
             batched_encode,
             batched=True,
             batch_size=1000,
@@ -224,11 +225,8 @@ def batched_child(alpaca: str, sharegpt: str, out: str, num_proc: int) -> dict[s
             fn_kwargs={"tokenizer": tokenizer, "max_length": MAX_LENGTH},
             remove_columns=ds.column_names,
         )
-        parts.append(ds)
-    ds = datasets.concatenate_datasets(parts)
-    ds.save_to_disk(out)
-    seconds = time.perf_counter() - t0
-    return {"seconds": seconds, "samples": len(ds), "tokens": int(sum(ds["length"]))}
+
+    return datasets_child(alpaca, sharegpt, out, tokenized)
 
 
 CHILDREN = {"xtuner": xtuner_child, "batched": batched_child}

@@ -201,7 +201,7 @@ def test_stats_report_modality_grouping() -> None:
 def test_a_cache_without_a_recipe_gets_its_recipes_default_stage() -> None:
     import types
 
-    from chute.loader.options import _cache_image_rule, _default_stage
+    from chute.loader.options import _default_stage, cache_image_rule
 
     def cache(image_tokens: int, rule: dict | None) -> object:
         fingerprint = {"recipe": {"media": {"image_tokens": rule}}}
@@ -216,7 +216,7 @@ def test_a_cache_without_a_recipe_gets_its_recipes_default_stage() -> None:
             },
         )()
 
-    assert _cache_image_rule(cache(0, {"rule": "fixed", "tokens": 576})).tokens == 576
+    assert cache_image_rule(cache(0, {"rule": "fixed", "tokens": 576})).tokens == 576
     assert _default_stage(None, cache(0, {"rule": "fixed", "tokens": 576})) is None  # text only
     stage = _default_stage(None, cache(5760, {"rule": "fixed", "tokens": 576}))
     assert stage.image.output_size == (336, 336)

@@ -298,20 +298,15 @@ def media_cache(source: Any) -> Any:
     Raises:
         ConfigError: two datasets' caches naming different model families.
     """
+    from chute.media.positions import first_family
+
     members = cache_members(source)
     if len(members) <= 1:
         return members[0] if members else None
-    families = {id(m): getattr(_cache_image_rule(m), "family", None) for m in members}
-    named = [m for m in members if families[id(m)]]
-    if len({families[id(m)] for m in named}) > 1:
-        raise ConfigError(
-            f"the mixture's caches count images for different model families "
-            f"({', '.join(sorted({str(families[id(m)]) for m in named}))}): one run trains "
-            f"one model; rebuild them with one image_tokens family",
-            param="image_tokens",
-        )
-    counting = [m for m in members if m.manifest.get("image_tokens")]
-    return (named or counting or members)[0]
+    named = first_family([str(m.root) for m in members], [cache_image_rule(m) for m in members])
+    if named is not None:
+        return members[named]
+    return next((m for m in members if m.manifest.get("image_tokens")), members[0])
 
 
 def _cache_rules(source: Any) -> tuple[Any, Any] | None:
@@ -329,7 +324,7 @@ def _cache_rules(source: Any) -> tuple[Any, Any] | None:
         return None
     from chute.media.video_spec import video_tokens_rule
 
-    image = _cache_image_rule(source)
+    image = cache_image_rule(source)
     try:
         value = config().recipe.video_tokens
         video = None if value is None else video_tokens_rule(value, getattr(image, "family", None))
@@ -353,7 +348,7 @@ def _cache_references_media(source: Any, rules: tuple[Any, Any] | None) -> bool:
     return any(m[i].get("videos") for m in members for i in range(min(len(m), 256)))
 
 
-def _cache_image_rule(source: Any) -> Any:
+def cache_image_rule(source: Any) -> Any:
     """The image rule of the recipe that built a cache (``None``: it counts no images)."""
     manifest = getattr(source, "manifest", None)
     if not isinstance(manifest, dict):

@@ -33,7 +33,7 @@ from chute.collate.packed import PackedCollate
 from chute.errors import ConfigError, ErrorBudgetExceeded, SampleError
 from chute.lengths import Lengths, Pieces, lengths_of
 from chute.lengths.base import STATUS_REJECTED
-from chute.loader.options import media_cache
+from chute.loader.options import cache_image_rule, media_cache
 from chute.media.positions import MRopePositions, positions_rule
 from chute.plan import PLANNERS, LengthPlanner, PackedPlanner, Planner, make_planner
 from chute.plan.registry import check_plan_options
@@ -282,18 +282,7 @@ def positions_of(source: Any, recipe: RecipeContract | None) -> MRopePositions |
     media = recipe.media if recipe is not None else None
     if media is not None:
         return positions_rule(media.image_rule)
-    manifest = getattr(media_cache(source), "manifest", None)
-    if not isinstance(manifest, dict):
-        return None
-    recipe_print = manifest.get("fingerprint", {}).get("recipe", {})
-    rule = (
-        recipe_print.get("media", {}).get("image_tokens")
-        if isinstance(recipe_print, dict)
-        else None
-    )
-    if isinstance(rule, dict) and rule.get("rule") == "dynamic" and rule.get("family"):
-        return MRopePositions(rule["family"], spatial_merge_size=int(rule["merge_size"]))
-    return None
+    return positions_rule(cache_image_rule(media_cache(source)))
 
 
 def check_collate(collate: Any, pad_id: Any, pad_to_multiple_of: Any) -> None:

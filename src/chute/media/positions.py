@@ -48,7 +48,7 @@ import numpy as np
 from chute.errors import ConfigError, SampleError
 from chute.media.tokens import MROPE_FAMILIES
 
-__all__ = ["MRopePositions", "positions_rule"]
+__all__ = ["MRopePositions", "first_family", "positions_rule"]
 
 TEXT, IMAGE, VIDEO = 0, 1, 2
 _MISMATCH = {IMAGE: "image_token_mismatch", VIDEO: "video_token_mismatch"}
@@ -203,6 +203,39 @@ def _grid(item: Mapping[str, Any], kind: int) -> tuple[int, int, int]:
 
 def _span(span: Sequence[int]) -> tuple[int, int]:
     return int(span[0]), int(span[1])
+
+
+def first_family(labels: Sequence[str], image_rules: Sequence[Any]) -> int | None:
+    """Which of a mixture's image rules decides the run's positions: the first naming a family.
+
+    The media stage and the rotary positions serve every dataset's rows, while each dataset
+    counts its images itself: one naming a Qwen-VL family (``qwen2-vl``) decides over text
+    datasets left at ``auto`` (the same counts, no family). ``None``: no rule names one.
+
+    Raises:
+        ConfigError: two rules naming different families (one run trains one model).
+
+    Example:
+        >>> from chute.media.tokens import image_tokens_rule
+        >>> first_family(["text", "images"], [None, image_tokens_rule("qwen2-vl")])
+        1
+    """
+    named = [
+        (label, rule.family)
+        for label, rule in zip(labels, image_rules, strict=True)
+        if getattr(rule, "family", None)
+    ]
+    if len({family for _, family in named}) > 1:
+        shown = ", ".join(f"{label}: {family}" for label, family in named)
+        raise ConfigError(
+            f"the datasets' image_tokens name different model families ({shown}): one run "
+            f"trains one model, whose positions every batch follows; name one family (and "
+            f"rebuild the caches made with another)",
+            param="image_tokens",
+        )
+    if not named:
+        return None
+    return next(i for i, rule in enumerate(image_rules) if getattr(rule, "family", None))
 
 
 def positions_rule(image_rule: Any) -> MRopePositions | None:

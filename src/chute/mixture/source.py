@@ -30,6 +30,7 @@ import numpy as np
 
 from chute.errors import ConfigError, RejectTally, SampleError
 from chute.lengths import STATUS_REJECTED, Lengths, Pieces, lengths_of
+from chute.media.positions import first_family
 from chute.sources.record import Record
 
 __all__ = ["MixtureRecipe", "MixtureSource", "concat_lengths", "slice_lengths"]
@@ -213,29 +214,14 @@ def _stamped(item: Any, index: int) -> Any:
 def run_wide_media(names: Sequence[str], plans: Sequence[Any]) -> Any:
     """The media plan a mixture's batches are prepared by: one for every dataset's rows.
 
-    The media stage and the rotary positions are run-wide, while each dataset may count its
-    images itself (``image_tokens`` is a per-dataset option). A dataset that names a Qwen-VL
-    family (``image_tokens: qwen2-vl``) beside text datasets left at ``auto`` (the same counts,
-    no family) decides: its rows need 3-D positions, and text rows take them too. The first
-    dataset's plan otherwise, as before.
+    The dataset whose image rule names a Qwen-VL family (``chute.media.positions.
+    first_family``: text rows take its 3-D positions too), else the first dataset's.
 
     Raises:
-        ConfigError: two datasets naming different families (one run trains one model).
+        ConfigError: two datasets naming different families.
     """
-    named = [
-        (name, plan)
-        for name, plan in zip(names, plans, strict=True)
-        if getattr(getattr(plan, "image_rule", None), "family", None)
-    ]
-    families = {plan.image_rule.family for _, plan in named}
-    if len(families) > 1:
-        shown = ", ".join(f"{name}: {plan.image_rule.family}" for name, plan in named)
-        raise ConfigError(
-            f"the datasets' image_tokens name different model families ({shown}): one run "
-            f"trains one model, whose positions every batch follows; name one family",
-            param="image_tokens",
-        )
-    return named[0][1] if named else plans[0]
+    named = first_family(names, [getattr(plan, "image_rule", None) for plan in plans])
+    return plans[0 if named is None else named]
 
 
 class MixtureRecipe:

@@ -249,9 +249,10 @@ def _render_point(
             f'only ("point_2d"), not {convention}\'s',
         )
     if convention == "qwen3-vl":
-        w, h = size or (1, 1)
-        grid = [round(point[0] / w * 1000), round(point[1] / h * 1000)]
-        return _labelled({"point_2d": grid}, obj.get("label"))
+        gx, gy = Geometry(convention).to_grid(
+            np.array([float(point[0])]), np.array([float(point[1])]), ImageMap.of(size or (1, 1))
+        )
+        return _labelled({"point_2d": [round(gx[0]), round(gy[0])]}, obj.get("label"))
     return _labelled({"point_2d": [_num(v) for v in point]}, obj.get("label"))
 
 

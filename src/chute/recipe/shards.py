@@ -56,7 +56,7 @@ from chute.media.paths import INLINE, MediaPaths, is_remote
 from chute.media.remote import RemoteMedia
 from chute.remote_options import RemoteOptions
 from chute.remote_options import parse_size as parse_remote_size
-from chute.sources.tar import MEDIA_EXTENSIONS, REFS_EXTENSION, TEXT_KEYS, is_media_part
+from chute.sources.tar import MEDIA_EXTENSIONS, REFS_EXTENSION, key_kind
 from chute.sources.tar_members import MemberRef, is_member_ref, read_member
 
 __all__ = ["ShardReport", "parse_size", "write_shards"]
@@ -240,8 +240,8 @@ def _extension(value: str, kind: str) -> str:
 def _rewrite(value: Any, names: dict[str, str], text: bool = False) -> Any:
     """``value`` with each media reference replaced by its member's name.
 
-    ``text``: ``value`` stands under a conversation's text key (``content``, ``output``, ...,
-    ``TEXT_KEYS``), as the shard reader reads it: an answer that reads like a reference stays
+    ``text``: ``value`` stands under a conversation's text key (``content``, ``output``, ...:
+    ``chute.sources.tar.key_kind``), as the shard reader reads it: an answer that reads like a reference stays
     as written (only ``<img>`` tags, Qwen-VL's references in the text, are rewritten).
     """
     if isinstance(value, str):
@@ -263,11 +263,7 @@ def _rewrite(value: Any, names: dict[str, str], text: bool = False) -> Any:
             ext = names.get(inline_url(bytes(blob)))
             if ext is not None:
                 return ext
-        media_part = is_media_part(value)  # {"type": "image", "value": REF}: value is no text
-        return {
-            k: _rewrite(v, names, k in TEXT_KEYS and not (media_part and k == "value"))
-            for k, v in value.items()
-        }
+        return {k: _rewrite(v, names, key_kind(value, k) == "text") for k, v in value.items()}
     if isinstance(value, list | tuple):
         return [_rewrite(v, names, text) for v in value]
     return value

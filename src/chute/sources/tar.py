@@ -100,7 +100,7 @@ _MEDIA_KEYS = frozenset(
 )  # fmt: skip
 # Keys whose strings are what a conversation says: a member's name there is text (an answer
 # that reads "000005.jpg"), never swapped for the member (``<img>`` tags aside).
-TEXT_KEYS = frozenset(
+_TEXT_KEYS = frozenset(
     ("content", "value", "text", "caption", "instruction", "input", "output", "prompt",
      "response", "chosen", "rejected", "completion", "query", "question", "answer", "system",
      "history")
@@ -478,17 +478,12 @@ def _bind_members(
         if isinstance(value, list):
             return [swap(v, names) for v in value]
         if isinstance(value, dict):
-            media_part = is_media_part(value)
-            return {
-                k: swap(v, short if media_part and k == "value" else names_under(k, names))
-                for k, v in value.items()
-            }
+            return {k: swap(v, names_under(value, k, names)) for k, v in value.items()}
         return value
 
-    def names_under(key: str, names: dict[str, str]) -> dict[str, str]:
-        if key in _MEDIA_KEYS:
-            return short
-        return {} if key in TEXT_KEYS else names
+    def names_under(parent: dict[str, Any], key: str, names: dict[str, str]) -> dict[str, str]:
+        kind = key_kind(parent, key)
+        return short if kind == "media" else {} if kind == "text" else names
 
     def swap_tag(inner: str) -> str:
         ref = short.get(inner.strip())
@@ -498,7 +493,7 @@ def _bind_members(
         return ref
 
     for k in list(data):
-        data[k] = swap(data[k], names_under(k, full))
+        data[k] = swap(data[k], names_under(data, k, full))
     _attach(data, media, used)
 
 
@@ -510,12 +505,21 @@ _MEDIA_PART_TYPES = frozenset(
 )  # fmt: skip
 
 
-def is_media_part(part: dict[str, Any]) -> bool:
-    """Whether a content part is an image, video or audio (``{"type": "image", "value": ...}``).
+def key_kind(parent: dict[str, Any], key: str) -> str:
+    """What ``parent[key]`` holds: ``media`` references, conversation ``text``, or ``other``.
 
-    Its ``value`` (LLaMA-Factory v1's key) is then a media reference, not text.
+    A media key (``images``, ``url``, ...) holds references; a text key (``content``,
+    ``value``, ...) what a conversation says, except a media part's ``value``
+    (``{"type": "image_url", "value": PATH}``, LLaMA-Factory v1's), which is its reference.
+    The shard reader binds member names and the writer writes them by this one rule.
+
+    Example:
+        >>> key_kind({"type": "image", "value": "a.jpg"}, "value"), key_kind({}, "value")
+        ('media', 'text')
     """
-    return part.get("type") in _MEDIA_PART_TYPES
+    if key in _MEDIA_KEYS or (key == "value" and parent.get("type") in _MEDIA_PART_TYPES):
+        return "media"
+    return "text" if key in _TEXT_KEYS else "other"
 
 
 def _attach(data: dict[str, Any], media: list[tuple[str, str, str]], used: set[str]) -> None:
